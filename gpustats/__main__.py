@@ -1,0 +1,3 @@
+from gpustats.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Injectable host roots and small read helpers that turn vanished files into ``None``.
+
+sysfs, procfs and cgroupfs entries can disappear between listing and reading (a container
+exits, a process ends); every reader here returns ``None`` for that instead of raising.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HostRoots:
+    sysfs: str = "/sys"
+    proc: str = "/proc"
+    cgroup: str = "/sys/fs/cgroup"
+
+    def sys_path(self, *parts: str) -> str:
+        return os.path.join(self.sysfs, *parts)
+
+    def proc_path(self, *parts: str) -> str:
+        return os.path.join(self.proc, *(str(p) for p in parts))
+
+    def cgroup_path(self, *parts: str) -> str:
+        return os.path.join(self.cgroup, *(p.lstrip("/") for p in parts))
+
+
+def read_text(path: str) -> str | None:
+    """File contents, or ``None`` when it does not exist (any more) or cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError, ProcessLookupError, PermissionError):
+        return None
+    except OSError:
+        # ENODEV/ESRCH and friends from kernel files whose object went away mid-read.
+        return None
+
+
+def read_int(path: str) -> int | None:
+    """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def list_dir(path: str) -> list[str]:
+    """Entry names, or ``[]`` when the directory vanished or cannot be listed."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

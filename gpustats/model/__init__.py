@@ -1,0 +1,1 @@
+"""Pure data types: frozen dataclasses, units in field names, ``None`` means absent."""

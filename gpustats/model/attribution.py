@@ -1,0 +1,40 @@
+"""Results of power/energy attribution for one tick, plus the cumulative counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SHARING_EXCLUSIVE = "exclusive"
+SHARING_TIME_SLICING = "time-slicing"
+SHARING_MPS = "mps"
+SHARING_MIG = "mig"
+
+# How a process's share was decided.
+SHARE_EXCLUSIVE = "exclusive"
+SHARE_SM_UTIL = "sm-utilization"
+SHARE_EQUAL = "equal-split"
+SHARE_MIG_ACTIVITY = "mig-activity"
+SHARE_MIG_EQUAL = "mig-equal-split"
+
+
+@dataclass(frozen=True)
+class ProcessAttribution:
+    pid: int
+    device_uuid: str
+    gpu_instance_id: int | None
+    share: float                        # fraction of the device's active energy this tick
+    share_method: str
+    power_watts: float                  # attributed active power over the tick
+    energy_joules: float                # attributed active energy this tick
+    sm_util_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceAttribution:
+    device_uuid: str
+    idle_power_watts: float | None
+    active_power_watts: float | None
+    tick_energy_joules: float | None    # total energy of the tick
+    tick_active_energy_joules: float | None
+    sharing_mode: str | None
+    processes: tuple[ProcessAttribution, ...] = ()

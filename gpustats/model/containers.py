@@ -1,0 +1,60 @@
+"""Containers and pods found on the host, and which GPUs each one uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpustats.model.host import CpuStats, MemoryStats
+
+# Why a container is mapped to a GPU (recorded per mapping in the snapshot).
+REASON_DEVICES_LIST = "devices.list"
+REASON_NVML_PROCESS = "nvml-process"
+REASON_POD_RESOURCES = "pod-resources"
+
+
+@dataclass(frozen=True)
+class CgroupRef:
+    """Where a container's cgroup lives: one path per v1 controller, or the v2 path."""
+
+    # controller name ("devices", "cpuacct", "memory", ...) -> path relative to that hierarchy;
+    # the key "" holds the unified (v2) path.
+    paths: tuple[tuple[str, str], ...]
+
+    def path(self, controller: str) -> str | None:
+        for name, path in self.paths:
+            if name == controller:
+                return path
+        return None
+
+
+@dataclass(frozen=True)
+class ContainerIdentity:
+    """A container as its cgroup path names it (names filled in from pod-resources/runtime)."""
+
+    container_id: str                 # 64-hex runtime id
+    runtime: str | None = None        # "containerd", "crio", "docker"
+    pod_uid: str | None = None
+    qos_class: str | None = None      # "guaranteed", "burstable", "besteffort"
+    cgroup: CgroupRef | None = None
+    name: str | None = None           # container name from the pod spec
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuMapping:
+    """One container → GPU link and the sources that established it."""
+
+    container_id: str
+    device_uuid: str                  # physical GPU UUID
+    gpu_instance_id: int | None = None
+    reasons: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    """CPU and memory of one container (or pod) cgroup, as the kubelet reports them."""
+
+    start_time: float | None = None
+    cpu: CpuStats | None = None
+    memory: MemoryStats | None = None

@@ -1,0 +1,102 @@
+"""What one NVML sweep of one GPU observed. Every reading may be ``None`` (absent)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Identity read once per NVML session (refreshed on re-init or MIG mode change)."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    minor_number: int | None = None
+    pci_bus_id: str | None = None
+    memory_total_bytes: int | None = None
+    architecture: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses)."""
+
+    pid: int
+    memory_used_bytes: int | None = None
+    gpu_instance_id: int | None = None      # None when not MIG
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One per-process utilization sample (nvmlDeviceGetProcessUtilization)."""
+
+    pid: int
+    timestamp_us: int
+    sm_util_percent: int
+    mem_util_percent: int | None = None
+
+
+@dataclass(frozen=True)
+class MigInstanceReading:
+    """One MIG GPU instance as seen through its MIG device handle."""
+
+    gpu_instance_id: int
+    compute_instance_id: int | None = None
+    uuid: str | None = None
+    profile: str | None = None               # e.g. "1g.10gb"
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    processes: tuple[ProcessReading, ...] = ()
+    gpm: GpmReading | None = None
+
+
+@dataclass(frozen=True)
+class GpmReading:
+    """GPM metrics (Hopper+) over the interval between two samples > 100 ms apart."""
+
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    dram_active_percent: float | None = None
+    graphics_active_percent: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    nvlink_tx_bytes_per_second: float | None = None
+    nvlink_rx_bytes_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class ViolationReading:
+    """Cumulative throttle violation time in ns per policy (nvmlDeviceGetViolationStatus)."""
+
+    power_ns: int | None = None
+    thermal_ns: int | None = None
+    sync_boost_ns: int | None = None
+    board_limit_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One tick's sweep of one physical GPU."""
+
+    identity: DeviceIdentity
+    monotonic_seconds: float                     # when the sweep read this device
+    lost: bool = False
+    memory_used_bytes: int | None = None
+    utilization_percent: int | None = None       # device duty cycle
+    memory_utilization_percent: int | None = None
+    power_watts: float | None = None
+    energy_counter_millijoules: int | None = None  # raw hardware counter; resets on driver reload
+    power_limit_watts: float | None = None
+    temperature_celsius: int | None = None
+    mig_enabled: bool | None = None
+    mig_instances: tuple[MigInstanceReading, ...] = ()
+    processes: tuple[ProcessReading, ...] = ()
+    process_samples: tuple[ProcessSample, ...] | None = None  # None: no sample source; () idle
+    clocks_event_reasons: int | None = None      # bitmask
+    violations: ViolationReading | None = None
+    gpm: GpmReading | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    unsupported_fields: frozenset[str] = field(default_factory=frozenset)

@@ -1,0 +1,51 @@
+"""GPU health conditions and saturation signals (absent signals are ``None``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STATUS_TRUE = "True"
+STATUS_FALSE = "False"
+STATUS_UNKNOWN = "Unknown"
+
+CONDITION_NVML_READY = "NVMLReady"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition_time: float        # epoch seconds
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    conditions: tuple[Condition, ...]
+    xid_error_count: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        return all(c.status == STATUS_TRUE for c in self.conditions)
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Signals over the saturation window (keys as in the OpenCost saturation design)."""
+
+    window_seconds: float
+    throttle_violation_ratios: tuple[tuple[str, float], ...] | None = None
+    throttle_reason_ratios: tuple[tuple[str, float], ...] | None = None
+    memory_used_ratio_avg: float | None = None
+    memory_used_ratio_max: float | None = None
+    memory_pressure_ratio: float | None = None
+    xid_error_count: int | None = None
+    sm_active_avg: float | None = None
+    sm_occupancy_avg: float | None = None
+    dram_active_avg: float | None = None
+    pcie_tx_bytes_avg: float | None = None
+    pcie_rx_bytes_avg: float | None = None
+    nvlink_tx_bytes_avg: float | None = None
+    nvlink_rx_bytes_avg: float | None = None

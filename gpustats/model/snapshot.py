@@ -1,0 +1,125 @@
+"""The immutable snapshot every endpoint reads: one per housekeeping tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpustats.model.containers import ContainerUsage
+from gpustats.model.device import DeviceIdentity
+from gpustats.model.health import DeviceHealth, Saturation
+from gpustats.model.host import NodeStats
+
+
+@dataclass(frozen=True)
+class MigInstanceStats:
+    gpu_instance_id: int
+    uuid: str | None = None
+    profile: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    activity_ratio: float | None = None        # 0..1, from dcgm-exporter or GPM
+    attributed_power_watts: float | None = None
+    attributed_energy_joules: float | None = None   # cumulative
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """One physical GPU at the end of a tick. ``energy_joules`` is the daemon's monotonic total."""
+
+    identity: DeviceIdentity
+    lost: bool = False
+    memory_used_bytes: int | None = None
+    duty_cycle_percent: int | None = None
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    idle_power_watts: float | None = None
+    active_power_watts: float | None = None
+    active_energy_joules: float | None = None
+    power_limit_watts: float | None = None
+    temperature_celsius: int | None = None
+    sharing_mode: str | None = None
+    mig_instances: tuple[MigInstanceStats, ...] = ()
+    health: DeviceHealth | None = None
+    saturation: Saturation | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    pid: int
+    device_uuid: str
+    gpu_instance_id: int | None = None
+    container_id: str | None = None
+    memory_used_bytes: int | None = None
+    compute_utilization_percent: float | None = None
+    share_method: str | None = None
+    attributed_power_watts: float | None = None
+    attributed_energy_joules: float | None = None   # cumulative
+
+
+@dataclass(frozen=True)
+class ContainerAccelerator:
+    """A GPU as seen from one container: device figures plus what its processes account for."""
+
+    device_uuid: str
+    reasons: tuple[str, ...] = ()
+    gpu_instance_id: int | None = None
+    mig_profile: str | None = None
+    process_memory_used_bytes: int | None = None
+    compute_utilization_percent: float | None = None
+    attributed_power_watts: float | None = None
+    attributed_energy_joules: float | None = None   # cumulative
+
+
+@dataclass(frozen=True)
+class ContainerStats:
+    container_id: str
+    name: str | None = None
+    runtime: str | None = None
+    cgroup_path: str | None = None
+    pod_uid: str | None = None
+    usage: ContainerUsage = ContainerUsage()
+    accelerators: tuple[ContainerAccelerator, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodAccelerator:
+    device_uuid: str
+    attributed_power_watts: float | None = None
+    attributed_energy_joules: float | None = None   # cumulative, includes gone containers
+
+
+@dataclass(frozen=True)
+class PodStats:
+    uid: str
+    name: str | None = None
+    namespace: str | None = None
+    usage: ContainerUsage = ContainerUsage()
+    containers: tuple[ContainerStats, ...] = ()
+    accelerators: tuple[PodAccelerator, ...] = ()
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    """Self-observation: NVML state and collection health."""
+
+    gpus_on_pci_bus: int = 0
+    nvml_loaded: bool = False
+    nvml_error: str | None = None
+    driver_version: str | None = None
+    tick_duration_seconds: float | None = None
+    nvml_calls_last_tick: int | None = None
+    # (source, reason) -> cumulative count of values that could not be collected
+    collection_errors: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    sequence: int
+    taken_at: float                 # epoch seconds at the end of the tick
+    monotonic: float                # monotonic seconds at the end of the tick
+    node: NodeStats
+    devices: tuple[DeviceStats, ...] = ()
+    processes: tuple[ProcessStats, ...] = ()
+    pods: tuple[PodStats, ...] = ()
+    containers: tuple[ContainerStats, ...] = ()   # outside Kubernetes pods
+    status: DaemonStatus = DaemonStatus()
