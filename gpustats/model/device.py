@@ -93,6 +93,7 @@ class DeviceReading:
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstanceReading, ...] = ()
     processes: tuple[ProcessReading, ...] = ()
+    mps: bool | None = None                       # MPS clients present (None: not checked)
     process_samples: tuple[ProcessSample, ...] | None = None  # None: no sample source; () idle
     clocks_event_reasons: int | None = None      # bitmask
     violations: ViolationReading | None = None
