@@ -1,0 +1,155 @@
+"""Command line: the only place that wires sources, engine, exporters and web together."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Sequence
+
+from gpustats import __version__
+from gpustats.config import Config, ConfigError, build_arg_parser, resolve
+from gpustats.engine.collector import Collector
+from gpustats.engine.gpus import GpuSource, SessionUnavailable
+from gpustats.engine.loop import Housekeeping
+from gpustats.engine.store import SnapshotStore
+from gpustats.export.summary import summary_dict
+from gpustats.hostfs import HostRoots
+from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.node import NodeReader
+from gpustats.sources.nvml.query import DriverGone
+from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
+from gpustats.sources.nvml.sweep import DeviceSweeper
+from gpustats.sources.pci import PciScanner
+from gpustats.web.app import WebSettings, create_app
+
+log = logging.getLogger("gpustats")
+
+SHUTDOWN_BUDGET_SECONDS = 2.0
+
+
+class _SimulatedBus:
+    """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
+
+    def scan(self) -> tuple[str, ...]:
+        return ("simulated",)
+
+
+class Daemon:
+    """Everything one running gpustats holds, built from a Config."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
+                               cgroup=config.cgroup_root)
+        self.errors = CollectionErrors()
+        self.store = SnapshotStore()
+        self.simulator = None
+        if config.simulate:
+            from gpustats.sources.nvml.simulator import SimulatedNvml
+            self.simulator = SimulatedNvml(config.simulate)
+            self.simulator.install()
+            scanner = _SimulatedBus()
+        else:
+            scanner = PciScanner(self.roots)
+        self.gpus = GpuSource(scanner, self._open_nvml,
+                              is_driver_gone=lambda exc: isinstance(exc, DriverGone),
+                              retry_interval=config.nvml_retry_interval)
+        self.node_name = config.node_name or socket.gethostname()
+        self.collector = Collector(node_name=self.node_name, node=NodeReader(self.roots),
+                                   gpus=self.gpus, errors=self.errors, store=self.store)
+        self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
+
+    def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
+        try:
+            session = NvmlSession.open(self.errors)
+        except NvmlUnavailable as exc:
+            self.errors.record("nvml", f"load_{exc.reason}")
+            raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
+        return DeviceSweeper(session), session.driver_version
+
+    def create_app(self):
+        return create_app(self.store, WebSettings(self.config.housekeeping_interval))
+
+    def close(self) -> None:
+        self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
+        self.gpus.close()
+        if self.simulator is not None:
+            self.simulator.uninstall()
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def run_once(daemon: Daemon, interval: float = 1.0) -> int:
+    """Two ticks ``interval`` apart (rates need two samples), then the summary JSON on stdout."""
+    daemon.collector.tick()
+    time.sleep(interval)
+    snapshot = daemon.collector.tick()
+    json.dump(summary_dict(snapshot), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+class _Stop(Exception):
+    pass
+
+
+def serve(daemon: Daemon) -> int:
+    from waitress import create_server
+
+    host, port = daemon.config.listen
+    server = create_server(daemon.create_app(), host=host, port=port, threads=8,
+                           ident="gpustats", clear_untrusted_proxy_headers=True)
+
+    def _on_signal(signum: int, _frame) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        raise _Stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    daemon.housekeeping.start()
+    log.info("gpustats %s serving on http://%s:%d (node %s)", __version__,
+             *server.effective_host_port() if hasattr(server, "effective_host_port")
+             else (host, port), daemon.node_name)
+    try:
+        server.run()
+    except _Stop:
+        pass
+    finally:
+        stopper = threading.Thread(target=daemon.close, daemon=True)
+        stopper.start()
+        server.close()
+        stopper.join(SHUTDOWN_BUDGET_SECONDS)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    if args.version:
+        print(f"gpustats {__version__}")
+        return 0
+    try:
+        config = resolve(args, os.environ)
+    except ConfigError as exc:
+        print(f"gpustats: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(config.log_level)
+    try:
+        daemon = Daemon(config)
+    except (OSError, ValueError) as exc:
+        print(f"gpustats: cannot start: {exc}", file=sys.stderr)
+        return 2
+    if args.once:
+        try:
+            return run_once(daemon)
+        finally:
+            daemon.close()
+    return serve(daemon)

@@ -1,0 +1,283 @@
+"""Configuration: command-line flag > ``GPUSTATS_<NAME>`` environment > YAML file > default.
+
+Every option is declared once in ``OPTIONS``; the flag, the environment variable and the config
+file key are derived from its name. Values are validated at start-up; a bad value raises
+``ConfigError`` naming the option and the reason (the CLI turns it into exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+import yaml
+
+DEFAULT_PORT = 9477
+
+
+class ConfigError(ValueError):
+    """A configuration value is unusable; the message names the option and why."""
+
+
+def parse_listen(value: Any) -> tuple[str, int]:
+    text = str(value).strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 0-65535")
+    return host, port
+
+
+def _positive_seconds(value: Any) -> float:
+    seconds = float(value)
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _ratio(value: Any) -> float:
+    ratio = float(value)
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"must be a ratio in (0, 1], got {value!r}")
+    return ratio
+
+
+def _text(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _optional_text(value: Any) -> str | None:
+    text = str(value).strip()
+    return text or None
+
+
+def _url(value: Any) -> str | None:
+    text = str(value).strip()
+    if not text:
+        return None
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    return text
+
+
+def _log_level(value: Any) -> str:
+    level = str(value).strip().upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        raise ValueError(f"expected one of debug, info, warning, error, critical; got {value!r}")
+    return level
+
+
+def _watts(value: Any) -> float:
+    watts = float(value)
+    if not 0.0 <= watts < 100_000 or watts != watts:
+        raise ValueError(f"must be a power in watts >= 0, got {value!r}")
+    return watts
+
+
+def parse_idle_power(value: Any) -> "IdlePower":
+    """A number (every GPU), or a mapping ``{default: W, GPU-<uuid>: W, ...}``."""
+    if isinstance(value, Mapping):
+        default = None
+        per_uuid: dict[str, float] = {}
+        for key, watts in value.items():
+            if str(key) == "default":
+                default = _watts(watts)
+            elif str(key).startswith(("GPU-", "MIG-")):
+                per_uuid[str(key)] = _watts(watts)
+            else:
+                raise ValueError(f"keys must be 'default' or a GPU UUID, got {key!r}")
+        return IdlePower(default_watts=default, per_uuid=tuple(sorted(per_uuid.items())))
+    text = str(value).strip()
+    if not text:
+        return IdlePower()
+    if "=" in text:  # flag/env form: "120" or "default=60,GPU-abc=70"
+        pairs = {}
+        for item in text.split(","):
+            key, sep, watts = item.partition("=")
+            if not sep:
+                raise ValueError(f"expected KEY=WATTS items, got {item!r}")
+            pairs[key.strip()] = watts.strip()
+        return parse_idle_power(pairs)
+    return IdlePower(default_watts=_watts(text))
+
+
+def _xid_list(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    xids = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        xid = int(text)
+        if xid < 0:
+            raise ValueError(f"XID codes are non-negative, got {xid}")
+        xids.append(xid)
+    return tuple(sorted(set(xids)))
+
+
+@dataclass(frozen=True)
+class IdlePower:
+    default_watts: float | None = None
+    per_uuid: tuple[tuple[str, float], ...] = ()
+
+    def for_uuid(self, uuid: str) -> float | None:
+        for key, watts in self.per_uuid:
+            if key == uuid:
+                return watts
+        return self.default_watts
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                       # snake_case; flag --name-with-dashes, env GPUSTATS_NAME
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "GPUSTATS_" + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", parse_listen, f"127.0.0.1:{DEFAULT_PORT}",
+           "address to serve HTTP on (HOST:PORT)", "HOST:PORT"),
+    Option("housekeeping_interval", _positive_seconds, 5.0,
+           "seconds between collection ticks (a little jitter is added)", "SECONDS"),
+    Option("nvml_retry_interval", _positive_seconds, 60.0,
+           "seconds between attempts to load NVML while GPUs are present but NVML is not", "SECONDS"),
+    Option("sysfs_root", _text, "/sys", "where sysfs is mounted", "PATH"),
+    Option("proc_root", _text, "/proc", "where the host's procfs is mounted", "PATH"),
+    Option("cgroup_root", _text, "/sys/fs/cgroup", "where the cgroup hierarchies are mounted", "PATH"),
+    Option("pod_resources_socket", _optional_text, "/var/lib/kubelet/pod-resources/kubelet.sock",
+           "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
+    Option("runtime_socket", _optional_text, "/run/containerd/containerd.sock",
+           "container runtime CRI socket for container names (empty: off)", "PATH"),
+    Option("dcgm_exporter_url", _url, None,
+           "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
+    Option("state_dir", _text, "/var/lib/gpustats",
+           "directory for persisted energy counters", "PATH"),
+    Option("node_name", _optional_text, None,
+           "node name reported in the summary and on every metric (default: hostname)", "NAME"),
+    Option("idle_power_watts", parse_idle_power, IdlePower(),
+           "idle power per GPU: WATTS, or default=W,GPU-<uuid>=W (default: lowest power seen)",
+           "WATTS"),
+    Option("simulate", _optional_text, None,
+           "run against simulated GPUs described by this scenario YAML", "SCENARIO"),
+    Option("log_level", _log_level, "INFO", "debug, info, warning or error", "LEVEL"),
+    Option("saturation_window", _positive_seconds, 60.0,
+           "seconds covered by the saturation signals", "SECONDS"),
+    Option("memory_pressure_threshold", _ratio, 0.9,
+           "framebuffer used ratio counted as memory pressure", "RATIO"),
+    Option("xid_ignore", _xid_list, (13, 31, 43, 45, 68, 109),
+           "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
+    Option("persist_interval", _positive_seconds, 30.0,
+           "seconds between writes of the energy counters to the state dir", "SECONDS"),
+)
+
+OPTION_NAMES = frozenset(o.name for o in OPTIONS)
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: tuple[str, int]
+    housekeeping_interval: float
+    nvml_retry_interval: float
+    sysfs_root: str
+    proc_root: str
+    cgroup_root: str
+    pod_resources_socket: str | None
+    runtime_socket: str | None
+    dcgm_exporter_url: str | None
+    state_dir: str
+    node_name: str | None
+    idle_power_watts: IdlePower
+    simulate: str | None
+    log_level: str
+    saturation_window: float
+    memory_pressure_threshold: float
+    xid_ignore: tuple[int, ...]
+    persist_interval: float
+    config_file: str | None = field(default=None)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpustats",
+        description="GPU container-stats daemon: serves /stats/summary and /metrics.",
+    )
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="YAML config file (env GPUSTATS_CONFIG)")
+    for option in OPTIONS:
+        default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
+        parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
+                            help=f"{option.help} [env {option.env}; default {default_text}]")
+    parser.add_argument("--once", action="store_true",
+                        help="run two ticks a short interval apart, print the summary JSON, exit")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of option: value")
+    normalised = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in OPTION_NAMES:
+            raise ConfigError(f"config file {path}: unknown option {key!r}")
+        normalised[name] = value
+    return normalised
+
+
+def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    """Merge flag > env > file > default and validate every value."""
+    config_path = args.config or environ.get("GPUSTATS_CONFIG") or None
+    file_values = load_config_file(config_path) if config_path else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        flag_value = getattr(args, option.name, None)
+        if flag_value is not None:
+            raw, origin = flag_value, option.flag
+        elif option.env in environ:
+            raw, origin = environ[option.env], option.env
+        elif option.name in file_values:
+            raw, origin = file_values[option.name], f"{option.name} in {config_path}"
+        else:
+            default = option.default
+            values[option.name] = option.parse(default) if isinstance(default, str) else default
+            continue
+        try:
+            values[option.name] = option.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"invalid {origin}: {exc}") from None
+    return Config(config_file=config_path, **values)
+
+
+def config_field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Config))

@@ -1,0 +1,228 @@
+"""The kubelet Summary API view of a snapshot (``GET /stats/summary``).
+
+Keys follow k8s.io/kubelet/pkg/apis/stats/v1alpha1: camelCase, times as UTC RFC 3339 with
+second precision, every unknown value left out (never 0). Accelerators carry the kubelet's six
+keys plus gpustats' extension keys.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from gpustats.model.health import DeviceHealth, Saturation
+from gpustats.model.host import CpuStats, MemoryStats
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodStats, Snapshot,
+)
+from gpustats.model.containers import ContainerUsage
+
+MAKE = "nvidia"
+
+
+def rfc3339(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(int(epoch_seconds), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        out[key] = value
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def cpu_dict(cpu: CpuStats) -> dict[str, Any]:
+    out: dict[str, Any] = {"time": rfc3339(cpu.time)}
+    _put(out, "usageNanoCores", cpu.usage_nano_cores)
+    _put(out, "usageCoreNanoSeconds", cpu.usage_core_nano_seconds)
+    return out
+
+
+def memory_dict(memory: MemoryStats) -> dict[str, Any]:
+    out: dict[str, Any] = {"time": rfc3339(memory.time)}
+    _put(out, "availableBytes", memory.available_bytes)
+    _put(out, "usageBytes", memory.usage_bytes)
+    _put(out, "workingSetBytes", memory.working_set_bytes)
+    _put(out, "rssBytes", memory.rss_bytes)
+    _put(out, "pageFaults", memory.page_faults)
+    _put(out, "majorPageFaults", memory.major_page_faults)
+    return out
+
+
+def _usage(out: dict[str, Any], usage: ContainerUsage) -> None:
+    if usage.cpu is not None:
+        out["cpu"] = cpu_dict(usage.cpu)
+    if usage.memory is not None:
+        out["memory"] = memory_dict(usage.memory)
+
+
+def _kubelet_keys(device: DeviceStats) -> dict[str, Any]:
+    """make, model, id, memoryTotal, memoryUsed, dutyCycle (each left out when unknown)."""
+    ident = device.identity
+    out: dict[str, Any] = {"make": MAKE}
+    _put(out, "model", ident.name)
+    out["id"] = ident.uuid
+    _put(out, "memoryTotal", ident.memory_total_bytes)
+    _put(out, "memoryUsed", device.memory_used_bytes)
+    _put(out, "dutyCycle", device.duty_cycle_percent)
+    return out
+
+
+def health_dict(health: DeviceHealth) -> dict[str, Any]:
+    return {
+        "healthy": health.healthy,
+        "conditions": [
+            {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+             "lastTransitionTime": rfc3339(c.last_transition_time), "source": c.source}
+            for c in health.conditions
+        ],
+    }
+
+
+def saturation_dict(saturation: Saturation) -> dict[str, Any]:
+    out: dict[str, Any] = {"windowSeconds": saturation.window_seconds}
+    if saturation.throttle_violation_ratios is not None:
+        out["throttleViolationRatios"] = dict(saturation.throttle_violation_ratios)
+    if saturation.throttle_reason_ratios is not None:
+        out["throttleReasonRatios"] = dict(saturation.throttle_reason_ratios)
+    for key, value in (
+        ("memoryUsedRatioAvg", saturation.memory_used_ratio_avg),
+        ("memoryUsedRatioMax", saturation.memory_used_ratio_max),
+        ("memoryPressureRatio", saturation.memory_pressure_ratio),
+        ("xidErrorCount", saturation.xid_error_count),
+        ("smActiveAvg", saturation.sm_active_avg),
+        ("smOccupancyAvg", saturation.sm_occupancy_avg),
+        ("dramActiveAvg", saturation.dram_active_avg),
+        ("pcieTxBytesAvg", saturation.pcie_tx_bytes_avg),
+        ("pcieRxBytesAvg", saturation.pcie_rx_bytes_avg),
+        ("nvlinkTxBytesAvg", saturation.nvlink_tx_bytes_avg),
+        ("nvlinkRxBytesAvg", saturation.nvlink_rx_bytes_avg),
+    ):
+        _put(out, key, value)
+    return out
+
+
+def _mig_dict(instance: MigInstanceStats) -> dict[str, Any]:
+    out: dict[str, Any] = {"gpuInstanceId": instance.gpu_instance_id}
+    _put(out, "id", instance.uuid)
+    _put(out, "profile", instance.profile)
+    _put(out, "memoryTotal", instance.memory_total_bytes)
+    _put(out, "memoryUsed", instance.memory_used_bytes)
+    _put(out, "activityRatio", _round(instance.activity_ratio, 4))
+    _put(out, "attributedPowerWatts", _round(instance.attributed_power_watts))
+    _put(out, "attributedEnergyJoules", _round(instance.attributed_energy_joules))
+    return out
+
+
+def device_dict(device: DeviceStats) -> dict[str, Any]:
+    """A ``node.accelerators[]`` entry."""
+    ident = device.identity
+    out = _kubelet_keys(device)
+    out["index"] = ident.index
+    _put(out, "minorNumber", ident.minor_number)
+    _put(out, "pciBusId", ident.pci_bus_id)
+    if device.lost:
+        out["lost"] = True
+    _put(out, "powerWatts", _round(device.power_watts))
+    _put(out, "energyJoules", _round(device.energy_joules))
+    _put(out, "idlePowerWatts", _round(device.idle_power_watts))
+    _put(out, "activePowerWatts", _round(device.active_power_watts))
+    _put(out, "powerLimitWatts", _round(device.power_limit_watts))
+    _put(out, "temperatureCelsius", device.temperature_celsius)
+    _put(out, "sharingMode", device.sharing_mode)
+    if device.mig_instances:
+        out["migInstances"] = [_mig_dict(m) for m in device.mig_instances]
+    if device.health is not None:
+        out["health"] = health_dict(device.health)
+    if device.saturation is not None:
+        out["saturation"] = saturation_dict(device.saturation)
+    return out
+
+
+def container_accelerator_dict(acc: ContainerAccelerator,
+                               device: DeviceStats | None) -> dict[str, Any]:
+    """A container's view of a GPU: the device's kubelet keys plus what its processes account for."""
+    out = _kubelet_keys(device) if device is not None else {"make": MAKE, "id": acc.device_uuid}
+    _put(out, "processMemoryUsed", acc.process_memory_used_bytes)
+    _put(out, "computeUtilization", _round(acc.compute_utilization_percent, 2))
+    _put(out, "attributedPowerWatts", _round(acc.attributed_power_watts))
+    _put(out, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
+    _put(out, "gpuInstanceId", acc.gpu_instance_id)
+    _put(out, "migProfile", acc.mig_profile)
+    return out
+
+
+def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
+                    fallback_start: float, *, with_accelerators: bool,
+                    top_level: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if top_level:
+        out["id"] = container.container_id
+        _put(out, "name", container.name)
+        _put(out, "runtime", container.runtime)
+        _put(out, "cgroup", container.cgroup_path)
+    else:
+        out["name"] = container.name or container.container_id
+    start = container.usage.start_time
+    out["startTime"] = rfc3339(start if start is not None else fallback_start)
+    _usage(out, container.usage)
+    if with_accelerators and container.accelerators:
+        out["accelerators"] = [container_accelerator_dict(a, devices.get(a.device_uuid))
+                               for a in container.accelerators]
+    return out
+
+
+def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: float,
+              *, with_accelerators: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "podRef": {"name": pod.name or "", "namespace": pod.namespace or "", "uid": pod.uid},
+    }
+    start = pod.usage.start_time
+    out["startTime"] = rfc3339(start if start is not None else fallback_start)
+    _usage(out, pod.usage)
+    out["containers"] = [
+        _container_dict(c, devices, fallback_start, with_accelerators=with_accelerators,
+                        top_level=False)
+        for c in pod.containers
+    ]
+    if with_accelerators and pod.accelerators:
+        accs = []
+        for acc in pod.accelerators:
+            entry: dict[str, Any] = {"id": acc.device_uuid}
+            _put(entry, "attributedPowerWatts", _round(acc.attributed_power_watts))
+            _put(entry, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
+            accs.append(entry)
+        out["accelerators"] = accs
+    return out
+
+
+def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> dict[str, Any]:
+    node = snapshot.node
+    node_out: dict[str, Any] = {"nodeName": node.node_name, "startTime": rfc3339(node.start_time)}
+    if node.cpu is not None:
+        node_out["cpu"] = cpu_dict(node.cpu)
+    if node.memory is not None:
+        node_out["memory"] = memory_dict(node.memory)
+    full = not only_cpu_and_memory
+    if full and snapshot.devices:
+        node_out["accelerators"] = [device_dict(d) for d in snapshot.devices]
+    devices = {d.identity.uuid: d for d in snapshot.devices}
+    out: dict[str, Any] = {
+        "node": node_out,
+        "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full)
+                 for p in snapshot.pods],
+    }
+    if snapshot.containers:
+        out["containers"] = [
+            _container_dict(c, devices, node.start_time, with_accelerators=full, top_level=True)
+            for c in snapshot.containers
+        ]
+    return out
+
+
+def summary_json(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> bytes:
+    return json.dumps(summary_dict(snapshot, only_cpu_and_memory=only_cpu_and_memory),
+                      separators=(",", ":")).encode()

@@ -1,0 +1,103 @@
+"""Node CPU and memory in the kubelet's terms, from ``<proc>/stat``, ``meminfo`` and ``vmstat``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from gpustats.hostfs import HostRoots, read_text
+from gpustats.model.host import CpuStats, MemoryStats
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def parse_proc_stat(text: str) -> tuple[int | None, int | None]:
+    """``(busy CPU jiffies across all CPUs, boot time epoch seconds)`` from /proc/stat."""
+    busy = boot = None
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            fields = line.split()[1:]
+            try:
+                values = [int(v) for v in fields]
+            except ValueError:
+                continue
+            # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
+            # already counted in user/nice, idle and iowait are not busy.
+            busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)
+        elif line.startswith("btime "):
+            try:
+                boot = int(line.split()[1])
+            except (IndexError, ValueError):
+                continue
+    return busy, boot
+
+
+def parse_key_values(text: str) -> dict[str, int]:
+    """``Key: 123 kB`` (meminfo, bytes) and ``key 123`` (vmstat) lines into a dict."""
+    values = {}
+    for line in text.splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) < 2:
+            continue
+        try:
+            number = int(parts[1])
+        except ValueError:
+            continue
+        values[parts[0]] = number * 1024 if len(parts) > 2 and parts[2] == "kB" else number
+    return values
+
+
+def memory_from_meminfo(meminfo: dict[str, int], vmstat: dict[str, int], now: float) -> MemoryStats:
+    """Working set = used − inactive file, as the kubelet computes it for the root cgroup."""
+    total = meminfo.get("MemTotal")
+    free = meminfo.get("MemFree")
+    usage = total - free if total is not None and free is not None else None
+    inactive = meminfo.get("Inactive(file)")
+    working_set = max(0, usage - inactive) if usage is not None and inactive is not None else None
+    return MemoryStats(
+        time=now,
+        available_bytes=(total - working_set) if total is not None and working_set is not None
+        else None,
+        usage_bytes=usage,
+        working_set_bytes=working_set,
+        rss_bytes=meminfo.get("AnonPages"),
+        page_faults=vmstat.get("pgfault"),
+        major_page_faults=vmstat.get("pgmajfault"),
+    )
+
+
+class NodeReader:
+    """Reads node CPU/memory; ``usageNanoCores`` comes from this reading and the previous one."""
+
+    def __init__(self, roots: HostRoots, *, wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self._roots = roots
+        self._wall = wall
+        self._monotonic = monotonic
+        self._previous: tuple[float, int] | None = None   # (monotonic, core-ns)
+        self.boot_time: float | None = None
+
+    def read(self) -> tuple[CpuStats | None, MemoryStats | None]:
+        now = self._wall()
+        cpu = None
+        stat = read_text(self._roots.proc_path("stat"))
+        if stat is not None:
+            busy, boot = parse_proc_stat(stat)
+            if boot is not None:
+                self.boot_time = float(boot)
+            if busy is not None:
+                core_ns = busy * 1_000_000_000 // _CLOCK_TICKS
+                mono = self._monotonic()
+                rate = None
+                if self._previous is not None and mono > self._previous[0] \
+                        and core_ns >= self._previous[1]:
+                    rate = int((core_ns - self._previous[1]) / (mono - self._previous[0]))
+                self._previous = (mono, core_ns)
+                cpu = CpuStats(time=now, usage_core_nano_seconds=core_ns, usage_nano_cores=rate)
+        meminfo = read_text(self._roots.proc_path("meminfo"))
+        memory = None
+        if meminfo is not None:
+            vmstat = read_text(self._roots.proc_path("vmstat")) or ""
+            memory = memory_from_meminfo(parse_key_values(meminfo), parse_key_values(vmstat), now)
+        return cpu, memory

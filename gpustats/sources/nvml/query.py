@@ -1,0 +1,120 @@
+"""One function through which every device query goes: it classifies NVML errors.
+
+NOT_SUPPORTED and FunctionNotFound are remembered per (device, field) and never asked again;
+GPU_IS_LOST raises ``DeviceLost`` for the sweep to mark that device; errors meaning the driver
+went away raise ``DriverGone`` so the engine shuts NVML down and re-enters the load retry;
+anything else makes that one value absent and is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import pynvml
+
+from gpustats.sources.errors import CollectionErrors, LogOnce
+
+log = logging.getLogger(__name__)
+
+NOT_FOUND = object()   # returned for NVML_ERROR_NOT_FOUND when the caller asks for it
+
+# Errors after which the session is unusable: re-initialise (nvml.md §1.2, §4).
+_DRIVER_GONE_CODES = frozenset({
+    pynvml.NVML_ERROR_UNINITIALIZED,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+})
+_UNSUPPORTED_CODES = frozenset({
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+})
+
+
+class DeviceLost(Exception):
+    """NVML answered GPU_IS_LOST for this device."""
+
+
+class DriverGone(Exception):
+    """NVML answered an error meaning the library/driver session is no longer usable."""
+
+
+def error_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def error_reason(exc: BaseException) -> str:
+    """A stable snake_case reason label from an NVMLError subclass name."""
+    name = type(exc).__name__.removeprefix("NVMLError_")
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out) or "unknown"
+
+
+class Querier:
+    """Runs NVML calls for one session, counting them and classifying their errors."""
+
+    def __init__(self, errors: CollectionErrors):
+        self._errors = errors
+        self._unsupported: set[tuple[str, str]] = set()
+        self._log_once = LogOnce(log, every_seconds=300.0)
+        self.calls = 0
+
+    def is_unsupported(self, device: str, field: str) -> bool:
+        return (device, field) in self._unsupported
+
+    def unsupported_fields(self, device: str) -> frozenset[str]:
+        return frozenset(f for d, f in self._unsupported if d == device)
+
+    def forget(self, device: str, fields: tuple[str, ...]) -> None:
+        """Ask these fields again (their support depends on a mode that changed, e.g. MIG)."""
+        self._unsupported.difference_update((device, f) for f in fields)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call whose failure is not per-field (handle lookup, counts): errors propagate
+        classified as DeviceLost/DriverGone, others re-raised as they are."""
+        self.calls += 1
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            raise self._classify_fatal(exc) from exc
+
+    def read(self, device: str, field: str, fn: Callable[..., Any], *args: Any,
+             not_found: Any = None) -> Any:
+        """One field of one device; ``None`` when absent. Raises DeviceLost / DriverGone."""
+        if (device, field) in self._unsupported:
+            return None
+        self.calls += 1
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as exc:
+            code = error_code(exc)
+            if code == pynvml.NVML_ERROR_NOT_FOUND and not_found is not None:
+                return not_found
+            if code in _UNSUPPORTED_CODES:
+                self._unsupported.add((device, field))
+                self._errors.record("nvml", "not_supported" if code == pynvml.NVML_ERROR_NOT_SUPPORTED
+                                    else "function_not_found")
+                log.info("GPU %s: %s is not available (%s); not asking again", device, field, exc)
+                return None
+            fatal = self._classify_fatal(exc)
+            if not isinstance(fatal, pynvml.NVMLError):
+                raise fatal from exc
+            reason = error_reason(exc)
+            self._errors.record("nvml", reason)
+            self._log_once((device, field, reason), logging.WARNING,
+                           "GPU %s: reading %s failed: %s", device, field, exc)
+            return None
+
+    def _classify_fatal(self, exc: pynvml.NVMLError) -> BaseException:
+        code = error_code(exc)
+        if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            return DeviceLost(str(exc))
+        if code in _DRIVER_GONE_CODES:
+            return DriverGone(str(exc))
+        return exc

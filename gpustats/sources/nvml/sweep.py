@@ -1,0 +1,282 @@
+"""One sweep per device per tick: dynamic readings into ``DeviceReading``.
+
+Call budget per GPU per tick (non-MIG, processes present): memory, utilization, power, energy,
+temperature, clocks-event reasons, MIG mode, processes (two calls when non-empty), MPS processes,
+process utilization (two calls when samples exist), GPM sample + metrics. Slow-moving values are
+read less often: power limit every ``slow_every`` ticks, violation counters (cumulative, so the
+saturation window stays exact) every ``violation_every`` ticks, PCIe throughput (each call
+blocks ~20 ms in the driver, nvml.md §2.7) only on GPUs without GPM and every ``pcie_every`` ticks.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import pynvml
+
+from gpustats.model.device import (
+    DeviceIdentity, DeviceReading, MigInstanceReading, ProcessReading, ProcessSample,
+    ViolationReading,
+)
+from gpustats.sources.nvml.gpm import GpmSampler
+from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
+from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
+
+log = logging.getLogger(__name__)
+
+_NO_INSTANCE = 0xFFFFFFFF
+_MIG_PROFILE = re.compile(r"MIG\s+(\S+)$")
+_VIOLATION_POLICIES = (
+    ("power_ns", pynvml.NVML_PERF_POLICY_POWER),
+    ("thermal_ns", pynvml.NVML_PERF_POLICY_THERMAL),
+    ("sync_boost_ns", pynvml.NVML_PERF_POLICY_SYNC_BOOST),
+    ("board_limit_ns", pynvml.NVML_PERF_POLICY_BOARD_LIMIT),
+)
+
+
+def parse_mig_profile(device_name: str | None) -> str | None:
+    """``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"`` → ``"1g.10gb"``."""
+    if not device_name:
+        return None
+    match = _MIG_PROFILE.search(device_name)
+    return match.group(1) if match else None
+
+
+def _instance_id(value: int | None) -> int | None:
+    return None if value is None or value == _NO_INSTANCE else int(value)
+
+
+@dataclass
+class _MigInstance:
+    handle: Any
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    uuid: str | None
+    profile: str | None
+    memory_total_bytes: int | None
+
+
+@dataclass
+class _DeviceState:
+    """What the sweep remembers about one device between ticks."""
+
+    ticks: int = 0
+    last_sample_timestamp_us: int = 0
+    power_limit_watts: float | None = None
+    violations: ViolationReading | None = None
+    pcie: tuple[float | None, float | None] = (None, None)
+    mig_enabled: bool | None = None
+    mig_instances: list[_MigInstance] = field(default_factory=list)
+    lost: bool = False
+
+
+class DeviceSweeper:
+    """Reads every device of one NVML session; one instance per session."""
+
+    def __init__(self, session: NvmlSession, *, monotonic: Callable[[], float] = time.monotonic,
+                 slow_every: int = 12, violation_every: int = 3, pcie_every: int = 6):
+        self._session = session
+        self._q: Querier = session.querier
+        self._monotonic = monotonic
+        self._slow_every = slow_every
+        self._violation_every = violation_every
+        self._pcie_every = pcie_every
+        self._state: dict[int, _DeviceState] = {}
+        self._gpm = GpmSampler(self._q)
+
+    @property
+    def calls(self) -> int:
+        return self._q.calls
+
+    def close(self) -> None:
+        self._gpm.close()
+
+    def sweep(self) -> tuple[DeviceReading, ...]:
+        """Read all devices; a lost device is reported as lost, the others as usual."""
+        readings = []
+        for device in self._session.devices:
+            if device.identity is None:
+                continue  # lost before identification; logged at session open
+            state = self._state.setdefault(device.index, _DeviceState())
+            try:
+                readings.append(self._read(device, device.identity, state))
+            except DeviceLost as exc:
+                if not state.lost:
+                    log.error("GPU %s (index %d) is lost: %s", device.identity.uuid,
+                              device.index, exc)
+                state.lost = True
+                readings.append(DeviceReading(identity=device.identity,
+                                              monotonic_seconds=self._monotonic(), lost=True))
+            state.ticks += 1
+        return tuple(readings)
+
+    def _read(self, device: DeviceHandle, ident: DeviceIdentity,
+              state: _DeviceState) -> DeviceReading:
+        q, h, uuid = self._q, device.handle, ident.uuid
+        tick = state.ticks
+        memory = q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+        util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
+        power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
+        energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+        temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
+                             pynvml.NVML_TEMPERATURE_GPU)
+        reasons = q.read(uuid, "clocks_event_reasons",
+                         pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        if tick % self._slow_every == 0:
+            limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
+        if tick % self._violation_every == 0:
+            state.violations = self._violations(uuid, h)
+        self._refresh_mig(device, ident, state)
+
+        processes = self._processes(uuid, h)
+        mps = None
+        samples = None
+        if processes:
+            mps_list = q.read(uuid, "mps_processes",
+                              pynvml.nvmlDeviceGetMPSComputeRunningProcesses, h)
+            mps = bool(mps_list) if mps_list is not None else None
+        if not state.mig_enabled:
+            samples = self._samples(uuid, h, state) if processes else ()
+        gpm = self._gpm.device(uuid, h)
+        if gpm is None and tick % self._pcie_every == 0:
+            state.pcie = self._pcie(uuid, h)
+        mig = self._mig_readings(uuid, h, state, processes) if state.mig_enabled else ()
+
+        return DeviceReading(
+            identity=ident if memory is None else replace(ident, memory_total_bytes=int(memory.total)),
+            monotonic_seconds=self._monotonic(),
+            memory_used_bytes=int(memory.used) if memory is not None else None,
+            utilization_percent=int(util.gpu) if util is not None else None,
+            memory_utilization_percent=int(util.memory) if util is not None else None,
+            power_watts=power_mw / 1000.0 if power_mw is not None else None,
+            energy_counter_millijoules=int(energy_mj) if energy_mj is not None else None,
+            power_limit_watts=state.power_limit_watts,
+            temperature_celsius=int(temperature) if temperature is not None else None,
+            mig_enabled=state.mig_enabled,
+            mig_instances=mig,
+            processes=processes,
+            mps=mps,
+            process_samples=samples,
+            clocks_event_reasons=int(reasons) if reasons is not None else None,
+            violations=state.violations,
+            gpm=gpm,
+            pcie_tx_bytes_per_second=state.pcie[0],
+            pcie_rx_bytes_per_second=state.pcie[1],
+            unsupported_fields=q.unsupported_fields(uuid),
+        )
+
+    def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
+        raw = self._q.read(uuid, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if not raw:
+            return ()
+        return tuple(
+            ProcessReading(
+                pid=int(p.pid),
+                memory_used_bytes=int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
+                gpu_instance_id=_instance_id(getattr(p, "gpuInstanceId", None)),
+                compute_instance_id=_instance_id(getattr(p, "computeInstanceId", None)),
+            )
+            for p in raw
+        )
+
+    def _samples(self, uuid: str, h: Any, state: _DeviceState) -> tuple[ProcessSample, ...] | None:
+        """Samples newer than the last one seen; ``()`` when NVML has none (idle)."""
+        raw = self._q.read(uuid, "process_utilization", pynvml.nvmlDeviceGetProcessUtilization,
+                           h, state.last_sample_timestamp_us, not_found=NOT_FOUND)
+        if raw is None:
+            return None
+        if raw is NOT_FOUND:
+            return ()
+        samples = tuple(ProcessSample(pid=int(s.pid), timestamp_us=int(s.timeStamp),
+                                      sm_util_percent=int(s.smUtil),
+                                      mem_util_percent=int(s.memUtil)) for s in raw)
+        if samples:
+            state.last_sample_timestamp_us = max(s.timestamp_us for s in samples)
+        return samples
+
+    def _violations(self, uuid: str, h: Any) -> ViolationReading | None:
+        values = {}
+        for name, policy in _VIOLATION_POLICIES:
+            raw = self._q.read(uuid, f"violation_{name[:-3]}", pynvml.nvmlDeviceGetViolationStatus,
+                               h, policy)
+            values[name] = int(raw.violationTime) if raw is not None else None
+        if all(v is None for v in values.values()):
+            return None
+        return ViolationReading(**values)
+
+    def _pcie(self, uuid: str, h: Any) -> tuple[float | None, float | None]:
+        tx = self._q.read(uuid, "pcie", pynvml.nvmlDeviceGetPcieThroughput, h,
+                          pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = self._q.read(uuid, "pcie", pynvml.nvmlDeviceGetPcieThroughput, h,
+                          pynvml.NVML_PCIE_UTIL_RX_BYTES) if tx is not None else None
+        return (tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None)
+
+    def _refresh_mig(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState) -> None:
+        """Check MIG mode (one cheap call); re-read the topology when it changed."""
+        mode = self._q.read(ident.uuid, "mig", pynvml.nvmlDeviceGetMigMode, device.handle)
+        enabled = bool(mode[0]) if mode is not None else None
+        if enabled == state.mig_enabled:
+            return
+        if state.mig_enabled is not None or enabled:
+            log.info("GPU %s: MIG mode is now %s", ident.uuid, "on" if enabled else "off")
+        # Utilization answers NOT_SUPPORTED under MIG only: forget what we learnt in the old mode.
+        self._q.forget(ident.uuid, ("utilization", "process_utilization"))
+        state.mig_enabled = enabled
+        state.mig_instances = self._mig_topology(ident, device.handle) if enabled else []
+
+    def _mig_topology(self, ident: DeviceIdentity, h: Any) -> list[_MigInstance]:
+        q, uuid = self._q, ident.uuid
+        count = q.read(uuid, "mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        instances = []
+        for i in range(count):
+            mh = q.read(uuid, "mig_handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i,
+                        not_found=NOT_FOUND)
+            if mh is None or mh is NOT_FOUND:
+                continue
+            gi = q.read(uuid, "mig_gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId, mh)
+            if gi is None:
+                continue
+            name = q.read(uuid, "mig_name", pynvml.nvmlDeviceGetName, mh)
+            memory = q.read(uuid, "mig_memory", pynvml.nvmlDeviceGetMemoryInfo, mh)
+            instances.append(_MigInstance(
+                handle=mh, gpu_instance_id=int(gi),
+                compute_instance_id=q.read(uuid, "mig_compute_instance_id",
+                                           pynvml.nvmlDeviceGetComputeInstanceId, mh),
+                uuid=q.read(uuid, "mig_uuid", pynvml.nvmlDeviceGetUUID, mh),
+                profile=parse_mig_profile(name),
+                memory_total_bytes=int(memory.total) if memory is not None else None,
+            ))
+        log.info("GPU %s: %d MIG instance(s): %s", uuid, len(instances),
+                 ", ".join(f"{m.gpu_instance_id}:{m.profile}" for m in instances) or "none")
+        return instances
+
+    def _mig_readings(self, uuid: str, h: Any, state: _DeviceState,
+                      processes: tuple[ProcessReading, ...]) -> tuple[MigInstanceReading, ...]:
+        """Per instance: processes from the parent's list; NVML asked only for busy instances."""
+        by_instance: dict[int, list[ProcessReading]] = {}
+        for p in processes:
+            if p.gpu_instance_id is not None:
+                by_instance.setdefault(p.gpu_instance_id, []).append(p)
+        readings = []
+        for inst in state.mig_instances:
+            procs = tuple(by_instance.get(inst.gpu_instance_id, ()))
+            used = None
+            gpm = None
+            if procs:
+                memory = self._q.read(uuid, "mig_memory", pynvml.nvmlDeviceGetMemoryInfo,
+                                      inst.handle)
+                used = int(memory.used) if memory is not None else None
+                gpm = self._gpm.mig_instance(uuid, h, inst.gpu_instance_id)
+            readings.append(MigInstanceReading(
+                gpu_instance_id=inst.gpu_instance_id,
+                compute_instance_id=inst.compute_instance_id,
+                uuid=inst.uuid, profile=inst.profile,
+                memory_total_bytes=inst.memory_total_bytes, memory_used_bytes=used,
+                processes=procs, gpm=gpm,
+            ))
+        return tuple(readings)

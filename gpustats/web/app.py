@@ -1,0 +1,101 @@
+"""Flask app factory: views read the snapshot store only (no NVML, cgroup or socket I/O)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from flask import Blueprint, Flask, Response, current_app, json, request
+
+from gpustats.engine.store import SnapshotStore
+from gpustats.export.summary import summary_json
+from gpustats.web.errors import json_error, register_error_handlers
+
+# (Accept header) -> (body, content type); rendered once per snapshot by the exporter.
+MetricsRenderer = Callable[[str | None], tuple[bytes, str]]
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    housekeeping_interval: float
+    stale_after_intervals: float = 3.0
+
+
+def _store() -> SnapshotStore:
+    return current_app.extensions["gpustats.store"]
+
+
+def _parse_bool_param(name: str) -> bool:
+    values = request.args.getlist(name)
+    if not values:
+        return False
+    if len(values) > 1 or values[0] not in ("true", "false"):
+        from werkzeug.exceptions import BadRequest
+        raise BadRequest(f"query parameter {name!r} must be given once as 'true' or 'false'")
+    return values[0] == "true"
+
+
+stats = Blueprint("stats", __name__)
+
+
+@stats.route("/stats/summary", methods=["GET", "POST"])
+@stats.route("/stats/summary/", methods=["GET", "POST"])
+def summary() -> Response:
+    only = _parse_bool_param("only_cpu_and_memory")
+    rendered = _store().render(("summary", only),
+                               lambda s: summary_json(s, only_cpu_and_memory=only))
+    if rendered is None:
+        return json_error(503, "not_ready", "no collection tick has completed yet")
+    return Response(rendered[1], mimetype="application/json")
+
+
+probes = Blueprint("probes", __name__)
+
+
+@probes.route("/healthz")
+def healthz() -> Response:
+    return Response(b'{"status":"ok"}', mimetype="application/json")
+
+
+@probes.route("/readyz")
+def readyz() -> Response:
+    settings: WebSettings = current_app.extensions["gpustats.settings"]
+    snapshot = _store().latest()
+    if snapshot is None:
+        return json_error(503, "not_ready", "the first collection tick has not completed")
+    age = time.monotonic() - snapshot.monotonic
+    limit = settings.housekeeping_interval * settings.stale_after_intervals
+    if age > limit:
+        return json_error(503, "stale",
+                          f"the last collection tick finished {age:.1f} s ago (limit {limit:.1f} s)")
+    body = json.dumps({"status": "ready", "snapshotSequence": snapshot.sequence,
+                       "snapshotAgeSeconds": round(age, 3)})
+    return Response(body, mimetype="application/json")
+
+
+metrics = Blueprint("metrics", __name__)
+
+
+@metrics.route("/metrics")
+def metrics_view() -> Response:
+    renderer: MetricsRenderer | None = current_app.extensions.get("gpustats.metrics")
+    if renderer is None:
+        return json_error(404, "not_found", "metrics are not enabled")
+    body, content_type = renderer(request.headers.get("Accept"))
+    return Response(body, content_type=content_type)
+
+
+def create_app(store: SnapshotStore, settings: WebSettings,
+               metrics_renderer: MetricsRenderer | None = None,
+               extra_blueprints: tuple[Blueprint, ...] = ()) -> Flask:
+    app = Flask("gpustats")
+    app.json.sort_keys = False
+    app.extensions["gpustats.store"] = store
+    app.extensions["gpustats.settings"] = settings
+    if metrics_renderer is not None:
+        app.extensions["gpustats.metrics"] = metrics_renderer
+    for blueprint in (stats, probes, metrics, *extra_blueprints):
+        app.register_blueprint(blueprint)
+    register_error_handlers(app)
+    return app
