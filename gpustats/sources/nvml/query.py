@@ -32,6 +32,9 @@ _UNSUPPORTED_CODES = frozenset({
 })
 
 
+_LIBRARY_MISMATCH = getattr(pynvml, "NVMLLibraryMismatchError", ())
+
+
 class DeviceLost(Exception):
     """NVML answered GPU_IS_LOST for this device."""
 
@@ -92,6 +95,12 @@ class Querier:
         self.calls += 1
         try:
             return fn(*args)
+        except _LIBRARY_MISMATCH as exc:
+            # pynvml's unversioned wrapper met an older library without the versioned symbol.
+            self._unsupported.add((device, field))
+            self._errors.record("nvml", "function_not_found")
+            log.info("GPU %s: %s is not available in this NVML library (%s)", device, field, exc)
+            return None
         except pynvml.NVMLError as exc:
             code = error_code(exc)
             if code == pynvml.NVML_ERROR_NOT_FOUND and not_found is not None:

@@ -172,6 +172,10 @@ class DeviceSweeper:
 
     def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
         raw = self._q.read(uuid, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if raw is None and self._q.is_unsupported(uuid, "processes"):
+            # Drivers without the _v3 symbol (nvml.md §2.9): fall back to _v2.
+            raw = self._q.read(uuid, "processes_v2",
+                               pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
         if not raw:
             return ()
         return tuple(

@@ -1,0 +1,126 @@
+import subprocess
+import sys
+
+import pytest
+
+from gpustats.config import (
+    OPTIONS, ConfigError, IdlePower, build_arg_parser, parse_idle_power, parse_listen, resolve,
+)
+from tests.conftest import REPO_ROOT
+
+
+def _resolve(argv=(), env=None):
+    return resolve(build_arg_parser().parse_args(list(argv)), env or {})
+
+
+def test_defaults():
+    config = _resolve()
+    assert config.listen == ("127.0.0.1", 9477)
+    assert config.housekeeping_interval == 5.0
+    assert config.nvml_retry_interval == 60.0
+    assert config.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert config.idle_power_watts == IdlePower()
+    assert config.xid_ignore == (13, 31, 43, 45, 68, 109)
+    assert config.simulate is None
+
+
+def test_default_port_is_not_a_peers_port():
+    assert _resolve().listen[1] not in {8080, 9100, 9400, 9835, 28282}
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("housekeeping_interval: 7\nnvml_retry_interval: 30\nnode_name: from-file\n"
+                   "log_level: debug\n")
+    env = {"GPUSTATS_CONFIG": str(cfg), "GPUSTATS_NVML_RETRY_INTERVAL": "20",
+           "GPUSTATS_NODE_NAME": "from-env"}
+    config = _resolve(["--node-name", "from-flag"], env)
+    assert config.node_name == "from-flag"          # flag beats env and file
+    assert config.nvml_retry_interval == 20.0       # env beats file
+    assert config.housekeeping_interval == 7.0      # file beats default
+    assert config.log_level == "DEBUG"
+    assert config.listen == ("127.0.0.1", 9477)     # default
+
+
+def test_every_option_has_flag_env_and_file_key(tmp_path):
+    parser = build_arg_parser()
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    for option in OPTIONS:
+        assert option.flag in flags
+        assert option.env.startswith("GPUSTATS_")
+
+
+def test_design_flags_exist():
+    flags = {a.option_strings[0] for a in build_arg_parser()._actions if a.option_strings}
+    for flag in ("--config", "--listen", "--housekeeping-interval", "--nvml-retry-interval",
+                 "--sysfs-root", "--proc-root", "--cgroup-root", "--pod-resources-socket",
+                 "--runtime-socket", "--dcgm-exporter-url", "--state-dir", "--node-name",
+                 "--idle-power-watts", "--simulate", "--log-level", "--once", "--version"):
+        assert flag in flags
+
+
+@pytest.mark.parametrize("argv, env, fragment", [
+    (["--listen", "nonsense"], {}, "--listen"),
+    (["--listen", "127.0.0.1:99999"], {}, "out of range"),
+    (["--housekeeping-interval", "-1"], {}, "--housekeeping-interval"),
+    (["--housekeeping-interval", "abc"], {}, "--housekeeping-interval"),
+    ([], {"GPUSTATS_NVML_RETRY_INTERVAL": "0"}, "GPUSTATS_NVML_RETRY_INTERVAL"),
+    (["--dcgm-exporter-url", "localhost:9400"], {}, "http://"),
+    (["--log-level", "chatty"], {}, "--log-level"),
+    (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
+    (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
+    (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+])
+def test_bad_values_name_the_option(argv, env, fragment):
+    with pytest.raises(ConfigError) as err:
+        _resolve(argv, env)
+    assert fragment in str(err.value)
+
+
+def test_bad_config_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listen: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        _resolve(["--config", str(bad)])
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("listn: 1.2.3.4:5\n")
+    with pytest.raises(ConfigError, match="unknown option 'listn'"):
+        _resolve(["--config", str(unknown)])
+    with pytest.raises(ConfigError, match="cannot read"):
+        _resolve(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_file_value_error_names_file_and_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("housekeeping_interval: soon\n")
+    with pytest.raises(ConfigError, match=r"housekeeping_interval in .*c\.yaml"):
+        _resolve(["--config", str(cfg)])
+
+
+def test_idle_power_forms():
+    assert parse_idle_power("120").for_uuid("GPU-x") == 120.0
+    per = parse_idle_power({"default": 60, "GPU-a": 70})
+    assert per.for_uuid("GPU-a") == 70.0 and per.for_uuid("GPU-b") == 60.0
+    flag_form = parse_idle_power("default=60,GPU-a=70")
+    assert flag_form == per
+    assert parse_idle_power({"GPU-a": 70}).for_uuid("GPU-b") is None
+
+
+def test_listen_forms():
+    assert parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_listen("[::1]:9477") == ("::1", 9477)
+    assert parse_listen(":9477") == ("0.0.0.0", 9477)
+
+
+def test_cli_exit_code_2_with_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gpustats", "--housekeeping-interval", "x"],
+                            capture_output=True, text=True, cwd=str(REPO_ROOT), timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--housekeeping-interval" in lines[0]
+
+
+def test_cli_version():
+    result = subprocess.run([sys.executable, "-m", "gpustats", "--version"],
+                            capture_output=True, text=True, cwd=str(REPO_ROOT), timeout=30)
+    assert result.returncode == 0 and result.stdout.startswith("gpustats ")

@@ -1,0 +1,126 @@
+"""The PCI gate and NVML load-retry state machine, with fake scanner/session (no NVML)."""
+
+import logging
+
+import pytest
+
+from gpustats.engine.gpus import GpuSource, SessionUnavailable
+from gpustats.model.device import DeviceIdentity, DeviceReading
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Scanner:
+    def __init__(self, found=()):
+        self.found = tuple(found)
+        self.scans = 0
+
+    def scan(self):
+        self.scans += 1
+        return self.found
+
+
+class DriverGone(Exception):
+    pass
+
+
+class Sweeper:
+    def __init__(self):
+        self.calls = 0
+        self.fail = None
+        self.closed = False
+
+    def sweep(self):
+        self.calls += 7
+        if self.fail:
+            raise self.fail
+        return (DeviceReading(identity=DeviceIdentity(0, "GPU-a"), monotonic_seconds=0.0),)
+
+    def close(self):
+        self.closed = True
+
+
+def _source(scanner, opener, clock, retry=60.0):
+    return GpuSource(scanner, opener, is_driver_gone=lambda e: isinstance(e, DriverGone),
+                     retry_interval=retry, rescan_interval=300.0, monotonic=clock)
+
+
+def test_no_gpu_never_loads_nvml_and_rescans_rarely():
+    clock, scanner = Clock(), Scanner()
+    opened = []
+    source = _source(scanner, lambda: opened.append(1), clock)
+    for _ in range(100):
+        assert source.readings() == ()
+        clock.now += 5
+    assert opened == []
+    assert scanner.scans == 2            # 500 s of ticks: the first scan and one rescan
+    assert source.status().gpus_on_pci_bus == 0 and not source.status().nvml_loaded
+
+
+def test_hot_plugged_gpu_is_noticed_on_rescan():
+    clock, scanner = Clock(), Scanner()
+    sweeper = Sweeper()
+    source = _source(scanner, lambda: (sweeper, "580"), clock)
+    assert source.readings() == ()
+    scanner.found = ("0000:3b:00.0",)
+    clock.now += 301
+    assert len(source.readings()) == 1
+    assert source.status().nvml_loaded and source.status().driver_version == "580"
+
+
+def test_failed_load_retries_at_interval(caplog):
+    clock, scanner = Clock(), Scanner(["0000:3b:00.0"])
+    attempts = []
+    sweeper = Sweeper()
+
+    def opener():
+        attempts.append(clock.now)
+        if len(attempts) < 3:
+            raise SessionUnavailable("library_not_found: NVML Shared Library Not Found")
+        return sweeper, None
+
+    source = _source(scanner, opener, clock, retry=60.0)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(30):          # 150 s of 5 s ticks
+            source.readings()
+            clock.now += 5
+    assert attempts == [1000.0, 1060.0, 1120.0]
+    assert len([r for r in caplog.records if "NVML not available" in r.message]) == 2
+    assert source.status().nvml_loaded and source.status().nvml_error is None
+    assert source.status().calls_last_tick == 7
+
+
+def test_driver_gone_closes_and_reenters_retry(caplog):
+    clock, scanner = Clock(), Scanner(["0000:3b:00.0"])
+    sweepers = []
+
+    def opener():
+        sweepers.append(Sweeper())
+        return sweepers[-1], None
+
+    source = _source(scanner, opener, clock, retry=60.0)
+    assert len(source.readings()) == 1
+    sweepers[0].fail = DriverGone("Driver Not Loaded")
+    assert source.readings() == ()
+    assert sweepers[0].closed and not source.status().nvml_loaded
+    assert "driver_gone" in source.status().nvml_error
+    clock.now += 30
+    assert source.readings() == () and len(sweepers) == 1
+    clock.now += 31
+    assert len(source.readings()) == 1 and len(sweepers) == 2
+
+
+def test_other_sweep_errors_propagate():
+    clock, scanner = Clock(), Scanner(["x"])
+    sweeper = Sweeper()
+    source = _source(scanner, lambda: (sweeper, None), clock)
+    source.readings()
+    sweeper.fail = RuntimeError("bug")
+    with pytest.raises(RuntimeError):
+        source.readings()

@@ -1,0 +1,140 @@
+import json
+
+from gpustats.export.summary import rfc3339, summary_dict, summary_json
+from gpustats.model.containers import ContainerUsage
+from gpustats.model.device import DeviceIdentity
+from gpustats.model.health import Condition, DeviceHealth, Saturation
+from gpustats.model.host import CpuStats, MemoryStats, NodeStats
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, DeviceStats, PodAccelerator, PodStats, Snapshot,
+)
+
+T = 1_700_000_000.0
+KUBELET_KEYS = {"make", "model", "id", "memoryTotal", "memoryUsed", "dutyCycle"}
+
+
+def _device(**overrides):
+    values = dict(
+        identity=DeviceIdentity(index=0, uuid="GPU-a", name="NVIDIA H100 80GB HBM3",
+                                minor_number=0, pci_bus_id="00000000:3B:00.0",
+                                memory_total_bytes=85520809984),
+        memory_used_bytes=2147483648, duty_cycle_percent=40, power_watts=310.0,
+        energy_joules=1234.5, power_limit_watts=700.0, temperature_celsius=51,
+    )
+    values.update(overrides)
+    return DeviceStats(**values)
+
+
+def _snapshot(**overrides):
+    values = dict(
+        sequence=1, taken_at=T, monotonic=1.0,
+        node=NodeStats(node_name="n1", start_time=T - 3600,
+                       cpu=CpuStats(time=T, usage_core_nano_seconds=5, usage_nano_cores=None),
+                       memory=MemoryStats(time=T, usage_bytes=10, working_set_bytes=8)),
+        devices=(_device(),),
+    )
+    values.update(overrides)
+    return Snapshot(**values)
+
+
+def test_rfc3339_is_utc_seconds():
+    assert rfc3339(0) == "1970-01-01T00:00:00Z"
+    assert rfc3339(T + 0.9) == "2023-11-14T22:13:20Z"
+
+
+def test_node_accelerator_keys_and_values():
+    out = summary_dict(_snapshot())
+    acc = out["node"]["accelerators"][0]
+    assert KUBELET_KEYS <= set(acc)
+    assert acc == {
+        "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": "GPU-a",
+        "memoryTotal": 85520809984, "memoryUsed": 2147483648, "dutyCycle": 40,
+        "index": 0, "minorNumber": 0, "pciBusId": "00000000:3B:00.0", "powerWatts": 310.0,
+        "energyJoules": 1234.5, "powerLimitWatts": 700.0, "temperatureCelsius": 51,
+    }
+    assert out["pods"] == []
+    assert "containers" not in out
+
+
+def test_absent_values_are_left_out_not_zero():
+    device = _device(energy_joules=None, power_watts=None, duty_cycle_percent=None,
+                     temperature_celsius=None)
+    acc = summary_dict(_snapshot(devices=(device,)))["node"]["accelerators"][0]
+    for key in ("energyJoules", "powerWatts", "dutyCycle", "temperatureCelsius"):
+        assert key not in acc
+    assert acc["memoryUsed"] == 2147483648
+
+
+def test_zero_is_kept_as_observed_zero():
+    acc = summary_dict(_snapshot(devices=(_device(duty_cycle_percent=0),)))["node"]["accelerators"][0]
+    assert acc["dutyCycle"] == 0
+
+
+def test_node_cpu_memory_keys():
+    node = summary_dict(_snapshot())["node"]
+    assert node["cpu"] == {"time": rfc3339(T), "usageCoreNanoSeconds": 5}
+    assert node["memory"] == {"time": rfc3339(T), "usageBytes": 10, "workingSetBytes": 8}
+    assert node["startTime"] == rfc3339(T - 3600)
+
+
+def test_no_devices_means_no_accelerators_key():
+    out = summary_dict(_snapshot(devices=()))
+    assert "accelerators" not in out["node"]
+
+
+def test_only_cpu_and_memory_drops_accelerators():
+    out = summary_dict(_snapshot(), only_cpu_and_memory=True)
+    assert "accelerators" not in out["node"] and "cpu" in out["node"]
+
+
+def test_lost_device_keeps_identity_and_flags_loss():
+    device = _device(lost=True, memory_used_bytes=None, duty_cycle_percent=None, power_watts=None)
+    acc = summary_dict(_snapshot(devices=(device,)))["node"]["accelerators"][0]
+    assert acc["lost"] is True and acc["id"] == "GPU-a" and "memoryUsed" not in acc
+
+
+def test_health_and_saturation_shape():
+    health = DeviceHealth(conditions=(Condition("NVMLReady", "False", "XidError", "XID 79",
+                                                T, "nvml-events"),))
+    saturation = Saturation(window_seconds=60, memory_used_ratio_avg=0.5,
+                            throttle_reason_ratios=(("hw_slowdown", 0.25),))
+    acc = summary_dict(_snapshot(devices=(_device(health=health, saturation=saturation),)))
+    acc = acc["node"]["accelerators"][0]
+    assert acc["health"] == {"healthy": False, "conditions": [{
+        "type": "NVMLReady", "status": "False", "reason": "XidError", "message": "XID 79",
+        "lastTransitionTime": rfc3339(T), "source": "nvml-events"}]}
+    assert acc["saturation"] == {"windowSeconds": 60, "memoryUsedRatioAvg": 0.5,
+                                 "throttleReasonRatios": {"hw_slowdown": 0.25}}
+
+
+def test_pods_and_top_level_containers():
+    usage = ContainerUsage(start_time=T - 60,
+                           cpu=CpuStats(time=T, usage_core_nano_seconds=7, usage_nano_cores=3),
+                           memory=MemoryStats(time=T, working_set_bytes=100))
+    container = ContainerStats(
+        container_id="c" * 64, name="trainer", usage=usage,
+        accelerators=(ContainerAccelerator(device_uuid="GPU-a", process_memory_used_bytes=1024,
+                                           compute_utilization_percent=75.0,
+                                           attributed_power_watts=100.0,
+                                           attributed_energy_joules=500.0),),
+    )
+    pod = PodStats(uid="u-1", name="p", namespace="ns", usage=usage, containers=(container,),
+                   accelerators=(PodAccelerator("GPU-a", 100.0, 500.0),))
+    loose = ContainerStats(container_id="d" * 64, runtime="docker", cgroup_path="/docker/" + "d" * 64)
+    out = summary_dict(_snapshot(pods=(pod,), containers=(loose,)))
+    pod_out = out["pods"][0]
+    assert pod_out["podRef"] == {"name": "p", "namespace": "ns", "uid": "u-1"}
+    c = pod_out["containers"][0]
+    assert c["name"] == "trainer" and c["startTime"] == rfc3339(T - 60)
+    acc = c["accelerators"][0]
+    assert KUBELET_KEYS <= set(acc)
+    assert acc["processMemoryUsed"] == 1024 and acc["computeUtilization"] == 75.0
+    assert acc["attributedPowerWatts"] == 100.0 and acc["attributedEnergyJoules"] == 500.0
+    assert pod_out["accelerators"] == [{"id": "GPU-a", "attributedPowerWatts": 100.0,
+                                        "attributedEnergyJoules": 500.0}]
+    top = out["containers"][0]
+    assert top["id"] == "d" * 64 and top["runtime"] == "docker" and "accelerators" not in top
+
+
+def test_json_bytes_round_trip():
+    assert json.loads(summary_json(_snapshot())) == summary_dict(_snapshot())
