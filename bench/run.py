@@ -1,0 +1,246 @@
+"""gpustats benchmarks: one command, a table on stdout, JSON in bench/results/latest.json.
+
+    python -m bench.run            # full run (a few minutes)
+    python -m bench.run --quick    # shorter measurements, same figures
+
+Figures: tick CPU time (median, p95) and NVML calls per tick at named scales, the dormant
+daemon's CPU per hour and RSS on a host without GPUs, the serving daemon's RSS after warm-up,
+and /stats/summary and /metrics throughput and latency at 32 connections beside the ceiling
+(the same Flask + waitress stack serving a static body of the same size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from bench.loadgen import run_load
+from bench.scenarios import node_scenario, write_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready in {timeout} s")
+
+
+def _fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read()
+
+
+# ---------------------------------------------------------------- tick cost (in process)
+
+def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
+                  extra_args: tuple[str, ...] = ()) -> dict:
+    from gpustats.cli import Daemon
+    from gpustats.config import build_arg_parser, resolve
+
+    path = write_scenario(workdir / f"{name}.yaml", scenario)
+    args = build_arg_parser().parse_args(
+        ["--simulate", path, "--state-dir", str(workdir / f"state-{name}"),
+         "--pod-resources-socket", "", "--runtime-socket", "", *extra_args])
+    daemon = Daemon(resolve(args, {}))
+    try:
+        for _ in range(3):
+            daemon.collector.tick()
+        cpu_ms, calls = [], []
+        for _ in range(ticks):
+            start = time.thread_time()
+            snapshot = daemon.collector.tick()
+            cpu_ms.append((time.thread_time() - start) * 1000.0)
+            calls.append(snapshot.status.nvml_calls_last_tick or 0)
+    finally:
+        daemon.close()
+    gpus = max(1, len(scenario["devices"]))
+    cpu_ms.sort()
+    return {
+        "scale": name,
+        "gpus": len(scenario["devices"]),
+        "processes": len(scenario.get("processes", [])),
+        "tick_cpu_ms_median": round(statistics.median(cpu_ms), 3),
+        "tick_cpu_ms_p95": round(cpu_ms[int(0.95 * (len(cpu_ms) - 1))], 3),
+        "nvml_calls_per_tick": round(statistics.mean(calls), 1),
+        "nvml_calls_per_gpu_per_tick": round(statistics.mean(calls) / gpus, 1),
+    }
+
+
+# ---------------------------------------------------------------- daemons in subprocesses
+
+class DaemonProc:
+    def __init__(self, args: list[str], workdir: Path):
+        self.port = _free_port()
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.log = open(workdir / f"daemon-{self.port}.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
+             "--state-dir", str(workdir / f"state-{self.port}"), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.ps = psutil.Process(self.proc.pid)
+        _wait_http(f"http://127.0.0.1:{self.port}/readyz")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def measure_idle_host(workdir: Path, seconds: float) -> dict:
+    empty_sys = workdir / "empty-sys"
+    (empty_sys / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+    daemon = DaemonProc(["--sysfs-root", str(empty_sys), "--pod-resources-socket", "",
+                         "--runtime-socket", ""], workdir)
+    try:
+        time.sleep(2.0)
+        before = daemon.ps.cpu_times()
+        time.sleep(seconds)
+        after = daemon.ps.cpu_times()
+        cpu = (after.user - before.user) + (after.system - before.system)
+        return {"idle_cpu_seconds_per_hour": round(cpu * 3600.0 / seconds, 2),
+                "idle_measured_seconds": seconds,
+                "idle_rss_mb": round(daemon.ps.memory_info().rss / 2**20, 1)}
+    finally:
+        daemon.stop()
+
+
+def measure_serving(workdir: Path, scenario: dict, seconds: float) -> dict:
+    path = write_scenario(workdir / "serving.yaml", scenario)
+    daemon = DaemonProc(["--simulate", path, "--pod-resources-socket", "",
+                         "--runtime-socket", ""], workdir)
+    ceiling = None
+    try:
+        time.sleep(3.0)
+        results: dict = {"serving_rss_mb": round(daemon.ps.memory_info().rss / 2**20, 1)}
+        for endpoint in ("/stats/summary", "/metrics"):
+            body = _fetch(daemon.url(endpoint))
+            if ceiling is not None:
+                ceiling.terminate()
+                ceiling.wait()
+            body_file = workdir / "ceiling-body"
+            body_file.write_bytes(body)
+            port = _free_port()
+            ceiling = subprocess.Popen(
+                [sys.executable, "-m", "bench.ceiling_app", "--port", str(port),
+                 "--body-file", str(body_file)], cwd=str(REPO),
+                env=dict(os.environ, PYTHONPATH=str(REPO)))
+            _wait_http(f"http://127.0.0.1:{port}/body")
+            ours = run_load(daemon.url(endpoint), 32, seconds)
+            ref = run_load(f"http://127.0.0.1:{port}/body", 32, seconds)
+            key = endpoint.strip("/").replace("/", "_")
+            results[key] = {
+                "body_bytes": len(body), "tool": ours.tool,
+                "rps": round(ours.rps, 1), "p50_ms": _r(ours.p50_ms), "p99_ms": _r(ours.p99_ms),
+                "errors": ours.errors + ours.non_2xx,
+                "ceiling_rps": round(ref.rps, 1), "ceiling_p99_ms": _r(ref.p99_ms),
+                "ratio_to_ceiling": round(ours.rps / ref.rps, 3) if ref.rps else None,
+            }
+        results["serving_rss_mb_after_load"] = round(daemon.ps.memory_info().rss / 2**20, 1)
+        return results
+    finally:
+        if ceiling is not None:
+            ceiling.terminate()
+            ceiling.wait()
+        daemon.stop()
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+# ---------------------------------------------------------------- report
+
+TARGETS = {
+    "tick_cpu_ms_8gpu": 5.0,
+    "nvml_calls_per_gpu_per_tick": 15.0,
+    "rss_mb": 60.0,
+    "serving_ratio": 0.8,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter measurements")
+    parser.add_argument("--skip-serving", action="store_true")
+    parser.add_argument("--skip-idle", action="store_true")
+    args = parser.parse_args(argv)
+    ticks = 30 if args.quick else 100
+    load_seconds = 3.0 if args.quick else 10.0
+    idle_seconds = 20.0 if args.quick else 120.0
+
+    report: dict = {"scales": []}
+    with tempfile.TemporaryDirectory(prefix="gpustats-bench-") as tmp:
+        workdir = Path(tmp)
+        report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu", node_scenario(8), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu-64proc", node_scenario(8, 64), workdir, ticks))
+        if not args.skip_idle:
+            report["idle_host"] = measure_idle_host(workdir, idle_seconds)
+        if not args.skip_serving:
+            report["serving"] = measure_serving(workdir, node_scenario(8, 64), load_seconds)
+
+    print_report(report)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
+    print(f"\nJSON: {RESULTS / 'latest.json'}")
+    return 0
+
+
+def print_report(report: dict) -> None:
+    print(f"{'scale':<16}{'gpus':>5}{'procs':>7}{'tick ms med':>13}{'p95':>8}"
+          f"{'calls/tick':>12}{'calls/gpu':>11}")
+    for s in report["scales"]:
+        print(f"{s['scale']:<16}{s['gpus']:>5}{s['processes']:>7}{s['tick_cpu_ms_median']:>13}"
+              f"{s['tick_cpu_ms_p95']:>8}{s['nvml_calls_per_tick']:>12}"
+              f"{s['nvml_calls_per_gpu_per_tick']:>11}")
+    idle = report.get("idle_host")
+    if idle:
+        print(f"\nidle host (no GPU): {idle['idle_cpu_seconds_per_hour']} s CPU/hour, "
+              f"RSS {idle['idle_rss_mb']} MB")
+    serving = report.get("serving")
+    if serving:
+        print(f"\nserving daemon RSS after warm-up: {serving['serving_rss_mb']} MB "
+              f"(after load: {serving['serving_rss_mb_after_load']} MB)")
+        print(f"{'endpoint':<16}{'bytes':>8}{'req/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+              f"{'ceiling':>9}{'ratio':>7}{'errors':>8}")
+        for key in ("stats_summary", "metrics"):
+            r = serving.get(key)
+            if r:
+                print(f"{key:<16}{r['body_bytes']:>8}{r['rps']:>9}{r['p50_ms']!s:>8}"
+                      f"{r['p99_ms']!s:>8}{r['ceiling_rps']:>9}{r['ratio_to_ceiling']!s:>7}"
+                      f"{r['errors']:>8}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
