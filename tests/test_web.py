@@ -76,3 +76,13 @@ def test_summary_body_reused_per_snapshot(store):
     assert rendered == first            # served from the memo, not rebuilt
     store.publish(_snap(2))
     assert store.render(("summary", False), lambda s: b"rebuilt")[1] == b"rebuilt"
+
+
+def test_gpus_endpoint_and_openapi(client, store):
+    assert client.get("/api/v1/gpus").status_code == 503
+    store.publish(_snap())
+    body = client.get("/api/v1/gpus").get_json()
+    assert body == {"nodeName": "n1", "nvmlLoaded": False, "gpus": []}
+    doc = client.get("/openapi.json").get_json()
+    assert doc["openapi"].startswith("3.")
+    assert {"/stats/summary", "/api/v1/gpus", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from flask import Blueprint, Flask, Response, current_app, json, request
+from werkzeug.exceptions import BadRequest
 
 from gpustats.engine.store import SnapshotStore
+from gpustats.export.gpus import gpus_json
 from gpustats.export.summary import summary_json
 from gpustats.web.errors import json_error, register_error_handlers
+from gpustats.web.openapi import openapi_document
 
 # (Accept header) -> (body, content type); rendered once per snapshot by the exporter.
 MetricsRenderer = Callable[[str | None], tuple[bytes, str]]
@@ -31,7 +34,6 @@ def _parse_bool_param(name: str) -> bool:
     if not values:
         return False
     if len(values) > 1 or values[0] not in ("true", "false"):
-        from werkzeug.exceptions import BadRequest
         raise BadRequest(f"query parameter {name!r} must be given once as 'true' or 'false'")
     return values[0] == "true"
 
@@ -48,6 +50,23 @@ def summary() -> Response:
     if rendered is None:
         return json_error(503, "not_ready", "no collection tick has completed yet")
     return Response(rendered[1], mimetype="application/json")
+
+
+api = Blueprint("api", __name__)
+
+
+@api.route("/api/v1/gpus")
+def gpus() -> Response:
+    rendered = _store().render("gpus", gpus_json)
+    if rendered is None:
+        return json_error(503, "not_ready", "no collection tick has completed yet")
+    return Response(rendered[1], mimetype="application/json")
+
+
+@api.route("/openapi.json")
+def openapi() -> Response:
+    body = current_app.extensions.setdefault("gpustats.openapi", json.dumps(openapi_document()))
+    return Response(body, mimetype="application/json")
 
 
 probes = Blueprint("probes", __name__)
@@ -95,7 +114,7 @@ def create_app(store: SnapshotStore, settings: WebSettings,
     app.extensions["gpustats.settings"] = settings
     if metrics_renderer is not None:
         app.extensions["gpustats.metrics"] = metrics_renderer
-    for blueprint in (stats, probes, metrics, *extra_blueprints):
+    for blueprint in (stats, api, probes, metrics, *extra_blueprints):
         app.register_blueprint(blueprint)
     register_error_handlers(app)
     return app

@@ -1,0 +1,177 @@
+"""The OpenAPI 3 description of the HTTP API, served at ``/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpustats import __version__
+
+_TIME = {"type": "string", "format": "date-time"}
+_U64 = {"type": "integer", "minimum": 0}
+_NUM = {"type": "number", "minimum": 0}
+
+_ERROR = {
+    "type": "object", "required": ["error", "message"],
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+}
+_CPU = {
+    "type": "object", "required": ["time"],
+    "properties": {"time": _TIME, "usageNanoCores": _U64, "usageCoreNanoSeconds": _U64},
+}
+_MEMORY = {
+    "type": "object", "required": ["time"],
+    "properties": {"time": _TIME, "availableBytes": _U64, "usageBytes": _U64,
+                   "workingSetBytes": _U64, "rssBytes": _U64, "pageFaults": _U64,
+                   "majorPageFaults": _U64},
+}
+_CONDITION = {
+    "type": "object",
+    "required": ["type", "status", "reason", "message", "lastTransitionTime", "source"],
+    "properties": {"type": {"type": "string"},
+                   "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                   "reason": {"type": "string"}, "message": {"type": "string"},
+                   "lastTransitionTime": _TIME, "source": {"type": "string"}},
+}
+_HEALTH = {
+    "type": "object", "required": ["healthy", "conditions"],
+    "properties": {"healthy": {"type": "boolean"},
+                   "conditions": {"type": "array", "items": _CONDITION}},
+}
+_RATIOS = {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}}
+_SATURATION = {
+    "type": "object", "required": ["windowSeconds"],
+    "properties": {"windowSeconds": _NUM, "throttleViolationRatios": _RATIOS,
+                   "throttleReasonRatios": _RATIOS, "memoryUsedRatioAvg": _NUM,
+                   "memoryUsedRatioMax": _NUM, "memoryPressureRatio": _NUM,
+                   "xidErrorCount": _U64, "smActiveAvg": _NUM, "smOccupancyAvg": _NUM,
+                   "dramActiveAvg": _NUM, "pcieTxBytesAvg": _NUM, "pcieRxBytesAvg": _NUM,
+                   "nvlinkTxBytesAvg": _NUM, "nvlinkRxBytesAvg": _NUM},
+}
+_KUBELET_ACCELERATOR = {
+    "make": {"type": "string"}, "model": {"type": "string"}, "id": {"type": "string"},
+    "memoryTotal": _U64, "memoryUsed": _U64, "dutyCycle": {"type": "integer", "minimum": 0,
+                                                           "maximum": 100},
+}
+_MIG_INSTANCE = {
+    "type": "object", "required": ["gpuInstanceId"],
+    "properties": {"gpuInstanceId": _U64, "id": {"type": "string"},
+                   "profile": {"type": "string"}, "memoryTotal": _U64, "memoryUsed": _U64,
+                   "activityRatio": _NUM, "attributedPowerWatts": _NUM,
+                   "attributedEnergyJoules": _NUM},
+}
+_DEVICE = {
+    "type": "object", "required": ["make", "id", "index"],
+    "properties": {
+        **_KUBELET_ACCELERATOR,
+        "index": _U64, "minorNumber": _U64, "pciBusId": {"type": "string"},
+        "lost": {"type": "boolean"}, "powerWatts": _NUM, "energyJoules": _NUM,
+        "idlePowerWatts": _NUM, "activePowerWatts": _NUM, "powerLimitWatts": _NUM,
+        "temperatureCelsius": {"type": "integer"},
+        "sharingMode": {"type": "string", "enum": ["exclusive", "time-slicing", "mps", "mig"]},
+        "migInstances": {"type": "array", "items": _MIG_INSTANCE},
+        "health": _HEALTH, "saturation": _SATURATION,
+    },
+}
+_CONTAINER_ACCELERATOR = {
+    "type": "object", "required": ["make", "id"],
+    "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
+                   "computeUtilization": _NUM, "attributedPowerWatts": _NUM,
+                   "attributedEnergyJoules": _NUM, "gpuInstanceId": _U64,
+                   "migProfile": {"type": "string"}},
+}
+_CONTAINER = {
+    "type": "object", "required": ["name", "startTime"],
+    "properties": {"name": {"type": "string"}, "startTime": _TIME, "cpu": _CPU,
+                   "memory": _MEMORY,
+                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
+}
+_LOOSE_CONTAINER = {
+    "type": "object", "required": ["id", "startTime"],
+    "properties": {"id": {"type": "string"}, "name": {"type": "string"},
+                   "runtime": {"type": "string"}, "cgroup": {"type": "string"},
+                   "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
+                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
+}
+_POD = {
+    "type": "object", "required": ["podRef", "startTime", "containers"],
+    "properties": {
+        "podRef": {"type": "object", "required": ["name", "namespace", "uid"],
+                   "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                                  "uid": {"type": "string"}}},
+        "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
+        "containers": {"type": "array", "items": _CONTAINER},
+        "accelerators": {"type": "array", "items": {
+            "type": "object", "required": ["id"],
+            "properties": {"id": {"type": "string"}, "attributedPowerWatts": _NUM,
+                           "attributedEnergyJoules": _NUM}}},
+    },
+}
+_SUMMARY = {
+    "type": "object", "required": ["node", "pods"],
+    "properties": {
+        "node": {"type": "object", "required": ["nodeName", "startTime"],
+                 "properties": {"nodeName": {"type": "string"}, "startTime": _TIME,
+                                "cpu": _CPU, "memory": _MEMORY,
+                                "accelerators": {"type": "array", "items": _DEVICE}}},
+        "pods": {"type": "array", "items": _POD},
+        "containers": {"type": "array", "items": _LOOSE_CONTAINER},
+    },
+}
+_GPUS = {
+    "type": "object", "required": ["nodeName", "nvmlLoaded", "gpus"],
+    "properties": {"nodeName": {"type": "string"}, "nvmlLoaded": {"type": "boolean"},
+                   "gpus": {"type": "array", "items": {
+                       "type": "object", "required": ["index", "uuid", "lost"],
+                       "properties": {"index": _U64, "uuid": {"type": "string"},
+                                      "name": {"type": "string"}, "minorNumber": _U64,
+                                      "pciBusId": {"type": "string"},
+                                      "architecture": {"type": "string"},
+                                      "memoryTotal": _U64, "lost": {"type": "boolean"},
+                                      "health": _HEALTH, "saturation": _SATURATION}}}},
+}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_NOT_READY = _json(_ERROR, "no collection tick has completed yet")
+_BAD_REQUEST = _json(_ERROR, "a query parameter has a bad value")
+_ONLY_CPU = {"name": "only_cpu_and_memory", "in": "query", "required": False,
+             "schema": {"type": "string", "enum": ["true", "false"]},
+             "description": "true: node and pod CPU/memory only (no accelerators)"}
+_SUMMARY_OP = {"parameters": [_ONLY_CPU],
+               "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape"),
+                             "400": _BAD_REQUEST, "503": _NOT_READY}}
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "gpustats", "version": __version__,
+                 "description": "GPU container stats: kubelet Summary API and Prometheus."},
+        "paths": {
+            "/stats/summary": {"get": dict(_SUMMARY_OP, operationId="getSummary"),
+                               "post": dict(_SUMMARY_OP, operationId="postSummary")},
+            "/api/v1/gpus": {"get": {"operationId": "listGpus", "responses": {
+                "200": _json(_GPUS, "identity, health and saturation per GPU"),
+                "503": _NOT_READY}}},
+            "/healthz": {"get": {"operationId": "healthz", "responses": {
+                "200": _json({"type": "object", "required": ["status"],
+                              "properties": {"status": {"type": "string"}}}, "alive")}}},
+            "/readyz": {"get": {"operationId": "readyz", "responses": {
+                "200": _json({"type": "object", "required": ["status"],
+                              "properties": {"status": {"type": "string"},
+                                             "snapshotSequence": _U64,
+                                             "snapshotAgeSeconds": _NUM}}, "ready"),
+                "503": _json(_ERROR, "not ready or stale")}}},
+            "/metrics": {"get": {"operationId": "metrics", "responses": {
+                "200": {"description": "Prometheus text or OpenMetrics exposition",
+                        "content": {"text/plain": {"schema": {"type": "string"}},
+                                    "application/openmetrics-text": {
+                                        "schema": {"type": "string"}}}},
+                "404": _json(_ERROR, "metrics not enabled")}}},
+            "/openapi.json": {"get": {"operationId": "openapi", "responses": {
+                "200": _json({"type": "object"}, "this document")}}},
+        },
+    }
