@@ -1,0 +1,341 @@
+"""Simulator scenario files: YAML parsed into frozen dataclasses (pure; ``ValueError`` on bad input).
+
+Top level (every key optional except ``devices``):
+
+- ``driver_version`` (str, default ``"580.65.06"``)
+- ``init_failures`` (int): the first N ``nvmlInitWithFlags`` calls fail with DRIVER_NOT_LOADED
+- ``missing_functions`` (list of C symbol names): absent from the fake library, so pynvml raises
+  FunctionNotFound (read when the simulator is installed)
+- ``driver_reloads`` (int): when it grows on a reload, every energy counter restarts at 0
+- ``devices`` (list), ``processes`` (list), ``xid_events`` (list), as below.
+
+Device keys: ``uuid`` (required, unique), ``name`` (default ``NVIDIA Simulated GPU``),
+``architecture`` (kepler … blackwell; default hopper), ``index`` and ``minor`` (default: list
+position), ``pci_bus_id`` (default ``00000000:<index+1>:00.0``), ``memory_total_bytes`` (default
+80 GiB), ``memory_used_bytes`` (default: the sum of its processes' memory), ``utilization_percent``
+and ``memory_utilization_percent`` (default 0), ``power_watts`` (default 70; the energy counter
+integrates it over real time), ``energy_counter_base_millijoules`` (default 0),
+``power_limit_watts`` (default 700), ``temperature_celsius`` (default 40), ``unsupported`` (list
+of: memory, utilization, power, energy, power_limit, temperature, processes,
+process_utilization, clocks_event_reasons, violations, pcie, gpm, events, ecc, mig,
+minor_number, pci_info — each answers NOT_SUPPORTED), ``lost`` (bool: every call for this GPU
+answers GPU_IS_LOST), ``clocks_event_reasons`` (list of names — gpu_idle, applications_clocks,
+sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clock,
+board_limit, reliability — or an int bitmask; default none set), ``violations``
+(``{power_percent, thermal_percent, sync_boost_percent, board_limit_percent}``: the cumulative
+violation time grows at that share of real time; default 0), ``pcie_tx_bytes_per_second`` and
+``pcie_rx_bytes_per_second`` (default 0), ``gpm`` (mapping; present means GPM is supported:
+``sm_active_percent, sm_occupancy_percent, dram_active_percent, graphics_active_percent,
+pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, nvlink_tx_bytes_per_second,
+nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_instances``
+(list; present and non-empty means MIG mode is on: ``gpu_instance_id`` (required), ``compute_instance_id``
+(default 0), ``profile`` (e.g. ``1g.10gb``), ``memory_total_bytes``, ``uuid`` (default derived),
+``gpm``), ``events_supported`` (default true).
+
+Process keys: ``pid`` (required), ``device`` (a device UUID, required), ``sm_util_percent``
+(present: the process has utilization samples), ``memory_used_bytes``, ``gpu_instance_id`` (MIG),
+``mps`` (bool: also listed as an MPS client).
+
+XID event keys: ``device`` (UUID), ``xid`` (int, for ``type: xid``, the default),
+``type`` (``xid``, ``single_bit_ecc`` or ``double_bit_ecc``), ``after_seconds`` (since the
+simulator was installed; default 0). Each is delivered once through ``nvmlEventSetWait_v2``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+GIB = 1024 ** 3
+
+ARCHITECTURES = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7,
+                 "ada": 8, "hopper": 9, "blackwell": 10}
+UNSUPPORTABLE = frozenset({
+    "memory", "utilization", "power", "energy", "power_limit", "temperature", "processes",
+    "process_utilization", "clocks_event_reasons", "violations", "pcie", "gpm", "events", "ecc",
+    "mig", "minor_number", "pci_info",
+})
+CLOCKS_EVENT_BITS = {
+    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80,
+    "display_clock": 0x100, "board_limit": 0x200, "reliability": 0x400,
+}
+VIOLATION_KEYS = ("power_percent", "thermal_percent", "sync_boost_percent", "board_limit_percent")
+GPM_KEYS = ("sm_active_percent", "sm_occupancy_percent", "dram_active_percent",
+            "graphics_active_percent", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
+            "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
+EVENT_TYPES = ("xid", "single_bit_ecc", "double_bit_ecc")
+
+
+@dataclass(frozen=True)
+class SimMigInstance:
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str | None
+    memory_total_bytes: int
+    uuid: str
+    gpm: tuple[tuple[str, float], ...] | None
+
+
+@dataclass(frozen=True)
+class SimDevice:
+    uuid: str
+    name: str
+    architecture: int
+    index: int
+    minor: int
+    pci_bus_id: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_percent: int
+    memory_utilization_percent: int
+    power_watts: float
+    energy_counter_base_millijoules: int
+    power_limit_watts: float
+    temperature_celsius: int
+    unsupported: frozenset[str]
+    lost: bool
+    clocks_event_reasons: int
+    violations: tuple[tuple[str, float], ...]
+    pcie_tx_bytes_per_second: float
+    pcie_rx_bytes_per_second: float
+    gpm: tuple[tuple[str, float], ...] | None
+    mig_instances: tuple[SimMigInstance, ...]
+    events_supported: bool
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    pid: int
+    device: str
+    sm_util_percent: int | None
+    memory_used_bytes: int | None
+    gpu_instance_id: int | None
+    mps: bool
+
+
+@dataclass(frozen=True)
+class SimEvent:
+    device: str
+    kind: str
+    xid: int
+    after_seconds: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    devices: tuple[SimDevice, ...]
+    processes: tuple[SimProcess, ...] = ()
+    xid_events: tuple[SimEvent, ...] = ()
+    driver_version: str = "580.65.06"
+    init_failures: int = 0
+    missing_functions: frozenset[str] = frozenset()
+    driver_reloads: int = 0
+
+    def device(self, uuid: str) -> SimDevice | None:
+        for device in self.devices:
+            if device.uuid == uuid:
+                return device
+        return None
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list")
+    return value
+
+
+def _number(data: dict, key: str, where: str, default: Any, *, integer: bool = False,
+            minimum: float = 0.0) -> Any:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _percent(data: dict, key: str, where: str, default: Any) -> Any:
+    value = _number(data, key, where, default)
+    if value is not None and value > 100:
+        raise ValueError(f"{where}.{key}: a percentage must be <= 100, got {value!r}")
+    return value
+
+
+def _gpm(value: Any, where: str) -> tuple[tuple[str, float], ...] | None:
+    if value is None:
+        return None
+    data = _mapping(value, where)
+    unknown = set(data) - set(GPM_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown GPM keys {sorted(unknown)}")
+    return tuple((k, float(_number(data, k, where, 0))) for k in GPM_KEYS if k in data)
+
+
+def _clocks(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"{where}: bitmask must be >= 0")
+        return value
+    mask = 0
+    for name in _list(value, where):
+        if name not in CLOCKS_EVENT_BITS:
+            raise ValueError(f"{where}: unknown reason {name!r}")
+        mask |= CLOCKS_EVENT_BITS[name]
+    return mask
+
+
+def _mig(value: Any, where: str, parent_uuid: str) -> SimMigInstance:
+    data = _mapping(value, where)
+    gi = _number(data, "gpu_instance_id", where, None, integer=True)
+    if gi is None:
+        raise ValueError(f"{where}.gpu_instance_id: required")
+    return SimMigInstance(
+        gpu_instance_id=gi,
+        compute_instance_id=_number(data, "compute_instance_id", where, 0, integer=True),
+        profile=str(data["profile"]) if data.get("profile") is not None else None,
+        memory_total_bytes=_number(data, "memory_total_bytes", where, 10 * GIB, integer=True),
+        uuid=str(data.get("uuid") or f"MIG-{parent_uuid.removeprefix('GPU-')[:24]}-{gi:04d}"),
+        gpm=_gpm(data.get("gpm"), f"{where}.gpm"),
+    )
+
+
+def _process(value: Any, where: str, uuids: set[str]) -> SimProcess:
+    data = _mapping(value, where)
+    pid = _number(data, "pid", where, None, integer=True, minimum=1)
+    if pid is None:
+        raise ValueError(f"{where}.pid: required")
+    device = data.get("device")
+    if device not in uuids:
+        raise ValueError(f"{where}.device: {device!r} is not a device UUID of this scenario")
+    sm = _percent(data, "sm_util_percent", where, None)
+    return SimProcess(
+        pid=pid, device=device,
+        sm_util_percent=int(sm) if sm is not None else None,
+        memory_used_bytes=_number(data, "memory_used_bytes", where, None, integer=True),
+        gpu_instance_id=_number(data, "gpu_instance_id", where, None, integer=True),
+        mps=bool(data.get("mps", False)),
+    )
+
+
+def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimDevice:
+    where = f"devices[{position}]"
+    data = _mapping(value, where)
+    uuid = data.get("uuid")
+    if not isinstance(uuid, str) or not uuid:
+        raise ValueError(f"{where}.uuid: required")
+    arch_name = str(data.get("architecture", "hopper")).lower()
+    if arch_name not in ARCHITECTURES:
+        raise ValueError(f"{where}.architecture: unknown {arch_name!r}")
+    unsupported = frozenset(str(u) for u in _list(data.get("unsupported"), f"{where}.unsupported"))
+    if unsupported - UNSUPPORTABLE:
+        raise ValueError(f"{where}.unsupported: unknown names {sorted(unsupported - UNSUPPORTABLE)}")
+    violations_data = _mapping(data.get("violations") or {}, f"{where}.violations")
+    if set(violations_data) - set(VIOLATION_KEYS):
+        raise ValueError(f"{where}.violations: unknown keys "
+                         f"{sorted(set(violations_data) - set(VIOLATION_KEYS))}")
+    index = _number(data, "index", where, position, integer=True)
+    migs = tuple(_mig(m, f"{where}.mig_instances[{i}]", uuid)
+                 for i, m in enumerate(_list(data.get("mig_instances"), f"{where}.mig_instances")))
+    return SimDevice(
+        uuid=uuid,
+        name=str(data.get("name", "NVIDIA Simulated GPU")),
+        architecture=ARCHITECTURES[arch_name],
+        index=index,
+        minor=_number(data, "minor", where, position, integer=True),
+        pci_bus_id=str(data.get("pci_bus_id", f"00000000:{index + 1:02X}:00.0")),
+        memory_total_bytes=_number(data, "memory_total_bytes", where, 80 * GIB, integer=True),
+        memory_used_bytes=_number(data, "memory_used_bytes", where,
+                                  processes_memory.get(uuid, 0), integer=True),
+        utilization_percent=int(_percent(data, "utilization_percent", where, 0)),
+        memory_utilization_percent=int(_percent(data, "memory_utilization_percent", where, 0)),
+        power_watts=_number(data, "power_watts", where, 70.0),
+        energy_counter_base_millijoules=_number(data, "energy_counter_base_millijoules", where, 0,
+                                                integer=True),
+        power_limit_watts=_number(data, "power_limit_watts", where, 700.0),
+        temperature_celsius=_number(data, "temperature_celsius", where, 40, integer=True,
+                                    minimum=-273),
+        unsupported=unsupported,
+        lost=bool(data.get("lost", False)),
+        clocks_event_reasons=_clocks(data.get("clocks_event_reasons"),
+                                     f"{where}.clocks_event_reasons"),
+        violations=tuple((k, float(_percent(violations_data, k, f"{where}.violations", 0)))
+                         for k in VIOLATION_KEYS),
+        pcie_tx_bytes_per_second=_number(data, "pcie_tx_bytes_per_second", where, 0.0),
+        pcie_rx_bytes_per_second=_number(data, "pcie_rx_bytes_per_second", where, 0.0),
+        gpm=_gpm(data.get("gpm"), f"{where}.gpm"),
+        mig_instances=migs,
+        events_supported=bool(data.get("events_supported", True)),
+    )
+
+
+def _event(value: Any, where: str, uuids: set[str]) -> SimEvent:
+    data = _mapping(value, where)
+    if data.get("device") not in uuids:
+        raise ValueError(f"{where}.device: {data.get('device')!r} is not a device UUID")
+    kind = str(data.get("type", "xid"))
+    if kind not in EVENT_TYPES:
+        raise ValueError(f"{where}.type: expected one of {EVENT_TYPES}")
+    xid = _number(data, "xid", where, None if kind == "xid" else 0, integer=True)
+    if xid is None:
+        raise ValueError(f"{where}.xid: required for an xid event")
+    return SimEvent(device=data["device"], kind=kind, xid=xid,
+                    after_seconds=_number(data, "after_seconds", where, 0.0))
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """A Scenario from already-loaded YAML data."""
+    data = _mapping(data, "scenario")
+    raw_devices = _list(data.get("devices"), "devices")
+    uuids = set()
+    for i, raw in enumerate(raw_devices):
+        uuid = raw.get("uuid") if isinstance(raw, dict) else None
+        if uuid in uuids:
+            raise ValueError(f"devices[{i}].uuid: duplicate {uuid!r}")
+        uuids.add(uuid)
+    processes = tuple(_process(p, f"processes[{i}]", uuids)
+                      for i, p in enumerate(_list(data.get("processes"), "processes")))
+    memory: dict[str, int] = {}
+    for p in processes:
+        memory[p.device] = memory.get(p.device, 0) + (p.memory_used_bytes or 0)
+    devices = tuple(_device(d, i, memory) for i, d in enumerate(raw_devices))
+    missing = _list(data.get("missing_functions"), "missing_functions")
+    return Scenario(
+        devices=devices,
+        processes=processes,
+        xid_events=tuple(_event(e, f"xid_events[{i}]", uuids)
+                         for i, e in enumerate(_list(data.get("xid_events"), "xid_events"))),
+        driver_version=str(data.get("driver_version", "580.65.06")),
+        init_failures=_number(data, "init_failures", "scenario", 0, integer=True),
+        missing_functions=frozenset(str(m) for m in missing),
+        driver_reloads=_number(data, "driver_reloads", "scenario", 0, integer=True),
+    )
+
+
+def load_scenario(path: str) -> Scenario:
+    """Read and parse a scenario file; ``ValueError("<path>: <what is wrong>")`` on a bad one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return parse_scenario(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

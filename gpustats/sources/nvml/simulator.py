@@ -1,0 +1,744 @@
+"""A ctypes-level fake of libnvidia-ml, installed as pynvml's library (``pynvml.nvmlLib``).
+
+The fake is an object whose attributes are ``ctypes.CFUNCTYPE`` callbacks named like the C
+symbols pynvml resolves, so pynvml's own wrappers — argument marshalling, two-call buffer
+patterns, error mapping — run exactly as on a real host. A symbol the fake lacks surfaces as
+``NVMLError_FunctionNotFound``; a callback returning 3 as ``NVMLError_NotSupported``.
+Behaviour follows the driver's contract (refcounted init, INSUFFICIENT_SIZE on short buffers,
+NOT_FOUND from process utilization when no sample is newer than the timestamp, events delivered
+once then TIMEOUT). The scenario (see ``scenario.py``) is re-read when its file changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_uint, c_ulonglong, c_void_p, cast
+from typing import Callable
+
+import pynvml
+
+from gpustats.sources.nvml.scenario import (
+    Scenario, SimDevice, SimMigInstance, load_scenario,
+)
+
+log = logging.getLogger(__name__)
+
+SUCCESS = 0
+UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+GPU_IS_LOST = 15
+ARGUMENT_VERSION_MISMATCH = 25
+
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID_CRITICAL = 0x8
+NO_INSTANCE = 0xFFFFFFFF
+
+_PHYSICAL_BASE = 0x1000
+_MIG_BASE = 0x100000
+_RELOAD_CHECK_SECONDS = 0.2
+_MIB = 1024.0 * 1024.0
+_GPM_METRIC_KEYS = {1: "graphics_active_percent", 2: "sm_active_percent",
+                    3: "sm_occupancy_percent", 10: "dram_active_percent",
+                    20: "pcie_tx_bytes_per_second", 21: "pcie_rx_bytes_per_second",
+                    60: "nvlink_rx_bytes_per_second", 61: "nvlink_tx_bytes_per_second"}
+_VIOLATION_POLICY_KEYS = {0: "power_percent", 1: "thermal_percent", 2: "sync_boost_percent",
+                          3: "board_limit_percent"}
+
+
+def _out(ptr: int, ctype, value) -> None:
+    cast(ptr, POINTER(ctype))[0] = value
+
+
+def _struct(ptr: int, ctype):
+    return cast(ptr, POINTER(ctype)).contents
+
+
+def _write_string(buf: int, length: int, text: str) -> int:
+    data = text.encode()
+    if len(data) + 1 > length:
+        return INSUFFICIENT_SIZE
+    ctypes.memmove(buf, data + b"\0", len(data) + 1)
+    return SUCCESS
+
+
+class _FakeLibrary:
+    """Attributes are added per C symbol; ``getattr`` of a missing one raises AttributeError."""
+
+
+class SimulatedNvml:
+    """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
+
+    def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
+        self._path = scenario_path
+        self._monotonic = monotonic
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._scenario = load_scenario(scenario_path)
+        self._file_stamp = self._stamp()
+        self._next_reload_check = time.monotonic() + _RELOAD_CHECK_SECONDS
+        self._installed_at = monotonic()
+        self._refcount = 0
+        self._init_attempts = 0
+        self._calls = 0
+        # Per device UUID: accumulated energy (mJ) and violation time (ns), advanced lazily.
+        self._energy_mj: dict[str, float] = {}
+        self._violation_ns: dict[str, dict[str, float]] = {}
+        self._advanced_at = monotonic()
+        self._delivered: set[int] = set()
+        self._lost_reported: set[str] = set()
+        self._event_sets: dict[int, set[str]] = {}
+        self._next_id = 1
+        self._gpm_samples: dict[int, tuple[str, int | None, float] | None] = {}
+        self._previous_lib = None
+        self._reset_counters(self._scenario)
+        self.lib = self._build_library()
+
+    # ------------------------------------------------------------ public
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def install(self) -> None:
+        self._previous_lib = pynvml.nvmlLib
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = self.lib
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    def uninstall(self) -> None:
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = self._previous_lib
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    # ------------------------------------------------------------ scenario and time
+
+    def _stamp(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def _maybe_reload(self) -> None:
+        now = time.monotonic()
+        if now < self._next_reload_check:
+            return
+        self._next_reload_check = now + _RELOAD_CHECK_SECONDS
+        stamp = self._stamp()
+        if stamp == self._file_stamp or stamp is None:
+            return
+        self._file_stamp = stamp
+        try:
+            scenario = load_scenario(self._path)
+        except ValueError as exc:
+            log.warning("simulator: keeping the previous scenario: %s", exc)
+            return
+        self._advance()
+        if scenario.driver_reloads > self._scenario.driver_reloads:
+            self._reset_counters(scenario)
+        for device in scenario.devices:
+            self._energy_mj.setdefault(device.uuid, float(device.energy_counter_base_millijoules))
+            self._violation_ns.setdefault(device.uuid, {})
+        self._scenario = scenario
+        log.info("simulator: scenario %s reloaded", self._path)
+
+    def _reset_counters(self, scenario: Scenario) -> None:
+        self._energy_mj = {d.uuid: float(d.energy_counter_base_millijoules)
+                           for d in scenario.devices}
+        self._violation_ns = {d.uuid: {} for d in scenario.devices}
+
+    def _advance(self) -> None:
+        """Integrate power and violation shares of the current scenario up to now."""
+        now = self._monotonic()
+        dt = now - self._advanced_at
+        if dt <= 0:
+            return
+        self._advanced_at = now
+        for device in self._scenario.devices:
+            self._energy_mj[device.uuid] = self._energy_mj.get(device.uuid, 0.0) \
+                + device.power_watts * dt * 1000.0
+            acc = self._violation_ns.setdefault(device.uuid, {})
+            for key, percent in device.violations:
+                acc[key] = acc.get(key, 0.0) + percent / 100.0 * dt * 1e9
+
+    # ------------------------------------------------------------ handles
+
+    def _device_by_handle(self, handle: int | None) -> tuple[SimDevice, SimMigInstance | None] | None:
+        if not handle:
+            return None
+        devices = self._scenario.devices
+        if handle >= _MIG_BASE:
+            offset = handle - _MIG_BASE
+            position, slot = divmod(offset, 0x100)
+            if position < len(devices) and slot < len(devices[position].mig_instances):
+                return devices[position], devices[position].mig_instances[slot]
+            return None
+        position = handle - _PHYSICAL_BASE
+        if 0 <= position < len(devices):
+            return devices[position], None
+        return None
+
+    def _handle_of(self, device: SimDevice, mig_slot: int | None = None) -> int:
+        position = self._scenario.devices.index(device)
+        if mig_slot is None:
+            return _PHYSICAL_BASE + position
+        return _MIG_BASE + position * 0x100 + mig_slot
+
+    # ------------------------------------------------------------ library construction
+
+    def _build_library(self) -> _FakeLibrary:
+        lib = _FakeLibrary()
+        missing = self._scenario.missing_functions
+        for name, (restype, argtypes, impl) in self._functions().items():
+            if name in missing:
+                continue
+            setattr(lib, name, CFUNCTYPE(restype, *argtypes)(self._wrap(impl)))
+        return lib
+
+    def _wrap(self, impl):
+        def call(*args):
+            with self._lock:
+                self._calls += 1
+                self._maybe_reload()
+                try:
+                    return impl(*args)
+                except Exception:  # noqa: BLE001 - a fake must never crash the caller
+                    log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
+                    return 999
+        return call
+
+    def _functions(self) -> dict[str, tuple]:
+        v, u, ull, s = c_void_p, c_uint, c_ulonglong, c_char_p
+        d = self._with_device       # (handle, *args) -> checks init, lost, and passes the device
+        return {
+            "nvmlInitWithFlags": (c_int, [u], self._init),
+            "nvmlInit_v2": (c_int, [], lambda: self._init(0)),
+            "nvmlShutdown": (c_int, [], self._shutdown),
+            "nvmlSystemGetDriverVersion": (c_int, [v, u], self._driver_version),
+            "nvmlSystemGetNVMLVersion": (c_int, [v, u], self._nvml_version),
+            "nvmlSystemGetCudaDriverVersion_v2": (c_int, [v], self._cuda_version),
+            "nvmlDeviceGetCount_v2": (c_int, [v], self._count),
+            "nvmlDeviceGetHandleByIndex_v2": (c_int, [u, v], self._handle_by_index),
+            "nvmlDeviceGetHandleByUUID": (c_int, [s, v], self._handle_by_uuid),
+            "nvmlDeviceGetIndex": (c_int, [v, v], d(self._index)),
+            "nvmlDeviceGetName": (c_int, [v, v, u], d(self._name, mig=True)),
+            "nvmlDeviceGetUUID": (c_int, [v, v, u], d(self._uuid, mig=True)),
+            "nvmlDeviceGetMinorNumber": (c_int, [v, v], d(self._minor, field="minor_number")),
+            "nvmlDeviceGetPciInfo_v3": (c_int, [v, v], d(self._pci, field="pci_info")),
+            "nvmlDeviceGetArchitecture": (c_int, [v, v], d(self._architecture)),
+            "nvmlDeviceGetMemoryInfo": (c_int, [v, v], d(self._memory, mig=True, field="memory")),
+            "nvmlDeviceGetMemoryInfo_v2": (c_int, [v, v],
+                                           d(self._memory_v2, mig=True, field="memory")),
+            "nvmlDeviceGetUtilizationRates": (c_int, [v, v],
+                                              d(self._utilization, field="utilization")),
+            "nvmlDeviceGetPowerUsage": (c_int, [v, v], d(self._power, field="power")),
+            "nvmlDeviceGetTotalEnergyConsumption": (c_int, [v, v], d(self._energy, field="energy")),
+            "nvmlDeviceGetPowerManagementLimit": (c_int, [v, v],
+                                                  d(self._power_limit, field="power_limit")),
+            "nvmlDeviceGetEnforcedPowerLimit": (c_int, [v, v],
+                                                d(self._power_limit, field="power_limit")),
+            "nvmlDeviceGetTemperature": (c_int, [v, u, v],
+                                         d(self._temperature, field="temperature")),
+            "nvmlDeviceGetCurrentClocksEventReasons": (
+                c_int, [v, v], d(self._clocks_reasons, field="clocks_event_reasons")),
+            "nvmlDeviceGetCurrentClocksThrottleReasons": (
+                c_int, [v, v], d(self._clocks_reasons, field="clocks_event_reasons")),
+            "nvmlDeviceGetSupportedClocksEventReasons": (
+                c_int, [v, v], d(self._supported_reasons, field="clocks_event_reasons")),
+            "nvmlDeviceGetViolationStatus": (c_int, [v, u, v],
+                                             d(self._violation, field="violations")),
+            "nvmlDeviceGetPcieThroughput": (c_int, [v, u, v], d(self._pcie, field="pcie")),
+            "nvmlDeviceGetComputeRunningProcesses_v3": (
+                c_int, [v, v, v], d(self._processes, mig=True, field="processes")),
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3": (
+                c_int, [v, v, v], d(self._mps_processes, mig=True, field="processes")),
+            "nvmlDeviceGetGraphicsRunningProcesses_v3": (
+                c_int, [v, v, v], d(self._no_processes, mig=True, field="processes")),
+            "nvmlDeviceGetProcessUtilization": (
+                c_int, [v, v, v, ull], d(self._process_utilization, field="process_utilization")),
+            "nvmlDeviceGetMigMode": (c_int, [v, v, v], d(self._mig_mode, field="mig")),
+            "nvmlDeviceGetMaxMigDeviceCount": (c_int, [v, v], d(self._max_mig, field="mig")),
+            "nvmlDeviceGetMigDeviceHandleByIndex": (c_int, [v, u, v],
+                                                    d(self._mig_handle, field="mig")),
+            "nvmlDeviceGetGpuInstanceId": (c_int, [v, v], d(self._gpu_instance_id, mig=True)),
+            "nvmlDeviceGetComputeInstanceId": (c_int, [v, v],
+                                               d(self._compute_instance_id, mig=True)),
+            "nvmlDeviceIsMigDeviceHandle": (c_int, [v, v], d(self._is_mig, mig=True)),
+            "nvmlDeviceGetDeviceHandleFromMigDeviceHandle": (c_int, [v, v],
+                                                             d(self._parent_handle, mig=True)),
+            "nvmlEventSetCreate": (c_int, [v], self._event_set_create),
+            "nvmlDeviceGetSupportedEventTypes": (c_int, [v, v],
+                                                 d(self._supported_events, field="events")),
+            "nvmlDeviceRegisterEvents": (c_int, [v, ull, v],
+                                         d(self._register_events, field="events")),
+            "nvmlEventSetWait_v2": (c_int, [v, v, u], self._event_wait),
+            "nvmlEventSetFree": (c_int, [v], self._event_set_free),
+            "nvmlGpmQueryDeviceSupport": (c_int, [v, v], d(self._gpm_support, mig=True)),
+            "nvmlGpmSampleAlloc": (c_int, [v], self._gpm_alloc),
+            "nvmlGpmSampleFree": (c_int, [v], self._gpm_free),
+            "nvmlGpmSampleGet": (c_int, [v, v], d(self._gpm_sample, mig=True, field="gpm")),
+            "nvmlGpmMigSampleGet": (c_int, [v, u, v], d(self._gpm_mig_sample, field="gpm")),
+            "nvmlGpmMetricsGet": (c_int, [v], self._gpm_metrics),
+        }
+
+    def _with_device(self, impl, *, mig: bool = False, field: str | None = None):
+        """Checks init, the handle, GPU_IS_LOST, MIG-handle support and NOT_SUPPORTED fields."""
+        def call(handle, *args):
+            if self._refcount <= 0:
+                return UNINITIALIZED
+            found = self._device_by_handle(handle)
+            if found is None:
+                return INVALID_ARGUMENT
+            device, instance = found
+            if device.lost:
+                return GPU_IS_LOST
+            if instance is not None and not mig:
+                return NOT_SUPPORTED
+            if field is not None and field in device.unsupported:
+                return NOT_SUPPORTED
+            return impl(device, instance, *args)
+        call.__name__ = getattr(impl, "__name__", "call")
+        return call
+
+    # ------------------------------------------------------------ init and system
+
+    def _init(self, flags: int) -> int:
+        self._init_attempts += 1
+        if self._init_attempts <= self._scenario.init_failures:
+            return DRIVER_NOT_LOADED
+        self._refcount += 1
+        return SUCCESS
+
+    def _shutdown(self) -> int:
+        if self._refcount <= 0:
+            return UNINITIALIZED
+        self._refcount -= 1
+        return SUCCESS
+
+    def _driver_version(self, buf, length) -> int:
+        return _write_string(buf, length, self._scenario.driver_version)
+
+    def _nvml_version(self, buf, length) -> int:
+        return _write_string(buf, length, "13." + self._scenario.driver_version)
+
+    def _cuda_version(self, out) -> int:
+        _out(out, c_int, 13000)
+        return SUCCESS
+
+    def _count(self, out) -> int:
+        if self._refcount <= 0:
+            return UNINITIALIZED
+        _out(out, c_uint, len(self._scenario.devices))
+        return SUCCESS
+
+    def _handle_by_index(self, index, out) -> int:
+        if self._refcount <= 0:
+            return UNINITIALIZED
+        for device in self._scenario.devices:
+            if device.index == index:
+                if device.lost:
+                    return GPU_IS_LOST
+                _out(out, c_void_p, self._handle_of(device))
+                return SUCCESS
+        return INVALID_ARGUMENT
+
+    def _handle_by_uuid(self, uuid: bytes, out) -> int:
+        if self._refcount <= 0:
+            return UNINITIALIZED
+        wanted = (uuid or b"").decode()
+        for device in self._scenario.devices:
+            if device.lost:
+                return GPU_IS_LOST   # the driver scans all GPUs (nvml.md §2.2)
+            if device.uuid == wanted:
+                _out(out, c_void_p, self._handle_of(device))
+                return SUCCESS
+            for slot, instance in enumerate(device.mig_instances):
+                if instance.uuid == wanted:
+                    _out(out, c_void_p, self._handle_of(device, slot))
+                    return SUCCESS
+        return NOT_FOUND
+
+    # ------------------------------------------------------------ identity and readings
+
+    def _index(self, device, instance, out) -> int:
+        _out(out, c_uint, device.index)
+        return SUCCESS
+
+    def _name(self, device, instance, buf, length) -> int:
+        name = device.name if instance is None else f"{device.name} MIG {instance.profile or ''}"
+        return _write_string(buf, length, name.strip())
+
+    def _uuid(self, device, instance, buf, length) -> int:
+        return _write_string(buf, length, device.uuid if instance is None else instance.uuid)
+
+    def _minor(self, device, instance, out) -> int:
+        _out(out, c_uint, device.minor)
+        return SUCCESS
+
+    def _pci(self, device, instance, out) -> int:
+        info = _struct(out, pynvml.nvmlPciInfo_t)
+        bus_id = device.pci_bus_id.encode()
+        info.busId = bus_id
+        info.busIdLegacy = bus_id[-12:] if len(bus_id) > 15 else bus_id
+        parts = device.pci_bus_id.replace(".", ":").split(":")
+        try:
+            info.domain, info.bus, info.device = (int(parts[0], 16), int(parts[1], 16),
+                                                  int(parts[2], 16))
+        except (IndexError, ValueError):
+            pass
+        info.pciDeviceId = 0x233010DE
+        return SUCCESS
+
+    def _architecture(self, device, instance, out) -> int:
+        _out(out, c_uint, device.architecture)
+        return SUCCESS
+
+    def _memory_figures(self, device, instance) -> tuple[int, int]:
+        if instance is None:
+            return device.memory_total_bytes, min(device.memory_used_bytes,
+                                                  device.memory_total_bytes)
+        used = sum(p.memory_used_bytes or 0 for p in self._scenario.processes
+                   if p.device == device.uuid and p.gpu_instance_id == instance.gpu_instance_id)
+        return instance.memory_total_bytes, min(used, instance.memory_total_bytes)
+
+    def _memory(self, device, instance, out) -> int:
+        total, used = self._memory_figures(device, instance)
+        mem = _struct(out, pynvml.c_nvmlMemory_t)
+        mem.total, mem.used, mem.free = total, used, total - used
+        return SUCCESS
+
+    def _memory_v2(self, device, instance, out) -> int:
+        mem = _struct(out, pynvml.c_nvmlMemory_v2_t)
+        if mem.version != pynvml.nvmlMemory_v2:
+            return ARGUMENT_VERSION_MISMATCH
+        total, used = self._memory_figures(device, instance)
+        mem.total, mem.reserved, mem.used, mem.free = total, 0, used, total - used
+        return SUCCESS
+
+    def _utilization(self, device, instance, out) -> int:
+        if device.mig_instances:
+            return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (nvml.md §2.4)
+        util = _struct(out, pynvml.c_nvmlUtilization_t)
+        util.gpu, util.memory = device.utilization_percent, device.memory_utilization_percent
+        return SUCCESS
+
+    def _power(self, device, instance, out) -> int:
+        _out(out, c_uint, int(round(device.power_watts * 1000)))
+        return SUCCESS
+
+    def _energy(self, device, instance, out) -> int:
+        self._advance()
+        _out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
+        return SUCCESS
+
+    def _power_limit(self, device, instance, out) -> int:
+        _out(out, c_uint, int(round(device.power_limit_watts * 1000)))
+        return SUCCESS
+
+    def _temperature(self, device, instance, sensor, out) -> int:
+        if sensor != 0:
+            return INVALID_ARGUMENT
+        _out(out, c_uint, device.temperature_celsius)
+        return SUCCESS
+
+    def _clocks_reasons(self, device, instance, out) -> int:
+        _out(out, c_ulonglong, device.clocks_event_reasons)
+        return SUCCESS
+
+    def _supported_reasons(self, device, instance, out) -> int:
+        _out(out, c_ulonglong, 0x7FF)
+        return SUCCESS
+
+    def _violation(self, device, instance, policy, out) -> int:
+        key = _VIOLATION_POLICY_KEYS.get(policy)
+        if key is None:
+            return NOT_SUPPORTED
+        self._advance()
+        viol = _struct(out, pynvml.c_nvmlViolationTime_t)
+        viol.referenceTime = int(self._wall() * 1e6)
+        viol.violationTime = int(self._violation_ns.get(device.uuid, {}).get(key, 0.0))
+        return SUCCESS
+
+    def _pcie(self, device, instance, counter, out) -> int:
+        rate = {0: device.pcie_tx_bytes_per_second, 1: device.pcie_rx_bytes_per_second}.get(counter)
+        if rate is None:
+            return INVALID_ARGUMENT
+        _out(out, c_uint, int(rate / 1024))     # KB/s
+        return SUCCESS
+
+    # ------------------------------------------------------------ processes
+
+    def _process_list(self, device, instance, *, mps_only: bool = False):
+        procs = [p for p in self._scenario.processes if p.device == device.uuid]
+        if instance is not None:
+            procs = [p for p in procs if p.gpu_instance_id == instance.gpu_instance_id]
+        if mps_only:
+            procs = [p for p in procs if p.mps]
+        return procs
+
+    def _write_processes(self, device, procs, count_ptr, infos) -> int:
+        capacity = cast(count_ptr, POINTER(c_uint))[0]
+        _out(count_ptr, c_uint, len(procs))
+        if not procs:
+            return SUCCESS
+        if infos is None or capacity < len(procs):
+            return INSUFFICIENT_SIZE
+        array = cast(infos, POINTER(pynvml.c_nvmlProcessInfo_v3_t))
+        mig_on = bool(device.mig_instances)
+        for i, p in enumerate(procs):
+            array[i].pid = p.pid
+            array[i].usedGpuMemory = (p.memory_used_bytes if p.memory_used_bytes is not None
+                                      else pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
+            gi = p.gpu_instance_id if mig_on and p.gpu_instance_id is not None else NO_INSTANCE
+            array[i].gpuInstanceId = gi
+            array[i].computeInstanceId = 0 if gi != NO_INSTANCE else NO_INSTANCE
+        return SUCCESS
+
+    def _processes(self, device, instance, count_ptr, infos) -> int:
+        return self._write_processes(device, self._process_list(device, instance), count_ptr, infos)
+
+    def _mps_processes(self, device, instance, count_ptr, infos) -> int:
+        return self._write_processes(device, self._process_list(device, instance, mps_only=True),
+                                     count_ptr, infos)
+
+    def _no_processes(self, device, instance, count_ptr, infos) -> int:
+        return self._write_processes(device, [], count_ptr, infos)
+
+    def _process_utilization(self, device, instance, samples, count_ptr, last_seen) -> int:
+        if device.mig_instances:
+            return NOT_SUPPORTED
+        now_us = int(self._wall() * 1e6)
+        busy = [p for p in self._process_list(device, None) if p.sm_util_percent is not None]
+        if not busy or now_us <= last_seen:
+            return NOT_FOUND
+        capacity = cast(count_ptr, POINTER(c_uint))[0]
+        _out(count_ptr, c_uint, len(busy))
+        if samples is None or capacity < len(busy):
+            return INSUFFICIENT_SIZE
+        array = cast(samples, POINTER(pynvml.c_nvmlProcessUtilizationSample_t))
+        for i, p in enumerate(busy):
+            array[i].pid = p.pid
+            array[i].timeStamp = now_us
+            array[i].smUtil = p.sm_util_percent
+            array[i].memUtil = 0
+            array[i].encUtil = 0
+            array[i].decUtil = 0
+        return SUCCESS
+
+    # ------------------------------------------------------------ MIG
+
+    def _mig_mode(self, device, instance, current, pending) -> int:
+        mode = 1 if device.mig_instances else 0
+        _out(current, c_uint, mode)
+        _out(pending, c_uint, mode)
+        return SUCCESS
+
+    def _max_mig(self, device, instance, out) -> int:
+        _out(out, c_uint, 7 if device.mig_instances else 0)
+        return SUCCESS
+
+    def _mig_handle(self, device, instance, index, out) -> int:
+        if not device.mig_instances:
+            return INVALID_ARGUMENT
+        if index >= len(device.mig_instances):
+            return NOT_FOUND
+        _out(out, c_void_p, self._handle_of(device, index))
+        return SUCCESS
+
+    def _gpu_instance_id(self, device, instance, out) -> int:
+        if instance is None:
+            return INVALID_ARGUMENT
+        _out(out, c_uint, instance.gpu_instance_id)
+        return SUCCESS
+
+    def _compute_instance_id(self, device, instance, out) -> int:
+        if instance is None:
+            return INVALID_ARGUMENT
+        _out(out, c_uint, instance.compute_instance_id)
+        return SUCCESS
+
+    def _is_mig(self, device, instance, out) -> int:
+        _out(out, c_uint, 1 if instance is not None else 0)
+        return SUCCESS
+
+    def _parent_handle(self, device, instance, out) -> int:
+        if instance is None:
+            return INVALID_ARGUMENT
+        _out(out, c_void_p, self._handle_of(device))
+        return SUCCESS
+
+    # ------------------------------------------------------------ events
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return 0x7000_0000 + self._next_id
+
+    def _event_set_create(self, out) -> int:
+        if self._refcount <= 0:
+            return UNINITIALIZED
+        set_id = self._new_id()
+        self._event_sets[set_id] = set()
+        _out(out, c_void_p, set_id)
+        return SUCCESS
+
+    def _event_mask(self, device) -> int:
+        if not device.events_supported:
+            return 0
+        mask = EVENT_XID_CRITICAL
+        if "ecc" not in device.unsupported:
+            mask |= EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC
+        return mask
+
+    def _supported_events(self, device, instance, out) -> int:
+        mask = self._event_mask(device)
+        if not mask:
+            return NOT_SUPPORTED
+        _out(out, c_ulonglong, mask)
+        return SUCCESS
+
+    def _register_events(self, device, instance, mask, event_set) -> int:
+        registered = self._event_sets.get(event_set)
+        if registered is None:
+            return INVALID_ARGUMENT
+        if not (mask & self._event_mask(device)):
+            return NOT_SUPPORTED
+        registered.add(device.uuid)
+        return SUCCESS
+
+    def _due_event(self, registered: set[str]):
+        elapsed = self._monotonic() - self._installed_at
+        next_due = None
+        for position, event in enumerate(self._scenario.xid_events):
+            key = hash((event.device, event.kind, event.xid, event.after_seconds, position))
+            if key in self._delivered or event.device not in registered:
+                continue
+            if event.after_seconds <= elapsed:
+                return key, event, None
+            wait = event.after_seconds - elapsed
+            next_due = wait if next_due is None else min(next_due, wait)
+        return None, None, next_due
+
+    def _event_wait(self, event_set, data_ptr, timeout_ms) -> int:
+        # Called with the lock held by _wrap; it is released while sleeping.
+        registered = self._event_sets.get(event_set)
+        if registered is None:
+            return INVALID_ARGUMENT
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            for uuid in registered:
+                device = self._scenario.device(uuid)
+                if device is not None and device.lost and uuid not in self._lost_reported:
+                    self._lost_reported.add(uuid)
+                    return GPU_IS_LOST
+            key, event, _ = self._due_event(registered)
+            if event is not None:
+                self._delivered.add(key)
+                device = self._scenario.device(event.device)
+                data = _struct(data_ptr, pynvml.c_nvmlEventData_t)
+                cast(ctypes.addressof(data), POINTER(c_void_p))[0] = self._handle_of(device)
+                data.eventType = {"xid": EVENT_XID_CRITICAL, "single_bit_ecc": EVENT_SINGLE_BIT_ECC,
+                                  "double_bit_ecc": EVENT_DOUBLE_BIT_ECC}[event.kind]
+                data.eventData = event.xid if event.kind == "xid" else 0
+                data.gpuInstanceId = NO_INSTANCE
+                data.computeInstanceId = NO_INSTANCE
+                return SUCCESS
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return TIMEOUT
+            self._lock.release()
+            try:
+                time.sleep(min(remaining, 0.05))
+            finally:
+                self._lock.acquire()
+            self._maybe_reload()
+
+    def _event_set_free(self, event_set) -> int:
+        return SUCCESS if self._event_sets.pop(event_set, None) is not None else INVALID_ARGUMENT
+
+    # ------------------------------------------------------------ GPM
+
+    def _gpm_config(self, device, instance):
+        return device.gpm if instance is None else instance.gpm
+
+    def _gpm_support(self, device, instance, out) -> int:
+        support = _struct(out, pynvml.c_nvmlGpmSupport_t)
+        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+            return ARGUMENT_VERSION_MISMATCH
+        supported = "gpm" not in device.unsupported and (device.gpm is not None or any(
+            m.gpm is not None for m in device.mig_instances))
+        support.isSupportedDevice = 1 if supported else 0
+        return SUCCESS
+
+    def _gpm_alloc(self, out) -> int:
+        sample_id = self._new_id()
+        self._gpm_samples[sample_id] = None
+        _out(out, c_void_p, sample_id)
+        return SUCCESS
+
+    def _gpm_free(self, sample) -> int:
+        return SUCCESS if self._gpm_samples.pop(sample, 0) != 0 else INVALID_ARGUMENT
+
+    def _take_sample(self, device, gi, sample) -> int:
+        if sample not in self._gpm_samples:
+            return INVALID_ARGUMENT
+        self._gpm_samples[sample] = (device.uuid, gi, self._monotonic())
+        return SUCCESS
+
+    def _gpm_sample(self, device, instance, sample) -> int:
+        if self._gpm_config(device, instance) is None:
+            return NOT_SUPPORTED
+        return self._take_sample(device, instance.gpu_instance_id if instance else None, sample)
+
+    def _gpm_mig_sample(self, device, instance, gpu_instance_id, sample) -> int:
+        for mig in device.mig_instances:
+            if mig.gpu_instance_id == gpu_instance_id:
+                if mig.gpm is None:
+                    return NOT_SUPPORTED
+                return self._take_sample(device, gpu_instance_id, sample)
+        return NOT_FOUND
+
+    def _gpm_metrics(self, request_ptr) -> int:
+        request = _struct(request_ptr, pynvml.c_nvmlGpmMetricsGet_t)
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return ARGUMENT_VERSION_MISMATCH
+        first = self._gpm_samples.get(cast(request.sample1, c_void_p).value)
+        second = self._gpm_samples.get(cast(request.sample2, c_void_p).value)
+        if first is None or second is None or first[:2] != second[:2]:
+            return INVALID_ARGUMENT
+        device = self._scenario.device(first[0])
+        if device is None:
+            return INVALID_ARGUMENT
+        config = device.gpm
+        if first[1] is not None:
+            config = next((m.gpm for m in device.mig_instances
+                           if m.gpu_instance_id == first[1]), None)
+        values = dict(config or ())
+        too_close = abs(second[2] - first[2]) <= 0.1
+        for i in range(min(request.numMetrics, len(request.metrics))):
+            metric = request.metrics[i]
+            key = _GPM_METRIC_KEYS.get(metric.metricId)
+            if too_close:
+                metric.nvmlReturn = INVALID_ARGUMENT
+            elif key is None or key not in values:
+                metric.nvmlReturn = NOT_SUPPORTED
+            else:
+                value = values[key]
+                metric.value = value / _MIB if key.endswith("bytes_per_second") else value
+                metric.nvmlReturn = SUCCESS
+        return SUCCESS
