@@ -14,7 +14,9 @@ from typing import Sequence
 
 from gpustats import __version__
 from gpustats.config import Config, ConfigError, build_arg_parser, resolve
-from gpustats.engine.collector import Collector
+from gpustats.engine.collector import Collector, Persister
+from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.store import SnapshotStore
@@ -61,8 +63,14 @@ class Daemon:
                               is_driver_gone=lambda exc: isinstance(exc, DriverGone),
                               retry_interval=config.nvml_retry_interval)
         self.node_name = config.node_name or socket.gethostname()
-        self.collector = Collector(node_name=self.node_name, node=NodeReader(self.roots),
-                                   gpus=self.gpus, errors=self.errors, store=self.store)
+        self.counters = EnergyCounters()
+        self.counters.load(config.state_dir)
+        self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
+        self.collector = Collector(
+            node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
+            errors=self.errors, store=self.store,
+            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters),
+            counters=self.counters, persister=self.persister)
         self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
@@ -78,6 +86,7 @@ class Daemon:
 
     def close(self) -> None:
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
+        self.persister.persist_now()
         self.gpus.close()
         if self.simulator is not None:
             self.simulator.uninstall()

@@ -6,11 +6,16 @@ import logging
 import time
 from typing import Callable, Protocol
 
-from gpustats.model.device import DeviceReading
-from gpustats.model.host import CpuStats, MemoryStats, NodeStats
-from gpustats.model.snapshot import DaemonStatus, DeviceStats, Snapshot
+from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.store import SnapshotStore
+from gpustats.model.attribution import DeviceAttribution
+from gpustats.model.device import DeviceReading
+from gpustats.model.host import CpuStats, MemoryStats, NodeStats
+from gpustats.model.snapshot import (
+    DaemonStatus, DeviceStats, MigInstanceStats, ProcessStats, Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +36,34 @@ class ErrorTotals(Protocol):
     def totals(self) -> tuple[tuple[str, str, int], ...]: ...
 
 
+class Persister:
+    """Writes the counters every ``interval`` seconds (and on demand at shutdown)."""
+
+    def __init__(self, counters: EnergyCounters, state_dir: str, interval: float,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self._counters = counters
+        self._state_dir = state_dir
+        self._interval = interval
+        self._monotonic = monotonic
+        self._next = monotonic() + interval
+
+    def maybe_persist(self) -> None:
+        now = self._monotonic()
+        if now >= self._next:
+            self._next = now + self._interval
+            self._counters.expire()
+            self._counters.persist(self._state_dir)
+
+    def persist_now(self) -> bool:
+        return self._counters.persist(self._state_dir)
+
+
 class Collector:
     """Builds and publishes a Snapshot per tick. A failing source leaves its part empty."""
 
     def __init__(self, *, node_name: str, node: NodeSource, gpus: DeviceSource,
-                 errors: ErrorTotals, store: SnapshotStore,
+                 errors: ErrorTotals, store: SnapshotStore, energy: EnergyAccountant,
+                 counters: EnergyCounters, persister: Persister | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -43,16 +71,28 @@ class Collector:
         self._gpus = gpus
         self._errors = errors
         self._store = store
+        self._energy = energy
+        self._counters = counters
+        self._persister = persister
         self._wall = wall
         self._monotonic = monotonic
+        self._started_at = wall()
         self._sequence = 0
         self.ticks_completed = 0
 
     def tick(self) -> Snapshot:
         started = time.perf_counter()
-        cpu, memory = self._read_node()
-        readings = self._read_gpus()
-        devices = tuple(device_stats(r) for r in readings)
+        cpu, memory = self._guard("node CPU/memory", self._node.read, (None, None))
+        readings = self._guard("GPU sweep", self._gpus.readings, ())
+        attributions = {}
+        for reading in readings:
+            attribution = self._guard(f"energy accounting of {reading.identity.uuid}",
+                                      lambda r=reading: self._energy.account(r), None)
+            if attribution is not None:
+                attributions[reading.identity.uuid] = attribution
+        processes = self._process_stats(readings, attributions)
+        devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid))
+                        for r in readings)
         gpu_status = self._gpus.status()
         self._sequence += 1
         snapshot = Snapshot(
@@ -60,8 +100,10 @@ class Collector:
             taken_at=self._wall(),
             monotonic=self._monotonic(),
             node=NodeStats(node_name=self._node_name,
-                           start_time=self._node.boot_time or 0.0, cpu=cpu, memory=memory),
+                           start_time=self._node.boot_time or self._started_at,
+                           cpu=cpu, memory=memory),
             devices=devices,
+            processes=processes,
             status=DaemonStatus(
                 gpus_on_pci_bus=gpu_status.gpus_on_pci_bus,
                 nvml_loaded=gpu_status.nvml_loaded,
@@ -74,30 +116,76 @@ class Collector:
         )
         self._store.publish(snapshot)
         self.ticks_completed += 1
+        if self._persister is not None:
+            self._guard("persisting counters", self._persister.maybe_persist, None)
         return snapshot
 
-    def _read_node(self) -> tuple[CpuStats | None, MemoryStats | None]:
+    def _guard(self, what: str, fn, default):
         try:
-            return self._node.read()
+            return fn()
         except Exception:  # noqa: BLE001 - one source failing gives a partial snapshot
-            log.exception("reading node CPU/memory failed")
-            return None, None
+            log.exception("%s failed; this tick's snapshot leaves it out", what)
+            return default
 
-    def _read_gpus(self) -> tuple[DeviceReading, ...]:
-        try:
-            return self._gpus.readings()
-        except Exception:  # noqa: BLE001 - one source failing gives a partial snapshot
-            log.exception("GPU sweep failed")
-            return ()
+    def _process_stats(self, readings: tuple[DeviceReading, ...],
+                       attributions: dict[str, DeviceAttribution]) -> tuple[ProcessStats, ...]:
+        out = []
+        for reading in readings:
+            uuid = reading.identity.uuid
+            attribution = attributions.get(uuid)
+            by_pid = {(a.pid, a.gpu_instance_id): a
+                      for a in (attribution.processes if attribution else ())}
+            for p in reading.processes:
+                a = by_pid.get((p.pid, p.gpu_instance_id))
+                total = (self._counters.advance(("process", uuid, p.pid, None), a.energy_joules)
+                         if a is not None else None)
+                out.append(ProcessStats(
+                    pid=p.pid, device_uuid=uuid, gpu_instance_id=p.gpu_instance_id,
+                    memory_used_bytes=p.memory_used_bytes,
+                    compute_utilization_percent=a.sm_util_percent if a else None,
+                    share_method=a.share_method if a else None,
+                    attributed_power_watts=a.power_watts if a else None,
+                    attributed_energy_joules=total,
+                ))
+        return tuple(out)
 
+    def _mig_stats(self, reading: DeviceReading,
+                   attribution: DeviceAttribution | None) -> tuple[MigInstanceStats, ...]:
+        uuid = reading.identity.uuid
+        out = []
+        for inst in reading.mig_instances:
+            shares = [a for a in (attribution.processes if attribution else ())
+                      if a.gpu_instance_id == inst.gpu_instance_id]
+            power = energy = None
+            if attribution is not None and attribution.tick_active_energy_joules is not None:
+                power = sum(a.power_watts or 0.0 for a in shares)
+                energy = sum(a.energy_joules or 0.0 for a in shares)
+            key = ("mig", uuid, inst.gpu_instance_id)
+            total = self._counters.advance(key, energy) if energy is not None \
+                else self._counters.value(key)
+            out.append(MigInstanceStats(
+                gpu_instance_id=inst.gpu_instance_id, uuid=inst.uuid, profile=inst.profile,
+                memory_total_bytes=inst.memory_total_bytes,
+                memory_used_bytes=inst.memory_used_bytes,
+                attributed_power_watts=power, attributed_energy_joules=total,
+            ))
+        return tuple(out)
 
-def device_stats(reading: DeviceReading) -> DeviceStats:
-    return DeviceStats(
-        identity=reading.identity,
-        lost=reading.lost,
-        memory_used_bytes=reading.memory_used_bytes,
-        duty_cycle_percent=reading.utilization_percent,
-        power_watts=reading.power_watts,
-        power_limit_watts=reading.power_limit_watts,
-        temperature_celsius=reading.temperature_celsius,
-    )
+    def _device_stats(self, reading: DeviceReading,
+                      attribution: DeviceAttribution | None) -> DeviceStats:
+        uuid = reading.identity.uuid
+        return DeviceStats(
+            identity=reading.identity,
+            lost=reading.lost,
+            memory_used_bytes=reading.memory_used_bytes,
+            duty_cycle_percent=reading.utilization_percent,
+            power_watts=reading.power_watts,
+            energy_joules=self._counters.value(("device", uuid)),
+            idle_power_watts=attribution.idle_power_watts if attribution else None,
+            active_power_watts=attribution.active_power_watts if attribution else None,
+            active_energy_joules=self._counters.value(("device_active", uuid)),
+            power_limit_watts=reading.power_limit_watts,
+            temperature_celsius=reading.temperature_celsius,
+            sharing_mode=attribution.sharing_mode if attribution else None,
+            mig_instances=self._mig_stats(reading, attribution),
+        )
