@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from flask import Flask, Response
 from waitress import serve
@@ -22,6 +23,7 @@ def main() -> None:
     def static_body() -> Response:
         return Response(body, content_type=args.content_type)
 
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     serve(app, host="127.0.0.1", port=args.port, threads=8, _quiet=True)
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -144,7 +145,11 @@ def measure_serving(workdir: Path, scenario: dict, seconds: float) -> dict:
         time.sleep(3.0)
         results: dict = {"serving_rss_mb": round(daemon.ps.memory_info().rss / 2**20, 1)}
         for endpoint in ("/stats/summary", "/metrics"):
-            body = _fetch(daemon.url(endpoint))
+            try:
+                body = _fetch(daemon.url(endpoint))
+            except urllib.error.HTTPError as exc:
+                results[endpoint.strip("/").replace("/", "_")] = {"error": str(exc)}
+                continue
             if ceiling is not None:
                 ceiling.terminate()
                 ceiling.wait()
@@ -236,7 +241,9 @@ def print_report(report: dict) -> None:
               f"{'ceiling':>9}{'ratio':>7}{'errors':>8}")
         for key in ("stats_summary", "metrics"):
             r = serving.get(key)
-            if r:
+            if r and "error" in r:
+                print(f"{key:<16}{r['error']}")
+            elif r:
                 print(f"{key:<16}{r['body_bytes']:>8}{r['rps']:>9}{r['p50_ms']!s:>8}"
                       f"{r['p99_ms']!s:>8}{r['ceiling_rps']:>9}{r['ratio_to_ceiling']!s:>7}"
                       f"{r['errors']:>8}")

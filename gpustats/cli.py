@@ -95,6 +95,8 @@ class Daemon:
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # waitress warns on every queued request under concurrent scrapes; queueing is expected.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 
 def run_once(daemon: Daemon, interval: float = 1.0) -> int:
