@@ -15,6 +15,7 @@ from typing import Sequence
 from gpustats import __version__
 from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
+from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
@@ -23,7 +24,11 @@ from gpustats.engine.store import SnapshotStore
 from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.cgroups import CgroupReader
 from gpustats.sources.node import NodeReader
+from gpustats.sources.podresources.client import PodResourcesClient
+from gpustats.sources.procs import ProcReader
+from gpustats.sources.runtime.client import RuntimeNamesClient
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
@@ -70,7 +75,13 @@ class Daemon:
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
             errors=self.errors, store=self.store,
             energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters),
-            counters=self.counters, persister=self.persister)
+            counters=self.counters, persister=self.persister,
+            containers=ContainerTracker(
+                CgroupReader(self.roots), ProcReader(self.roots), self.counters,
+                pod_resources=PodResourcesClient(config.pod_resources_socket)
+                if config.pod_resources_socket else None,
+                runtime=RuntimeNamesClient(config.runtime_socket)
+                if config.runtime_socket else None))
         self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:

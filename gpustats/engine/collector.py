@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Callable, Protocol
 
+from gpustats.engine.containers import ContainerTracker, ContainerView
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
@@ -64,6 +66,7 @@ class Collector:
     def __init__(self, *, node_name: str, node: NodeSource, gpus: DeviceSource,
                  errors: ErrorTotals, store: SnapshotStore, energy: EnergyAccountant,
                  counters: EnergyCounters, persister: Persister | None = None,
+                 containers: ContainerTracker | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -74,6 +77,7 @@ class Collector:
         self._energy = energy
         self._counters = counters
         self._persister = persister
+        self._containers = containers
         self._wall = wall
         self._monotonic = monotonic
         self._started_at = wall()
@@ -91,6 +95,14 @@ class Collector:
             if attribution is not None:
                 attributions[reading.identity.uuid] = attribution
         processes = self._process_stats(readings, attributions)
+        view = ContainerView()
+        if self._containers is not None:
+            view = self._guard("container discovery",
+                               lambda: self._containers.tick(readings, attributions, processes),
+                               view)
+            processes = tuple(
+                replace(p, container_id=view.pid_to_container.get((p.device_uuid, p.pid)))
+                for p in processes)
         devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid))
                         for r in readings)
         gpu_status = self._gpus.status()
@@ -104,6 +116,8 @@ class Collector:
                            cpu=cpu, memory=memory),
             devices=devices,
             processes=processes,
+            pods=view.pods,
+            containers=view.containers,
             status=DaemonStatus(
                 gpus_on_pci_bus=gpu_status.gpus_on_pci_bus,
                 nvml_loaded=gpu_status.nvml_loaded,

@@ -58,3 +58,37 @@ class ContainerUsage:
     start_time: float | None = None
     cpu: CpuStats | None = None
     memory: MemoryStats | None = None
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """A device ID as the NVIDIA device plugin reports it, parsed."""
+
+    kind: str                          # "gpu" or "mig"
+    uuid: str                          # GPU-… or MIG-… (legacy MIG-GPU-…/gi/ci kept whole)
+    replica: int | None = None         # time-slicing / MPS replica (``::N`` suffix)
+    parent_uuid: str | None = None     # legacy MIG-GPU-<uuid>/<gi>/<ci>: the parent GPU
+    gpu_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class PodDeviceAllocation:
+    """One device the kubelet allocated to one container (pod-resources ``List``)."""
+
+    pod_name: str
+    pod_namespace: str
+    container_name: str
+    resource_name: str
+    device_id: str
+    device: DeviceRef | None
+
+
+@dataclass(frozen=True)
+class ContainerNames:
+    """Kubernetes names of a container from the runtime's labels."""
+
+    pod_name: str | None
+    pod_namespace: str | None
+    pod_uid: str | None
+    container_name: str | None
+    is_sandbox: bool = False

@@ -1,0 +1,304 @@
+"""Containers and pods of one tick: discovery, GPU mapping from three sources, names, usage.
+
+A container's GPUs come from, and are recorded with, these reasons: v1 ``devices.list``
+explicit ``c 195:<minor>`` entries; NVML's process list mapped through ``/proc/<pid>/cgroup``
+(what makes cgroup v2 and privileged containers work); kubelet pod-resources allocations,
+joined to a container by the runtime's name labels or, without a runtime, by a GPU that one
+container alone uses and one allocation alone holds. Names come from the runtime's labels or
+that join; a container nothing names is known by its cgroup ID only (never a guessed name).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Protocol
+
+from gpustats.engine.counters import EnergyCounters
+from gpustats.model.attribution import DeviceAttribution
+from gpustats.model.containers import (
+    REASON_DEVICES_LIST, REASON_NVML_PROCESS, REASON_POD_RESOURCES, CgroupRef, ContainerIdentity,
+    ContainerNames, ContainerUsage, PodDeviceAllocation,
+)
+from gpustats.model.device import DeviceReading
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
+)
+
+log = logging.getLogger(__name__)
+
+GpuKey = tuple[str, int | None]          # (physical GPU UUID, GPU instance id or None)
+
+
+class CgroupSource(Protocol):
+    def discover(self): ...
+
+    def device_rules(self, ref: CgroupRef): ...
+
+    def usage(self, key: object, ref: CgroupRef) -> ContainerUsage: ...
+
+    def end_tick(self) -> None: ...
+
+
+class ProcSource(Protocol):
+    def container_of(self, pid: int): ...
+
+
+class AllocationSource(Protocol):
+    def allocations(self) -> tuple[PodDeviceAllocation, ...] | None: ...
+
+
+class NamesSource(Protocol):
+    def names(self, container_ids: Iterable[str]) -> dict[str, ContainerNames]: ...
+
+
+@dataclass
+class ContainerView:
+    pods: tuple[PodStats, ...] = ()
+    containers: tuple[ContainerStats, ...] = ()
+    pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+@dataclass
+class _Devices:
+    """Lookups over this tick's GPUs."""
+
+    by_minor: dict[int, str]
+    by_uuid: dict[str, DeviceReading]
+    mig_by_uuid: dict[str, GpuKey]
+    profiles: dict[GpuKey, str | None]
+
+    @classmethod
+    def of(cls, readings: tuple[DeviceReading, ...]) -> "_Devices":
+        by_minor, by_uuid, mig, profiles = {}, {}, {}, {}
+        for r in readings:
+            by_uuid[r.identity.uuid] = r
+            if r.identity.minor_number is not None:
+                by_minor[r.identity.minor_number] = r.identity.uuid
+            for inst in r.mig_instances:
+                key = (r.identity.uuid, inst.gpu_instance_id)
+                profiles[key] = inst.profile
+                if inst.uuid:
+                    mig[inst.uuid] = key
+        return cls(by_minor, by_uuid, mig, profiles)
+
+    def resolve(self, allocation: PodDeviceAllocation) -> GpuKey | None:
+        ref = allocation.device
+        if ref is None:
+            return None
+        if ref.parent_uuid is not None:
+            return (ref.parent_uuid, ref.gpu_instance_id) if ref.parent_uuid in self.by_uuid \
+                else None
+        if ref.kind == "mig":
+            return self.mig_by_uuid.get(ref.uuid)
+        return (ref.uuid, None) if ref.uuid in self.by_uuid else None
+
+
+class ContainerTracker:
+    def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
+                 pod_resources: AllocationSource | None = None,
+                 runtime: NamesSource | None = None):
+        self._cgroups = cgroups
+        self._procs = procs
+        self._counters = counters
+        self._pod_resources = pod_resources
+        self._runtime = runtime
+
+    def tick(self, readings: tuple[DeviceReading, ...],
+             attributions: Mapping[str, DeviceAttribution],
+             processes: tuple[ProcessStats, ...]) -> ContainerView:
+        try:
+            discovery = self._cgroups.discover()
+            containers: dict[str, ContainerIdentity] = dict(discovery.containers)
+            pods: dict[str, CgroupRef] = dict(discovery.pods)
+            devices = _Devices.of(readings)
+            mappings: dict[str, dict[GpuKey, set[str]]] = {}
+            pid_to_container = self._map_processes(readings, containers, mappings)
+            self._map_devices_lists(containers, devices, mappings)
+            names = self._runtime.names(containers) if self._runtime is not None else {}
+            names = dict(names)
+            self._map_pod_resources(devices, containers, names, mappings)
+            return self._build(containers, pods, names, mappings, devices, attributions,
+                               processes, pid_to_container)
+        finally:
+            self._cgroups.end_tick()
+
+    # ------------------------------------------------------------ mapping sources
+
+    def _map_processes(self, readings, containers, mappings) -> dict[tuple[str, int], str]:
+        pid_to_container = {}
+        owner_of_pid: dict[int, object] = {}
+        for reading in readings:
+            for p in reading.processes:
+                if p.pid not in owner_of_pid:
+                    owner_of_pid[p.pid] = self._procs.container_of(p.pid)
+                found = owner_of_pid[p.pid]
+                if found is None:
+                    continue      # gone, or not in a container: stays at process level
+                cid = found.info.container_id
+                if cid not in containers:
+                    containers[cid] = ContainerIdentity(
+                        container_id=cid, runtime=found.info.runtime, pod_uid=found.info.pod_uid,
+                        qos_class=found.info.qos_class, cgroup=found.cgroup)
+                key = (reading.identity.uuid, p.gpu_instance_id)
+                mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_NVML_PROCESS)
+                pid_to_container[(reading.identity.uuid, p.pid)] = cid
+        return pid_to_container
+
+    def _map_devices_lists(self, containers, devices: _Devices, mappings) -> None:
+        if not devices.by_minor:
+            return
+        for cid, identity in containers.items():
+            if identity.cgroup is None or identity.cgroup.path("devices") is None:
+                continue
+            rules = self._cgroups.device_rules(identity.cgroup)
+            if rules is None or rules.all_devices or rules.all_nvidia:
+                continue
+            for minor in rules.gpu_minors:
+                uuid = devices.by_minor.get(minor)
+                if uuid is not None:
+                    mappings.setdefault(cid, {}).setdefault((uuid, None), set()).add(
+                        REASON_DEVICES_LIST)
+
+    def _map_pod_resources(self, devices: _Devices, containers, names, mappings) -> None:
+        if self._pod_resources is None:
+            return
+        allocations = self._pod_resources.allocations()
+        if not allocations:
+            return
+        by_name = {(n.pod_namespace, n.pod_name, n.container_name): cid
+                   for cid, n in names.items() if not n.is_sandbox and n.container_name}
+        holders: dict[str, set[tuple[str, str, str]]] = {}
+        resolved = []
+        for allocation in allocations:
+            key = devices.resolve(allocation)
+            if key is None:
+                continue
+            owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
+            holders.setdefault(key[0], set()).add(owner)
+            resolved.append((owner, key))
+        users: dict[str, set[str]] = {}
+        for cid, keys in mappings.items():
+            for uuid, _ in keys:
+                users.setdefault(uuid, set()).add(cid)
+        for owner, key in resolved:
+            cid = by_name.get(owner)
+            if cid is None:
+                # No runtime names: join only when this GPU has one holder and one user.
+                candidates = users.get(key[0], set())
+                if len(holders.get(key[0], ())) == 1 and len(candidates) == 1:
+                    cid = next(iter(candidates))
+                    identity = containers.get(cid)
+                    if cid not in names and identity is not None:
+                        names[cid] = ContainerNames(pod_name=owner[1], pod_namespace=owner[0],
+                                                    pod_uid=identity.pod_uid,
+                                                    container_name=owner[2])
+            if cid is None or cid not in containers:
+                continue
+            mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_POD_RESOURCES)
+
+    # ------------------------------------------------------------ snapshot parts
+
+    def _build(self, containers, pods, names, mappings, devices: _Devices, attributions,
+               processes, pid_to_container) -> ContainerView:
+        by_container: dict[str, list[ProcessStats]] = {}
+        for p in processes:
+            cid = pid_to_container.get((p.device_uuid, p.pid))
+            if cid is not None:
+                by_container.setdefault(cid, []).append(p)
+        tick_energy = _tick_energy_by_pid(attributions)
+        stats_by_pod: dict[str, list[ContainerStats]] = {}
+        loose: list[ContainerStats] = []
+        pod_tick: dict[str, dict[str, tuple[float, float]]] = {}
+        for cid, identity in sorted(containers.items()):
+            n = names.get(cid)
+            if n is not None and n.is_sandbox:
+                continue
+            accelerators = []
+            for key, reasons in sorted(mappings.get(cid, {}).items(),
+                                       key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+                acc, energy, power = self._accelerator(cid, key, reasons, devices,
+                                                       by_container.get(cid, []), tick_energy,
+                                                       attributions)
+                accelerators.append(acc)
+                pod_uid = identity.pod_uid or (n.pod_uid if n else None)
+                if pod_uid is not None and energy is not None:
+                    e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
+                    pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
+            usage = self._cgroups.usage(cid, identity.cgroup) if identity.cgroup else \
+                ContainerUsage()
+            stats = ContainerStats(
+                container_id=cid, name=n.container_name if n else None,
+                runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
+                pod_uid=identity.pod_uid, usage=usage, accelerators=tuple(accelerators))
+            pod_uid = identity.pod_uid or (n.pod_uid if n else None)
+            if pod_uid is not None:
+                stats_by_pod.setdefault(pod_uid, []).append(stats)
+            else:
+                loose.append(stats)
+        pod_stats = []
+        for uid, members in sorted(stats_by_pod.items()):
+            pod_names = next((names[c.container_id] for c in members
+                              if c.container_id in names), None)
+            ref = pods.get(uid)
+            usage = self._cgroups.usage(("pod", uid), ref) if ref is not None else ContainerUsage()
+            pod_stats.append(PodStats(
+                uid=uid, name=pod_names.pod_name if pod_names else None,
+                namespace=pod_names.pod_namespace if pod_names else None,
+                usage=usage, containers=tuple(members),
+                accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}))))
+        return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
+
+    def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
+                     attributions):
+        uuid, gi = key
+        mine = [p for p in procs if p.device_uuid == uuid and (gi is None
+                                                               or p.gpu_instance_id == gi)]
+        reading = devices.by_uuid.get(uuid)
+        memory = None
+        if reading is not None and not reading.lost \
+                and "processes" not in reading.unsupported_fields:
+            memory = sum(p.memory_used_bytes or 0 for p in mine)
+        utils = [p.compute_utilization_percent for p in mine]
+        utilization = sum(u for u in utils if u is not None) \
+            if utils and all(u is not None for u in utils) else None
+        energy = power = None
+        attribution = attributions.get(uuid)
+        if attribution is not None and attribution.tick_active_energy_joules is not None:
+            energy = sum(tick_energy.get((uuid, p.pid), 0.0) for p in mine)
+            power = sum(p.attributed_power_watts or 0.0 for p in mine)
+        counter = ("container", cid, uuid, gi)
+        total = self._counters.advance(counter, energy) if energy is not None \
+            else self._counters.value(counter)
+        acc = ContainerAccelerator(
+            device_uuid=uuid, reasons=tuple(sorted(reasons)), gpu_instance_id=gi,
+            mig_profile=devices.profiles.get(key) if gi is not None else None,
+            process_memory_used_bytes=memory, compute_utilization_percent=utilization,
+            attributed_power_watts=power, attributed_energy_joules=total)
+        return acc, energy, power
+
+    def _pod_accelerators(self, uid: str,
+                          tick: dict[str, tuple[float, float]]) -> tuple[PodAccelerator, ...]:
+        out = {}
+        for uuid, (energy, power) in tick.items():
+            total = self._counters.advance(("pod", uid, uuid), energy)
+            out[uuid] = PodAccelerator(uuid, power, total)
+        for key, total in self._counters.items("pod"):
+            if key[1] == uid and key[2] not in out:
+                out[key[2]] = PodAccelerator(key[2], None, total)
+        return tuple(out[k] for k in sorted(out))
+
+
+def _tick_energy_by_pid(attributions: Mapping[str, DeviceAttribution]) -> dict:
+    return {(a.device_uuid, a.pid): a.energy_joules or 0.0
+            for attribution in attributions.values() for a in attribution.processes}
+
+
+def _main_path(ref: CgroupRef | None) -> str | None:
+    if ref is None:
+        return None
+    for controller in ("", "memory", "cpuacct", "devices"):
+        path = ref.path(controller)
+        if path is not None:
+            return path
+    return ref.paths[0][1] if ref.paths else None

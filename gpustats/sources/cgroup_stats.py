@@ -1,0 +1,129 @@
+"""Pure parsers of cgroup stat files (v1 and v2), and the kubelet's CPU/memory arithmetic."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from gpustats.model.host import CpuStats, MemoryStats
+
+log = logging.getLogger(__name__)
+
+NVIDIA_MAJOR = 195
+MAX_GPU_MINOR = 128            # 255 is nvidiactl, 254 nvidia-modeset
+V1_UNLIMITED = 1 << 62         # a v1 memory limit at or above this means "no limit"
+
+
+@dataclass(frozen=True)
+class DeviceRules:
+    """A v1 ``devices.list``: only explicit ``c 195:<minor>`` entries are GPU assignments."""
+
+    all_devices: bool
+    all_nvidia: bool
+    gpu_minors: frozenset[int]
+    malformed_lines: int = 0
+
+
+def parse_devices_list(text: str) -> DeviceRules:
+    """``a *:* rwm`` (everything), ``c 195:* rwm`` (every NVIDIA node), ``c 195:0 rw`` (GPU 0)."""
+    all_devices = all_nvidia = False
+    minors = set()
+    malformed = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 3 or parts[0] not in ("a", "b", "c") or ":" not in parts[1]:
+            malformed += 1
+            continue
+        kind, numbers, _access = parts
+        major, _, minor = numbers.partition(":")
+        if kind == "a":
+            all_devices = True
+            continue
+        if kind != "c" or major != str(NVIDIA_MAJOR):
+            if not (major == "*" or major.isdigit()) or not (minor == "*" or minor.isdigit()):
+                malformed += 1
+            continue
+        if minor == "*":
+            all_nvidia = True
+        elif minor.isdigit():
+            if int(minor) < MAX_GPU_MINOR:
+                minors.add(int(minor))
+        else:
+            malformed += 1
+    return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed)
+
+
+def parse_flat_keyed(text: str) -> dict[str, int]:
+    """``key value`` lines (cpu.stat, memory.stat); malformed lines are skipped."""
+    values = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        try:
+            values[parts[0]] = int(parts[1])
+        except ValueError:
+            continue
+    return values
+
+
+def parse_limit(text: str | None, *, v2: bool) -> int | None:
+    """``memory.max`` (``max`` = none) or ``memory.limit_in_bytes`` (≥ 2^62 = none)."""
+    if text is None:
+        return None
+    value = text.strip()
+    if v2 and value == "max":
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        return None
+    if not v2 and limit >= V1_UNLIMITED:
+        return None
+    return limit
+
+
+def memory_stats(now: float, usage: int | None, stat: dict[str, int], limit: int | None,
+                 *, v2: bool) -> MemoryStats:
+    """cAdvisor's arithmetic: working set = usage − inactive file, clamped at 0."""
+    inactive = stat.get("inactive_file" if v2 else "total_inactive_file")
+    working_set = max(0, usage - inactive) if usage is not None and inactive is not None else None
+    return MemoryStats(
+        time=now,
+        available_bytes=max(0, limit - working_set)
+        if limit is not None and working_set is not None else None,
+        usage_bytes=usage,
+        working_set_bytes=working_set,
+        rss_bytes=stat.get("anon" if v2 else "total_rss"),
+        page_faults=stat.get("pgfault" if v2 else "total_pgfault"),
+        major_page_faults=stat.get("pgmajfault" if v2 else "total_pgmajfault"),
+    )
+
+
+class CpuRateTracker:
+    """Turns cumulative CPU ns into ``usageNanoCores`` from the previous sample of each key."""
+
+    def __init__(self) -> None:
+        self._previous: dict[object, tuple[float, int]] = {}
+        self._seen: set[object] = set()
+
+    def stats(self, key: object, now_wall: float, now_mono: float,
+              usage_ns: int | None) -> CpuStats | None:
+        if usage_ns is None:
+            return None
+        self._seen.add(key)
+        rate = None
+        previous = self._previous.get(key)
+        if previous is not None and now_mono > previous[0] and usage_ns >= previous[1]:
+            rate = int((usage_ns - previous[1]) / (now_mono - previous[0]))
+        self._previous[key] = (now_mono, usage_ns)
+        return CpuStats(time=now_wall, usage_core_nano_seconds=usage_ns, usage_nano_cores=rate)
+
+    def end_tick(self) -> None:
+        """Forget keys not asked for this tick (containers that went away)."""
+        for key in set(self._previous) - self._seen:
+            del self._previous[key]
+        self._seen = set()

@@ -1,0 +1,205 @@
+"""Container and pod cgroups found by walking cgroupfs, and their CPU/memory/devices files.
+
+Layouts: cgroup v2 (``<root>/cgroup.controllers``), v1 (one hierarchy per controller, possibly
+co-mounted as ``cpu,cpuacct``), and hybrid (v1 plus v2 at ``<root>/unified``). A container
+may sit at different depths in different v1 hierarchies, so its path is recorded per
+controller. The key ``""`` stands for the v2 hierarchy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gpustats.hostfs import HostRoots, read_int, read_text
+from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
+from gpustats.sources.cgroup_paths import parse_cgroup_path
+from gpustats.sources.cgroup_stats import (
+    CpuRateTracker, DeviceRules, memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
+)
+from gpustats.sources.errors import LogOnce
+
+log = logging.getLogger(__name__)
+
+V2 = ""
+WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
+MAX_DEPTH = 12
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Absolute directory of each hierarchy we read: v1 controller name or ``""`` for v2."""
+
+    hierarchies: tuple[tuple[str, str], ...]
+
+    def root(self, controller: str) -> str | None:
+        for name, path in self.hierarchies:
+            if name == controller:
+                return path
+        return None
+
+
+def detect_layout(cgroup_root: str) -> Layout:
+    if os.path.exists(os.path.join(cgroup_root, "cgroup.controllers")):
+        return Layout(((V2, cgroup_root),))
+    found: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(cgroup_root), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        for controller in entry.name.split(","):
+            if controller in WALKED_CONTROLLERS and controller not in found:
+                found[controller] = os.path.realpath(entry.path)
+    unified = os.path.join(cgroup_root, "unified")
+    if os.path.exists(os.path.join(unified, "cgroup.controllers")):
+        found[V2] = unified
+    return Layout(tuple(sorted(found.items())))
+
+
+@dataclass
+class Discovery:
+    """One walk's result: containers and pod cgroups with their per-controller paths."""
+
+    containers: dict[str, ContainerIdentity] = field(default_factory=dict)
+    pods: dict[str, CgroupRef] = field(default_factory=dict)
+    pod_qos: dict[str, str] = field(default_factory=dict)
+
+
+def _walk(root: str, on_dir: Callable[[str], bool]) -> None:
+    """Depth-first over directories below ``root``; ``on_dir(rel)`` False stops descent."""
+    stack = [("", 0)]
+    while stack:
+        rel, depth = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, rel.lstrip("/")) if rel else root) as it:
+                children = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue          # vanished between listing and reading
+        for name in children:
+            child = f"{rel}/{name}"
+            if on_dir(child) and depth + 1 < MAX_DEPTH:
+                stack.append((child, depth + 1))
+
+
+class CgroupReader:
+    """Walks the cgroup hierarchies and reads per-container figures."""
+
+    def __init__(self, roots: HostRoots, *, wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self._roots = roots
+        self._wall = wall
+        self._monotonic = monotonic
+        self._layout: Layout | None = None
+        self._cpu = CpuRateTracker()
+        self._log_once = LogOnce(log, every_seconds=600.0)
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            self._layout = detect_layout(self._roots.cgroup)
+            log.info("cgroup hierarchies: %s", ", ".join(
+                f"{name or 'v2'}={path}" for name, path in self._layout.hierarchies) or "none")
+        return self._layout
+
+    def discover(self) -> Discovery:
+        found = Discovery()
+        paths: dict[str, dict[str, str]] = {}
+        meta: dict[str, tuple] = {}
+        for controller, root in self.layout.hierarchies:
+            def on_dir(rel: str, controller=controller) -> bool:
+                info = parse_cgroup_path(rel)
+                if info is None:
+                    return True
+                if info.container_id is not None:
+                    paths.setdefault(info.container_id, {})[controller] = info.container_path
+                    meta.setdefault(info.container_id,
+                                    (info.runtime, info.pod_uid, info.qos_class))
+                    return False      # what is below a container belongs to it
+                if info.pod_uid is not None and info.pod_path == rel:
+                    pod = found.pods.setdefault(info.pod_uid, CgroupRef(()))
+                    found.pods[info.pod_uid] = CgroupRef(pod.paths + ((controller, rel),))
+                    found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
+                return True
+            _walk(root, on_dir)
+        for container_id, by_controller in paths.items():
+            runtime, pod_uid, qos = meta[container_id]
+            found.containers[container_id] = ContainerIdentity(
+                container_id=container_id, runtime=runtime, pod_uid=pod_uid, qos_class=qos,
+                cgroup=CgroupRef(tuple(sorted(by_controller.items()))))
+        return found
+
+    # ------------------------------------------------------------ per-cgroup files
+
+    def _file(self, controller: str, rel: str, name: str) -> str | None:
+        root = self.layout.root(controller)
+        if root is None:
+            return None
+        return os.path.join(root, rel.lstrip("/"), name)
+
+    def device_rules(self, ref: CgroupRef) -> DeviceRules | None:
+        """The v1 devices.list of this cgroup; ``None`` without a devices hierarchy or file."""
+        rel = ref.path("devices")
+        if rel is None:
+            return None
+        path = self._file("devices", rel, "devices.list")
+        text = read_text(path) if path else None
+        if text is None:
+            return None
+        rules = parse_devices_list(text)
+        if rules.malformed_lines:
+            self._log_once(("devices.list", rel), logging.WARNING,
+                           "%s: skipped %d malformed line(s)", path, rules.malformed_lines)
+        return rules
+
+    def start_time(self, ref: CgroupRef) -> float | None:
+        """The cgroup directory's change time (set at creation), earliest over hierarchies."""
+        times = []
+        for controller, rel in ref.paths:
+            root = self.layout.root(controller)
+            if root is None:
+                continue
+            try:
+                times.append(os.stat(os.path.join(root, rel.lstrip("/"))).st_ctime)
+            except OSError:
+                continue
+        return min(times) if times else None
+
+    def usage(self, key: object, ref: CgroupRef) -> ContainerUsage:
+        """CPU and memory of one cgroup, the way the kubelet reports them."""
+        now, mono = self._wall(), self._monotonic()
+        cpu_ns = v2_stat = None
+        v2_rel = ref.path(V2)
+        if ref.path("cpuacct") is not None:
+            cpu_ns = read_int(self._file("cpuacct", ref.path("cpuacct"), "cpuacct.usage"))
+        if cpu_ns is None and v2_rel is not None:
+            text = read_text(self._file(V2, v2_rel, "cpu.stat"))
+            if text is not None:
+                v2_stat = parse_flat_keyed(text)
+                usec = v2_stat.get("usage_usec")
+                cpu_ns = usec * 1000 if usec is not None else None
+        memory = None
+        mem_rel = ref.path("memory")
+        if mem_rel is not None:
+            usage = read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"))
+            stat = read_text(self._file("memory", mem_rel, "memory.stat"))
+            if usage is not None or stat is not None:
+                limit = parse_limit(read_text(self._file("memory", mem_rel,
+                                                          "memory.limit_in_bytes")), v2=False)
+                memory = memory_stats(now, usage, parse_flat_keyed(stat or ""), limit, v2=False)
+        elif v2_rel is not None:
+            usage = read_int(self._file(V2, v2_rel, "memory.current"))
+            if usage is not None:
+                stat = read_text(self._file(V2, v2_rel, "memory.stat")) or ""
+                limit = parse_limit(read_text(self._file(V2, v2_rel, "memory.max")), v2=True)
+                memory = memory_stats(now, usage, parse_flat_keyed(stat), limit, v2=True)
+        return ContainerUsage(start_time=self.start_time(ref),
+                              cpu=self._cpu.stats(key, now, mono, cpu_ns), memory=memory)
+
+    def end_tick(self) -> None:
+        self._cpu.end_tick()

@@ -1,0 +1,100 @@
+"""kubelet pod-resources ``List``: which container holds which GPU (and MIG instance).
+
+The NVIDIA device plugin reports ``GPU-<uuid>`` for a full GPU, ``MIG-<uuid>`` for a MIG
+device (``MIG-GPU-<uuid>/<gi>/<ci>`` on drivers before R470), and ``<id>::<n>`` for
+time-slicing and MPS replicas. GKE's plugin reports ``nvidia0``-style names, which carry no
+UUID: those are not mapped (the NVML process path still is).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Callable
+
+from gpustats.model.containers import DeviceRef, PodDeviceAllocation
+from gpustats.sources.grpc_channel import UnixChannel
+from gpustats.sources.podresources import podresources_api_pb2 as api
+from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+_LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/(\d+)$")
+_UUID_BODY = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]*$")
+
+
+def parse_device_id(device_id: str) -> DeviceRef | None:
+    """A device-plugin ID → DeviceRef; ``None`` for IDs that name no NVML UUID."""
+    text = device_id.strip()
+    replica = None
+    base, sep, suffix = text.rpartition("::")
+    if sep:
+        if not suffix.isdigit():
+            return None
+        text, replica = base, int(suffix)
+    legacy = _LEGACY_MIG.match(text)
+    if legacy:
+        return DeviceRef(kind="mig", uuid=text, replica=replica, parent_uuid=legacy.group(1),
+                         gpu_instance_id=int(legacy.group(2)))
+    for prefix, kind in (("GPU-", "gpu"), ("MIG-", "mig")):
+        if text.startswith(prefix) and _UUID_BODY.match(text[len(prefix):] or "-x"):
+            if len(text) > len(prefix):
+                return DeviceRef(kind=kind, uuid=text, replica=replica)
+    return None
+
+
+def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
+    """Flatten a ListPodResourcesResponse to NVIDIA device allocations."""
+    out = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not devices.resource_name.startswith("nvidia.com/"):
+                    continue
+                for device_id in devices.device_ids:
+                    out.append(PodDeviceAllocation(
+                        pod_name=pod.name, pod_namespace=pod.namespace,
+                        container_name=container.name, resource_name=devices.resource_name,
+                        device_id=device_id, device=parse_device_id(device_id)))
+    return tuple(out)
+
+
+class PodResourcesClient:
+    """Cached ``List`` over the kubelet socket; ``None`` when the source is off or failing."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_seconds: float = 1.0,
+                 cache_seconds: float = 15.0, stale_after_seconds: float = 300.0,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self._channel = UnixChannel(socket_path, "pod-resources", log,
+                                    timeout_seconds=timeout_seconds)
+        self._cache_seconds = cache_seconds
+        self._stale_after = stale_after_seconds
+        self._monotonic = monotonic
+        self._cached: tuple[PodDeviceAllocation, ...] | None = None
+        self._cached_at: float | None = None
+        self._last_attempt: float | None = None
+        self.calls = 0
+
+    def allocations(self) -> tuple[PodDeviceAllocation, ...] | None:
+        now = self._monotonic()
+        if self._last_attempt is not None and now - self._last_attempt < self._cache_seconds:
+            return self._fresh(now)
+        self._last_attempt = now
+        self.calls += 1
+        response = self._channel.call(
+            api_grpc.PodResourcesListerStub,
+            lambda stub, timeout: stub.List(api.ListPodResourcesRequest(), timeout=timeout))
+        if response is not None:
+            self._cached = allocations_from_response(response)
+            self._cached_at = now
+        return self._fresh(now)
+
+    def _fresh(self, now: float) -> tuple[PodDeviceAllocation, ...] | None:
+        if self._cached_at is None or now - self._cached_at > self._stale_after:
+            return None
+        return self._cached
+
+    def close(self) -> None:
+        self._channel.close()

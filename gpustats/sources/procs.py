@@ -1,0 +1,67 @@
+"""``/proc/<pid>/cgroup``: which container a (GPU) process lives in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpustats.hostfs import HostRoots, read_text
+from gpustats.model.containers import CgroupRef
+from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """Controller → path. v1 lines ``N:cpu,cpuacct:/path``; the v2 line ``0::/path`` gives ``""``.
+
+    Named hierarchies (``name=systemd``) are kept under their full name; malformed lines skipped.
+    """
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith("/"):
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            paths[""] = path
+            continue
+        for controller in controllers.split(","):
+            if controller:
+                paths[controller] = path
+    return paths
+
+
+@dataclass(frozen=True)
+class ProcessContainer:
+    info: CgroupPathInfo
+    cgroup: CgroupRef
+
+
+def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
+    """The container these cgroup paths name (the v2 path first, then devices, cpuacct, memory)."""
+    for controller in ("", "devices", "cpuacct", "memory", "cpu", "pids", "name=systemd"):
+        path = paths.get(controller)
+        if path is None:
+            continue
+        info = parse_cgroup_path(path)
+        if info is not None and info.container_id is not None:
+            ref = []
+            for name in ("", "devices", "cpuacct", "memory"):
+                other = paths.get(name)
+                if other is None:
+                    continue
+                other_info = parse_cgroup_path(other)
+                if other_info is not None and other_info.container_id == info.container_id:
+                    ref.append((name, other_info.container_path))
+            return ProcessContainer(info, CgroupRef(tuple(sorted(ref))))
+    return None
+
+
+class ProcReader:
+    def __init__(self, roots: HostRoots):
+        self._roots = roots
+
+    def container_of(self, pid: int) -> ProcessContainer | None:
+        """``None`` when the process is gone or not in a container."""
+        text = read_text(self._roots.proc_path(str(pid), "cgroup"))
+        if text is None:
+            return None
+        return container_from_paths(parse_proc_cgroup(text))

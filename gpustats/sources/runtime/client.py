@@ -1,0 +1,75 @@
+"""Container names from the CRI runtime (``ListContainers`` labels), cached by container ID.
+
+Labels: ``io.kubernetes.pod.name``, ``io.kubernetes.pod.namespace``, ``io.kubernetes.pod.uid``,
+``io.kubernetes.container.name``; sandboxes carry ``io.cri-containerd.kind=sandbox`` or the
+container name ``POD``. containerd listens on ``/run/containerd/containerd.sock``, CRI-O on
+``/var/run/crio/crio.sock``. A container without the labels gets no names (never invented).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable
+
+from gpustats.model.containers import ContainerNames
+from gpustats.sources.grpc_channel import UnixChannel
+from gpustats.sources.runtime import cri_api_pb2 as api
+from gpustats.sources.runtime import cri_api_pb2_grpc as api_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/run/containerd/containerd.sock"
+POD_NAME = "io.kubernetes.pod.name"
+POD_NAMESPACE = "io.kubernetes.pod.namespace"
+POD_UID = "io.kubernetes.pod.uid"
+CONTAINER_NAME = "io.kubernetes.container.name"
+
+
+def names_from_labels(labels: dict[str, str]) -> ContainerNames | None:
+    if not any(key in labels for key in (POD_NAME, POD_NAMESPACE, POD_UID, CONTAINER_NAME)):
+        return None
+    container = labels.get(CONTAINER_NAME)
+    return ContainerNames(
+        pod_name=labels.get(POD_NAME) or None,
+        pod_namespace=labels.get(POD_NAMESPACE) or None,
+        pod_uid=labels.get(POD_UID) or None,
+        container_name=container or None,
+        is_sandbox=labels.get("io.cri-containerd.kind") == "sandbox" or container == "POD",
+    )
+
+
+class RuntimeNamesClient:
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_seconds: float = 1.0,
+                 min_interval_seconds: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self._channel = UnixChannel(socket_path, "container runtime", log,
+                                    timeout_seconds=timeout_seconds)
+        self._min_interval = min_interval_seconds
+        self._monotonic = monotonic
+        self._cache: dict[str, ContainerNames | None] = {}
+        self._last_call: float | None = None
+        self.calls = 0
+
+    def names(self, container_ids: Iterable[str]) -> dict[str, ContainerNames]:
+        wanted = set(container_ids)
+        for gone in set(self._cache) - wanted:
+            del self._cache[gone]
+        missing = wanted - set(self._cache)
+        now = self._monotonic()
+        if missing and (self._last_call is None or now - self._last_call >= self._min_interval):
+            self._last_call = now
+            self.calls += 1
+            response = self._channel.call(
+                api_grpc.RuntimeServiceStub,
+                lambda stub, timeout: stub.ListContainers(api.ListContainersRequest(),
+                                                          timeout=timeout))
+            if response is not None:
+                listed = {c.id: names_from_labels(dict(c.labels)) for c in response.containers}
+                for container_id in missing:
+                    # IDs are immutable: a container the runtime does not know stays unnamed.
+                    self._cache[container_id] = listed.get(container_id)
+        return {cid: n for cid in wanted if (n := self._cache.get(cid)) is not None}
+
+    def close(self) -> None:
+        self._channel.close()
