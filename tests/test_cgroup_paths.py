@@ -1,0 +1,87 @@
+"""Table tests over real-world cgroup paths: both drivers, three runtimes, three QoS, v1/v2."""
+
+import pytest
+
+from gpustats.sources.cgroup_paths import parse_cgroup_path
+
+UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
+UID_ = UID.replace("-", "_")
+CID = "9be25294a1b0c7d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7"
+assert len(CID) == 64
+
+CASES = [
+    # cgroupfs driver, containerd / docker-shim (bare id)
+    (f"/kubepods/burstable/pod{UID}/{CID}", CID, None, UID, "burstable"),
+    (f"/kubepods/besteffort/pod{UID}/{CID}", CID, None, UID, "besteffort"),
+    (f"/kubepods/pod{UID}/{CID}", CID, None, UID, "guaranteed"),
+    # cgroupfs driver, CRI-O
+    (f"/kubepods/burstable/pod{UID}/crio-{CID}", CID, "crio", UID, "burstable"),
+    # systemd driver, containerd
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+     f"cri-containerd-{CID}.scope", CID, "containerd", UID, "burstable"),
+    (f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/"
+     f"cri-containerd-{CID}.scope", CID, "containerd", UID, "besteffort"),
+    (f"/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope",
+     CID, "containerd", UID, "guaranteed"),
+    # systemd driver, CRI-O (and crun's child cgroup inside the scope)
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+     f"crio-{CID}.scope", CID, "crio", UID, "burstable"),
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+     f"crio-{CID}.scope/container", CID, "crio", UID, "burstable"),
+    # systemd driver, Docker (cri-dockerd)
+    (f"/kubepods.slice/kubepods-pod{UID_}.slice/docker-{CID}.scope", CID, "docker", UID,
+     "guaranteed"),
+    # Docker outside Kubernetes
+    (f"/docker/{CID}", CID, "docker", None, None),
+    (f"/system.slice/docker-{CID}.scope", CID, "docker", None, None),
+    # kubepods nested below other groups (a nested root, kind/k3d, a runtime in a container)
+    (f"/actions_job/abc/kubepods/burstable/pod{UID}/{CID}", CID, None, UID, "burstable"),
+    (f"/process_api/b9f3c1983de4/kubepods/besteffort/pod{UID}/{CID}", CID, None, UID,
+     "besteffort"),
+    (f"/docker/{'e' * 64}/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope",
+     "e" * 64, "docker", None, None),
+]
+
+
+@pytest.mark.parametrize("path, cid, runtime, uid, qos", CASES)
+def test_container_paths(path, cid, runtime, uid, qos):
+    info = parse_cgroup_path(path)
+    assert info is not None
+    assert (info.container_id, info.runtime, info.pod_uid, info.qos_class) == (cid, runtime, uid, qos)
+    assert path.startswith(info.container_path)
+
+
+@pytest.mark.parametrize("path, uid, qos", [
+    (f"/kubepods/burstable/pod{UID}", UID, "burstable"),
+    (f"/kubepods/pod{UID}", UID, "guaranteed"),
+    (f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice", UID,
+     "besteffort"),
+    (f"/kubepods.slice/kubepods-pod{UID_}.slice", UID, "guaranteed"),
+])
+def test_pod_cgroups(path, uid, qos):
+    info = parse_cgroup_path(path)
+    assert info.container_id is None and info.pod_uid == uid and info.qos_class == qos
+    assert info.pod_path == path
+
+
+@pytest.mark.parametrize("path", [
+    "/",
+    "/system.slice/sshd.service",
+    "/kubepods",
+    "/kubepods/burstable",
+    "/kubepods.slice/kubepods-burstable.slice",
+    f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+    f"crio-conmon-{CID}.scope",                                 # CRI-O's monitor
+    f"/system.slice/run-containerd-io.containerd.runtime.v2.task-k8s.io-{CID}-rootfs.mount",
+    f"/kubepods/burstable/pod{UID}/{CID[:63]}",                   # not 64 hex: garbage
+    f"/kubepods/burstable/pod{UID}/{CID.upper()}",
+    "/user.slice/user-1000.slice/session-2.scope",
+])
+def test_not_containers(path):
+    info = parse_cgroup_path(path)
+    assert info is None or info.container_id is None
+
+
+def test_pod_uid_not_taken_outside_kubepods():
+    # "pod" + uuid-looking text in an unrelated group is not a pod
+    assert parse_cgroup_path(f"/system.slice/pod{UID}") is None

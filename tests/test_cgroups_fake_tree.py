@@ -1,0 +1,129 @@
+"""Discovery and usage over fake cgroup trees: v1 (different depths per controller), v2, hybrid."""
+
+import os
+
+import pytest
+
+from gpustats.hostfs import HostRoots
+from gpustats.sources.cgroups import CgroupReader, detect_layout
+from gpustats.sources.procs import ProcReader
+
+UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
+UID_ = UID.replace("-", "_")
+C1, C2, C3 = "1" * 64, "2" * 64, "3" * 64
+
+
+def _write(path, files):
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (path / name).write_text(text)
+
+
+def v1_tree(root):
+    # devices and cpuacct at the top; memory below another group, as on this CI machine.
+    pod = f"kubepods/burstable/pod{UID}"
+    _write(root / "devices" / pod / C1, {"devices.list": "c 195:0 rw\nc 195:255 rw\n"})
+    _write(root / "devices" / pod / C2, {"devices.list": "a *:* rwm\n"})
+    _write(root / "cpu,cpuacct" / pod / C1, {"cpuacct.usage": "5000000000\n"})
+    _write(root / "cpu,cpuacct" / pod, {"cpuacct.usage": "6000000000\n"})
+    os.symlink("cpu,cpuacct", root / "cpuacct")
+    mem = root / "memory" / "process_api" / "abc" / pod
+    _write(mem / C1, {"memory.usage_in_bytes": "1000\n",
+                      "memory.stat": "total_inactive_file 100\ntotal_rss 800\ntotal_pgfault 5\n"
+                                     "total_pgmajfault 0\n",
+                      "memory.limit_in_bytes": "9223372036854771712\n"})
+    _write(root / "memory" / "system.slice" / "sshd.service", {})
+    _write(root / "devices" / "docker" / C3, {"devices.list": "c 195:1 rw\n"})
+    return root
+
+
+def test_detect_layouts(tmp_path):
+    v1 = v1_tree(tmp_path / "v1")
+    layout = detect_layout(str(v1))
+    assert {name for name, _ in layout.hierarchies} == {"devices", "cpuacct", "memory"}
+    v2 = tmp_path / "v2"
+    _write(v2, {"cgroup.controllers": "cpu memory\n"})
+    assert detect_layout(str(v2)).hierarchies == (("", str(v2)),)
+    _write(v1 / "unified", {"cgroup.controllers": ""})
+    assert "" in dict(detect_layout(str(v1)).hierarchies)
+
+
+def test_v1_discovery_per_controller_paths(tmp_path):
+    reader = CgroupReader(HostRoots(cgroup=str(v1_tree(tmp_path))))
+    found = reader.discover()
+    assert set(found.containers) == {C1, C2, C3}
+    c1 = found.containers[C1]
+    assert c1.pod_uid == UID and c1.qos_class == "burstable"
+    paths = dict(c1.cgroup.paths)
+    assert paths["devices"] == f"/kubepods/burstable/pod{UID}/{C1}"
+    assert paths["memory"] == f"/process_api/abc/kubepods/burstable/pod{UID}/{C1}"
+    assert found.containers[C3].runtime == "docker" and found.containers[C3].pod_uid is None
+    assert UID in found.pods
+    rules = reader.device_rules(c1.cgroup)
+    assert rules.gpu_minors == {0}
+    assert reader.device_rules(found.containers[C2].cgroup).all_devices
+    usage = reader.usage(C1, c1.cgroup)
+    assert usage.cpu.usage_core_nano_seconds == 5_000_000_000
+    assert usage.memory.working_set_bytes == 900 and usage.memory.rss_bytes == 800
+    assert usage.memory.available_bytes is None          # unlimited
+    assert usage.start_time is not None
+
+
+def test_v2_discovery_and_usage(tmp_path):
+    root = tmp_path / "cg"
+    _write(root, {"cgroup.controllers": "cpu memory\n"})
+    scope = (root / "kubepods.slice" / "kubepods-besteffort.slice" /
+             f"kubepods-besteffort-pod{UID_}.slice" / f"cri-containerd-{C1}.scope")
+    _write(scope, {"cpu.stat": "usage_usec 250\nuser_usec 200\n", "memory.current": "4096\n",
+                   "memory.stat": "anon 1024\ninactive_file 96\npgfault 3\npgmajfault 0\n",
+                   "memory.max": "8192\n"})
+    _write(scope.parent / f"cri-containerd-{C2}.scope" / "container", {})   # crun child
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    found = reader.discover()
+    assert set(found.containers) == {C1, C2}
+    c1 = found.containers[C1]
+    assert c1.runtime == "containerd" and c1.qos_class == "besteffort"
+    usage = reader.usage(C1, c1.cgroup)
+    assert usage.cpu.usage_core_nano_seconds == 250_000
+    assert usage.memory.working_set_bytes == 4000 and usage.memory.available_bytes == 4192
+    assert reader.device_rules(c1.cgroup) is None        # no devices.list on v2
+
+
+def test_vanishing_containers_never_raise(tmp_path, monkeypatch):
+    root = v1_tree(tmp_path)
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    found = reader.discover()
+    import shutil
+    shutil.rmtree(root / "devices" / "kubepods")
+    shutil.rmtree(root / "memory")
+    c1 = found.containers[C1]
+    assert reader.device_rules(c1.cgroup) is None
+    usage = reader.usage(C1, c1.cgroup)
+    assert usage.memory is None and usage.cpu.usage_core_nano_seconds == 5_000_000_000
+    again = reader.discover()
+    assert C2 not in again.containers            # its only cgroup went away
+    assert C1 in again.containers and C3 in again.containers   # still under cpuacct, docker
+
+
+def test_walk_survives_directories_removed_mid_walk(tmp_path, monkeypatch):
+    root = v1_tree(tmp_path)
+    real_scandir = os.scandir
+    calls = []
+
+    def flaky_scandir(path):
+        calls.append(path)
+        if len(calls) == 3:
+            raise FileNotFoundError(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", flaky_scandir)
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    reader.discover()        # no exception; what vanished is simply not there this tick
+
+
+def test_proc_reader(tmp_path):
+    proc = tmp_path / "proc"
+    _write(proc / "4242", {"cgroup": f"0::/kubepods/pod{UID}/{C1}\n"})
+    reader = ProcReader(HostRoots(proc=str(proc)))
+    assert reader.container_of(4242).info.container_id == C1
+    assert reader.container_of(999999) is None            # gone
