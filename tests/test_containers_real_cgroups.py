@@ -1,0 +1,155 @@
+"""End to end on real cgroups (root): a v1 container mapped through devices.list and a v2
+container found through NVML's process list, each holding a real process.
+
+Skipped, with the reason, where cgroups cannot be created (not root, no v1 hierarchies).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+CGROUP = Path("/sys/fs/cgroup")
+GPU0 = "GPU-00000000-1111-4111-8111-000000000000"
+GPU1 = "GPU-00000000-1111-4111-8111-000000000001"
+# Pages charged before joining stay with the old memory cgroup, so allocate after joining.
+BUSY = ("import time\ntime.sleep(0.3)\nheld = bytearray(48 << 20)\n"
+        "while True:\n    sum(range(20000)); time.sleep(0.002)\n")
+
+
+def _own_v1_path(controller: str) -> str:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return "/"
+
+
+def _mkdir(path: Path, created: list[Path]) -> None:
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir()
+        created.append(d)
+
+
+@pytest.fixture
+def cgroups():
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root")
+    for controller in ("devices", "memory"):
+        if not (CGROUP / controller / "cgroup.procs").exists():
+            pytest.skip(f"no cgroup v1 '{controller}' hierarchy at {CGROUP / controller}")
+    cpuacct = next((CGROUP / n for n in ("cpuacct", "cpu,cpuacct")
+                    if (CGROUP / n / "cpuacct.usage").exists()), None)
+    if cpuacct is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy")
+    created: list[Path] = []
+    procs: list[subprocess.Popen] = []
+    try:
+        yield {"created": created, "procs": procs, "cpuacct": cpuacct}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        time.sleep(0.1)
+        for d in sorted(created, key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _join(proc: subprocess.Popen, group: Path) -> None:
+    (group / "cgroup.procs").write_text(str(proc.pid))
+
+
+def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
+    created = cgroups["created"]
+    uid1, uid2 = str(uuid.uuid4()), str(uuid.uuid4())
+    cid1, cid2 = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2
+    rel1 = f"kubepods/burstable/pod{uid1}/{cid1}"
+    try:
+        devices = CGROUP / "devices" / rel1
+        _mkdir(devices, created)
+        (devices / "devices.deny").write_text("a")
+        (devices / "devices.allow").write_text("c 195:0 rw")
+        cpu = cgroups["cpuacct"] / rel1
+        _mkdir(cpu, created)
+        own_memory = _own_v1_path("memory").lstrip("/")
+        memory = CGROUP / "memory" / own_memory / rel1
+        _mkdir(memory, created)
+    except OSError as exc:
+        pytest.skip(f"cannot create v1 cgroups here: {exc}")
+
+    worker = subprocess.Popen([sys.executable, "-c", BUSY])
+    cgroups["procs"].append(worker)
+    for group in (devices, cpu, memory):
+        _join(worker, group)
+
+    v2_worker = None
+    unified = CGROUP / "unified"
+    if (unified / "cgroup.procs").exists():
+        v2_group = unified / f"kubepods/besteffort/pod{uid2}/{cid2}"
+        try:
+            _mkdir(v2_group, created)
+            v2_worker = subprocess.Popen([sys.executable, "-c", BUSY])
+            cgroups["procs"].append(v2_worker)
+            _join(v2_worker, v2_group)
+        except OSError:
+            v2_worker = None
+
+    processes = [{"pid": worker.pid, "device": GPU0, "sm_util_percent": 60,
+                  "memory_used_bytes": 1 << 30}]
+    if v2_worker is not None:
+        processes.append({"pid": v2_worker.pid, "device": GPU1, "sm_util_percent": 30,
+                          "memory_used_bytes": 1 << 29})
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "devices": [{"uuid": GPU0, "minor": 0, "power_watts": 300},
+                    {"uuid": GPU1, "minor": 1, "power_watts": 200}],
+        "processes": processes}))
+    daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.3",
+                          "--cgroup-root", str(CGROUP), "--pod-resources-socket", "",
+                          "--runtime-socket", "", "--idle-power-watts", "100")
+    daemon.wait_ready()
+
+    def pod(summary, uid):
+        return next((p for p in summary["pods"] if p["podRef"]["uid"] == uid), None)
+
+    summary = daemon.wait_for(
+        lambda s: pod(s, uid1) and pod(s, uid1)["containers"][0]["cpu"].get("usageNanoCores")
+        and pod(s, uid1)["containers"][0]["memory"].get("workingSetBytes", 0) > 40 << 20
+        and pod(s, uid1)["containers"][0].get("accelerators", [{}])[0].get(
+            "attributedEnergyJoules", 0) > 0, timeout=20)
+    container = pod(summary, uid1)["containers"][0]
+    assert container["name"] == cid1            # no runtime names: known by its ID only
+    assert container["cpu"]["usageCoreNanoSeconds"] > 0
+    assert container["memory"]["workingSetBytes"] > 40 << 20     # the 48 MiB it holds
+    assert container["startTime"]
+    acc = container["accelerators"][0]
+    assert acc["id"] == GPU0 and acc["make"] == "nvidia"
+    assert acc["processMemoryUsed"] == 1 << 30
+    assert acc["computeUtilization"] == 60
+    assert acc["attributedPowerWatts"] == pytest.approx(200.0, rel=0.01)   # 300 W − 100 W idle
+    pod1 = pod(summary, uid1)
+    assert pod1["accelerators"][0]["id"] == GPU0
+    assert pod1["podRef"]["uid"] == uid1
+
+    if v2_worker is not None:
+        summary = daemon.wait_for(lambda s: pod(s, uid2) is not None, timeout=10)
+        c2 = pod(summary, uid2)["containers"][0]
+        assert c2["name"] == cid2
+        assert c2["accelerators"][0]["id"] == GPU1
+        assert c2["cpu"]["usageCoreNanoSeconds"] > 0      # v2 cpu.stat
+    else:
+        pytest.skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified for the second half")
