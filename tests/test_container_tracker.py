@@ -1,0 +1,171 @@
+"""The container tracker's merge of mapping sources and names, with fake sources."""
+
+from dataclasses import dataclass
+
+from gpustats.engine.containers import ContainerTracker
+from gpustats.engine.counters import EnergyCounters
+from gpustats.model.attribution import DeviceAttribution, ProcessAttribution
+from gpustats.model.containers import (
+    CgroupRef, ContainerIdentity, ContainerNames, ContainerUsage, DeviceRef, PodDeviceAllocation,
+)
+from gpustats.model.device import DeviceIdentity, DeviceReading, MigInstanceReading, ProcessReading
+from gpustats.model.snapshot import ProcessStats
+from gpustats.sources.cgroup_paths import parse_cgroup_path
+from gpustats.sources.cgroup_stats import DeviceRules
+from gpustats.sources.cgroups import Discovery
+from gpustats.sources.procs import ProcessContainer
+
+GPU0, GPU1 = "GPU-0", "GPU-1"
+UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
+A, B, S, D = "a" * 64, "b" * 64, "5" * 64, "d" * 64
+
+
+class FakeCgroups:
+    def __init__(self, containers, rules=None, pods=None):
+        self.containers = containers
+        self.rules = rules or {}
+        self.pods = pods or {}
+        self.ended = 0
+
+    def discover(self):
+        return Discovery(containers=dict(self.containers), pods=dict(self.pods))
+
+    def device_rules(self, ref):
+        return self.rules.get(ref.path("devices"))
+
+    def usage(self, key, ref):
+        return ContainerUsage(start_time=1.0)
+
+    def end_tick(self):
+        self.ended += 1
+
+
+class FakeProcs:
+    def __init__(self, by_pid):
+        self.by_pid = by_pid
+
+    def container_of(self, pid):
+        path = self.by_pid.get(pid)
+        if path is None:
+            return None
+        return ProcessContainer(parse_cgroup_path(path), CgroupRef((("", path),)))
+
+
+@dataclass
+class FakeAllocations:
+    result: tuple
+
+    def allocations(self):
+        return self.result
+
+
+@dataclass
+class FakeNames:
+    table: dict
+
+    def names(self, ids):
+        return {i: self.table[i] for i in ids if i in self.table}
+
+
+def ident(cid, devices_path=None):
+    return ContainerIdentity(container_id=cid, pod_uid=UID, qos_class="burstable",
+                             cgroup=CgroupRef((("devices", devices_path or f"/k/pod{UID}/{cid}"),)))
+
+
+def reading(uuid, minor, processes=(), mig=()):
+    return DeviceReading(identity=DeviceIdentity(index=minor, uuid=uuid, minor_number=minor),
+                         monotonic_seconds=0.0, processes=tuple(processes), mig_instances=mig)
+
+
+def alloc(pod, container, device_id, kind="gpu"):
+    return PodDeviceAllocation(pod_name=pod, pod_namespace="ml", container_name=container,
+                               resource_name="nvidia.com/gpu", device_id=device_id,
+                               device=DeviceRef(kind=kind, uuid=device_id))
+
+
+def test_devices_list_maps_explicit_minors_only():
+    cgroups = FakeCgroups({A: ident(A), B: ident(B)}, rules={
+        f"/k/pod{UID}/{A}": DeviceRules(False, False, frozenset({1})),
+        f"/k/pod{UID}/{B}": DeviceRules(True, False, frozenset({0})),      # a *:* rwm
+    })
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters())
+    view = tracker.tick((reading(GPU0, 0), reading(GPU1, 1)), {}, ())
+    by_id = {c.container_id: c for p in view.pods for c in p.containers}
+    assert [(a.device_uuid, a.reasons) for a in by_id[A].accelerators] == \
+        [(GPU1, ("devices.list",))]
+    assert by_id[B].accelerators == ()
+    assert cgroups.ended == 1
+
+
+def test_nvml_process_path_adds_containers_the_walk_missed():
+    path = f"/kubepods/besteffort/pod{UID}/{D}"
+    procs = FakeProcs({4242: path})
+    tracker = ContainerTracker(FakeCgroups({}), procs, EnergyCounters())
+    proc = ProcessReading(pid=4242, memory_used_bytes=100)
+    stats = (ProcessStats(pid=4242, device_uuid=GPU0, memory_used_bytes=100,
+                          compute_utilization_percent=40.0, attributed_power_watts=50.0),)
+    attribution = {GPU0: DeviceAttribution(GPU0, 100.0, 50.0, 1000.0, 250.0, "exclusive", (
+        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 50.0, 250.0, 40.0),))}
+    view = tracker.tick((reading(GPU0, 0, [proc]),), attribution, stats)
+    container = view.pods[0].containers[0]
+    acc = container.accelerators[0]
+    assert container.container_id == D and acc.reasons == ("nvml-process",)
+    assert acc.process_memory_used_bytes == 100 and acc.compute_utilization_percent == 40.0
+    assert acc.attributed_energy_joules == 250.0
+    assert view.pods[0].accelerators[0].attributed_energy_joules == 250.0
+    assert view.pid_to_container == {(GPU0, 4242): D}
+    # A process that vanished or lives outside containers stays at process level.
+    view = tracker.tick((reading(GPU0, 0, [ProcessReading(pid=999)]),), {}, ())
+    assert view.pods == () and view.pid_to_container == {}
+
+
+def test_pod_resources_joined_by_runtime_names_and_sandbox_skipped():
+    cgroups = FakeCgroups({A: ident(A), S: ident(S)})
+    names = FakeNames({A: ContainerNames("trainer-0", "ml", UID, "trainer"),
+                       S: ContainerNames("trainer-0", "ml", UID, "POD", is_sandbox=True)})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(),
+                               pod_resources=FakeAllocations((alloc("trainer-0", "trainer", GPU1),)),
+                               runtime=names)
+    view = tracker.tick((reading(GPU0, 0), reading(GPU1, 1)), {}, ())
+    pod = view.pods[0]
+    assert (pod.name, pod.namespace, pod.uid) == ("trainer-0", "ml", UID)
+    assert [c.container_id for c in pod.containers] == [A]          # sandbox left out
+    assert pod.containers[0].name == "trainer"
+    assert pod.containers[0].accelerators[0].reasons == ("pod-resources",)
+
+
+def test_pod_resources_without_runtime_joins_only_unambiguous_gpu():
+    cgroups = FakeCgroups({A: ident(A), B: ident(B)}, rules={
+        f"/k/pod{UID}/{A}": DeviceRules(False, False, frozenset({0})),
+        f"/k/pod{UID}/{B}": DeviceRules(False, False, frozenset({1})),
+    })
+    allocations = FakeAllocations((alloc("p", "trainer", GPU0),
+                                   alloc("q", "x", GPU1), alloc("r", "y", GPU1)))
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(),
+                               pod_resources=allocations)
+    view = tracker.tick((reading(GPU0, 0), reading(GPU1, 1)), {}, ())
+    by_id = {c.container_id: c for p in view.pods for c in p.containers}
+    assert by_id[A].name == "trainer"
+    assert set(by_id[A].accelerators[0].reasons) == {"devices.list", "pod-resources"}
+    assert by_id[B].name is None                 # two holders of GPU1: no guessed name
+    assert by_id[B].accelerators[0].reasons == ("devices.list",)
+
+
+def test_mig_allocation_maps_to_instance():
+    mig = (MigInstanceReading(gpu_instance_id=7, uuid="MIG-x", profile="1g.10gb"),)
+    names = FakeNames({A: ContainerNames("p", "ml", UID, "c")})
+    tracker = ContainerTracker(FakeCgroups({A: ident(A)}), FakeProcs({}), EnergyCounters(),
+                               pod_resources=FakeAllocations((alloc("p", "c", "MIG-x", "mig"),)),
+                               runtime=names)
+    view = tracker.tick((reading(GPU0, 0, mig=mig),), {}, ())
+    acc = view.pods[0].containers[0].accelerators[0]
+    assert (acc.device_uuid, acc.gpu_instance_id, acc.mig_profile) == (GPU0, 7, "1g.10gb")
+
+
+def test_containers_outside_pods_are_top_level():
+    docker = ContainerIdentity(container_id=D, runtime="docker",
+                               cgroup=CgroupRef((("devices", f"/docker/{D}"),)))
+    view = ContainerTracker(FakeCgroups({D: docker}), FakeProcs({}), EnergyCounters()).tick(
+        (), {}, ())
+    assert view.pods == () and view.containers[0].container_id == D
+    assert view.containers[0].cgroup_path == f"/docker/{D}"
