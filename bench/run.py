@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from bench.loadgen import run_load
-from bench.scenarios import node_scenario, write_scenario
+from bench.scenarios import fake_host, node_scenario, write_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -90,6 +90,17 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         "nvml_calls_per_tick": round(statistics.mean(calls), 1),
         "nvml_calls_per_gpu_per_tick": round(statistics.mean(calls) / gpus, 1),
     }
+
+
+def _container_scale(name: str, gpus: int, mig: int, processes: int, containers: int,
+                     workdir: Path, ticks: int) -> dict:
+    scenario = node_scenario(gpus, processes, mig_instances=mig)
+    pids = [p["pid"] for p in scenario["processes"]]
+    cgroup, proc = fake_host(workdir / f"host-{name}", containers, pids)
+    result = measure_ticks(name, scenario, workdir, ticks,
+                           ("--cgroup-root", cgroup, "--proc-root", proc))
+    result["containers"] = containers
+    return result
 
 
 # ---------------------------------------------------------------- daemons in subprocesses
@@ -210,6 +221,15 @@ def main(argv: list[str] | None = None) -> int:
         report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
         report["scales"].append(measure_ticks("8gpu", node_scenario(8), workdir, ticks))
         report["scales"].append(measure_ticks("8gpu-64proc", node_scenario(8, 64), workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-300c", 8, 0, 64, 300, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-3000c", 8, 0, 64, 3000, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-7mig-3000c", 8, 7, 64, 3000, workdir,
+                                                 ticks))
+        by_name = {s["scale"]: s for s in report["scales"]}
+        report["growth_ratio_3000c_over_300c"] = round(
+            by_name["8gpu-3000c"]["tick_cpu_ms_median"]
+            / by_name["8gpu-300c"]["tick_cpu_ms_median"], 2)
         if not args.skip_idle:
             report["idle_host"] = measure_idle_host(workdir, idle_seconds)
         if not args.skip_serving:
@@ -223,12 +243,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_report(report: dict) -> None:
-    print(f"{'scale':<16}{'gpus':>5}{'procs':>7}{'tick ms med':>13}{'p95':>8}"
+    print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
           f"{'calls/tick':>12}{'calls/gpu':>11}")
     for s in report["scales"]:
-        print(f"{s['scale']:<16}{s['gpus']:>5}{s['processes']:>7}{s['tick_cpu_ms_median']:>13}"
-              f"{s['tick_cpu_ms_p95']:>8}{s['nvml_calls_per_tick']:>12}"
-              f"{s['nvml_calls_per_gpu_per_tick']:>11}")
+        print(f"{s['scale']:<18}{s['gpus']:>5}{s['processes']:>7}{s.get('containers', 0):>6}"
+              f"{s['tick_cpu_ms_median']:>13}{s['tick_cpu_ms_p95']:>8}"
+              f"{s['nvml_calls_per_tick']:>12}{s['nvml_calls_per_gpu_per_tick']:>11}")
+    if "growth_ratio_3000c_over_300c" in report:
+        print(f"growth 3000 vs 300 containers: x{report['growth_ratio_3000c_over_300c']} "
+              "(linear would be x10 or less)")
     idle = report.get("idle_host")
     if idle:
         print(f"\nidle host (no GPU): {idle['idle_cpu_seconds_per_hour']} s CPU/hour, "

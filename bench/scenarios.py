@@ -53,3 +53,40 @@ def write_scenario(path, scenario: dict) -> str:
     with open(path, "w") as f:
         yaml.safe_dump(scenario, f)
     return str(path)
+
+
+def fake_host(root, containers: int, pids: list[int], pods_of: int = 3) -> tuple[str, str]:
+    """A cgroup v2 tree with ``containers`` containers (``pods_of`` per pod) and a /proc
+    whose ``pids`` live in the first containers. Returns (cgroup root, proc root)."""
+    import os
+
+    cgroup = os.path.join(root, "cgroup")
+    proc = os.path.join(root, "proc")
+    os.makedirs(cgroup, exist_ok=True)
+    with open(os.path.join(cgroup, "cgroup.controllers"), "w") as f:
+        f.write("cpu memory\n")
+    paths = []
+    for i in range(containers):
+        pod = f"{i // pods_of:08x}-0000-4000-8000-{i // pods_of:012x}"
+        cid = f"{i:064x}"
+        rel = (f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+               f"{pod.replace('-', '_')}.slice/cri-containerd-{cid}.scope")
+        d = os.path.join(cgroup, rel)
+        os.makedirs(d, exist_ok=True)
+        for name, text in (("cpu.stat", f"usage_usec {1000 * (i + 1)}\nuser_usec 1\n"),
+                           ("memory.current", f"{(i + 1) << 20}\n"),
+                           ("memory.stat", "anon 1048576\ninactive_file 4096\npgfault 10\n"
+                                           "pgmajfault 0\n"),
+                           ("memory.max", "max\n")):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        paths.append("/" + rel)
+    for n, pid in enumerate(pids):
+        d = os.path.join(proc, str(pid))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::{paths[n % len(paths)]}\n")
+    for name in ("stat", "meminfo", "vmstat"):
+        with open(f"/proc/{name}") as src, open(os.path.join(proc, name), "w") as dst:
+            dst.write(src.read())
+    return cgroup, proc

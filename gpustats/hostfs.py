@@ -26,16 +26,34 @@ class HostRoots:
         return os.path.join(self.cgroup, *(p.lstrip("/") for p in parts))
 
 
+_CHUNK = 65536
+
+
 def read_text(path: str) -> str | None:
-    """File contents, or ``None`` when it does not exist (any more) or cannot be read."""
+    """File contents, or ``None`` when it does not exist (any more) or cannot be read.
+
+    Plain ``os.read`` rather than a text-mode ``open``: kernel files are small and read every
+    tick, and the buffered text layer costs more than the read itself.
+    """
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except (FileNotFoundError, NotADirectoryError, ProcessLookupError, PermissionError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if len(chunk) < _CHUNK:
+                break
     except OSError:
         # ENODEV/ESRCH and friends from kernel files whose object went away mid-read.
         return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def read_int(path: str) -> int | None:

@@ -103,6 +103,9 @@ class ContainerTracker:
         self._counters = counters
         self._pod_resources = pod_resources
         self._runtime = runtime
+        # pid -> its container, for processes seen last tick: a GPU process does not change
+        # cgroup, and a PID is not reused while it stays in NVML's process list.
+        self._pid_owner: dict[int, object] = {}
 
     def tick(self, readings: tuple[DeviceReading, ...],
              attributions: Mapping[str, DeviceAttribution],
@@ -128,10 +131,13 @@ class ContainerTracker:
     def _map_processes(self, readings, containers, mappings) -> dict[tuple[str, int], str]:
         pid_to_container = {}
         owner_of_pid: dict[int, object] = {}
+        previous = self._pid_owner
         for reading in readings:
             for p in reading.processes:
                 if p.pid not in owner_of_pid:
-                    owner_of_pid[p.pid] = self._procs.container_of(p.pid)
+                    known = previous.get(p.pid)
+                    owner_of_pid[p.pid] = known if known is not None \
+                        else self._procs.container_of(p.pid)
                 found = owner_of_pid[p.pid]
                 if found is None:
                     continue      # gone, or not in a container: stays at process level
@@ -143,6 +149,7 @@ class ContainerTracker:
                 key = (reading.identity.uuid, p.gpu_instance_id)
                 mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_NVML_PROCESS)
                 pid_to_container[(reading.identity.uuid, p.pid)] = cid
+        self._pid_owner = {pid: owner for pid, owner in owner_of_pid.items() if owner is not None}
         return pid_to_container
 
     def _map_devices_lists(self, containers, devices: _Devices, mappings) -> None:
@@ -236,6 +243,9 @@ class ContainerTracker:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
                 loose.append(stats)
+        pod_history: dict[str, dict[str, float]] = {}
+        for key, total in self._counters.items("pod"):
+            pod_history.setdefault(key[1], {})[key[2]] = total
         pod_stats = []
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
@@ -246,7 +256,8 @@ class ContainerTracker:
                 uid=uid, name=pod_names.pod_name if pod_names else None,
                 namespace=pod_names.pod_namespace if pod_names else None,
                 usage=usage, containers=tuple(members),
-                accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}))))
+                accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}),
+                                                    pod_history.get(uid, {}))))
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
@@ -277,15 +288,16 @@ class ContainerTracker:
             attributed_power_watts=power, attributed_energy_joules=total)
         return acc, energy, power
 
-    def _pod_accelerators(self, uid: str,
-                          tick: dict[str, tuple[float, float]]) -> tuple[PodAccelerator, ...]:
+    def _pod_accelerators(self, uid: str, tick: dict[str, tuple[float, float]],
+                          history: dict[str, float]) -> tuple[PodAccelerator, ...]:
+        """GPUs the pod uses this tick, plus those whose energy it accumulated earlier."""
         out = {}
         for uuid, (energy, power) in tick.items():
             total = self._counters.advance(("pod", uid, uuid), energy)
             out[uuid] = PodAccelerator(uuid, power, total)
-        for key, total in self._counters.items("pod"):
-            if key[1] == uid and key[2] not in out:
-                out[key[2]] = PodAccelerator(key[2], None, total)
+        for uuid, total in history.items():
+            if uuid not in out:
+                out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
 
 

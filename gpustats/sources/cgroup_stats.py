@@ -56,18 +56,26 @@ def parse_devices_list(text: str) -> DeviceRules:
     return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed)
 
 
-def parse_flat_keyed(text: str) -> dict[str, int]:
-    """``key value`` lines (cpu.stat, memory.stat); malformed lines are skipped."""
+def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str, int]:
+    """``key value`` lines (cpu.stat, memory.stat); malformed lines are skipped.
+
+    With ``keys``, only those are converted (memory.stat has dozens of lines per read).
+    """
     values = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) != 2:
+        if len(parts) != 2 or (keys is not None and parts[0] not in keys):
             continue
         try:
             values[parts[0]] = int(parts[1])
         except ValueError:
             continue
     return values
+
+
+MEMORY_STAT_KEYS_V1 = frozenset({"total_inactive_file", "total_rss", "total_pgfault",
+                                 "total_pgmajfault"})
+MEMORY_STAT_KEYS_V2 = frozenset({"inactive_file", "anon", "pgfault", "pgmajfault"})
 
 
 def parse_limit(text: str | None, *, v2: bool) -> int | None:

@@ -18,7 +18,8 @@ from gpustats.hostfs import HostRoots, read_int, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
-    CpuRateTracker, DeviceRules, memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
+    MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, CpuRateTracker, DeviceRules, memory_stats,
+    parse_devices_list, parse_flat_keyed, parse_limit,
 )
 from gpustats.sources.errors import LogOnce
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 V2 = ""
 WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
 MAX_DEPTH = 12
+LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize); re-read then
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,13 @@ class CgroupReader:
         self._layout: Layout | None = None
         self._cpu = CpuRateTracker()
         self._log_once = LogOnce(log, every_seconds=600.0)
+        # Per-tick caches, pruned in end_tick to what was seen this tick.
+        self._parsed: dict[str, object] = {}
+        self._parsed_seen: set[str] = set()
+        self._dirs: dict[tuple[str, str], str | None] = {}
+        self._start_times: dict[object, float | None] = {}
+        self._limits: dict[object, tuple[float, int | None]] = {}
+        self._seen_keys: set[object] = set()
 
     @property
     def layout(self) -> Layout:
@@ -111,9 +120,13 @@ class CgroupReader:
         found = Discovery()
         paths: dict[str, dict[str, str]] = {}
         meta: dict[str, tuple] = {}
+        parsed, seen = self._parsed, self._parsed_seen
         for controller, root in self.layout.hierarchies:
             def on_dir(rel: str, controller=controller) -> bool:
-                info = parse_cgroup_path(rel)
+                seen.add(rel)
+                info = parsed.get(rel, parsed)
+                if info is parsed:
+                    info = parsed[rel] = parse_cgroup_path(rel)
                 if info is None:
                     return True
                 if info.container_id is not None:
@@ -136,11 +149,18 @@ class CgroupReader:
 
     # ------------------------------------------------------------ per-cgroup files
 
+    def _dir(self, controller: str, rel: str) -> str | None:
+        key = (controller, rel)
+        directory = self._dirs.get(key, key)
+        if directory is key:
+            root = self.layout.root(controller)
+            directory = self._dirs[key] = (os.path.join(root, rel.lstrip("/"))
+                                           if root is not None else None)
+        return directory
+
     def _file(self, controller: str, rel: str, name: str) -> str | None:
-        root = self.layout.root(controller)
-        if root is None:
-            return None
-        return os.path.join(root, rel.lstrip("/"), name)
+        directory = self._dir(controller, rel)
+        return f"{directory}/{name}" if directory is not None else None
 
     def device_rules(self, ref: CgroupRef) -> DeviceRules | None:
         """The v1 devices.list of this cgroup; ``None`` without a devices hierarchy or file."""
@@ -161,18 +181,32 @@ class CgroupReader:
         """The cgroup directory's change time (set at creation), earliest over hierarchies."""
         times = []
         for controller, rel in ref.paths:
-            root = self.layout.root(controller)
-            if root is None:
+            directory = self._dir(controller, rel)
+            if directory is None:
                 continue
             try:
-                times.append(os.stat(os.path.join(root, rel.lstrip("/"))).st_ctime)
+                times.append(os.stat(directory).st_ctime)
             except OSError:
                 continue
         return min(times) if times else None
 
+    def _cached_start_time(self, key: object, ref: CgroupRef) -> float | None:
+        if key not in self._start_times or self._start_times[key] is None:
+            self._start_times[key] = self.start_time(ref)
+        return self._start_times[key]
+
+    def _limit(self, key: object, path: str | None, *, v2: bool, now: float) -> int | None:
+        cached = self._limits.get(key)
+        if cached is not None and now - cached[0] < LIMIT_REFRESH_SECONDS:
+            return cached[1]
+        limit = parse_limit(read_text(path) if path else None, v2=v2)
+        self._limits[key] = (now, limit)
+        return limit
+
     def usage(self, key: object, ref: CgroupRef) -> ContainerUsage:
         """CPU and memory of one cgroup, the way the kubelet reports them."""
         now, mono = self._wall(), self._monotonic()
+        self._seen_keys.add(key)
         cpu_ns = v2_stat = None
         v2_rel = ref.path(V2)
         if ref.path("cpuacct") is not None:
@@ -189,17 +223,31 @@ class CgroupReader:
             usage = read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"))
             stat = read_text(self._file("memory", mem_rel, "memory.stat"))
             if usage is not None or stat is not None:
-                limit = parse_limit(read_text(self._file("memory", mem_rel,
-                                                          "memory.limit_in_bytes")), v2=False)
-                memory = memory_stats(now, usage, parse_flat_keyed(stat or ""), limit, v2=False)
+                limit = self._limit(key, self._file("memory", mem_rel, "memory.limit_in_bytes"),
+                                    v2=False, now=mono)
+                memory = memory_stats(now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V1),
+                                      limit, v2=False)
         elif v2_rel is not None:
             usage = read_int(self._file(V2, v2_rel, "memory.current"))
             if usage is not None:
                 stat = read_text(self._file(V2, v2_rel, "memory.stat")) or ""
-                limit = parse_limit(read_text(self._file(V2, v2_rel, "memory.max")), v2=True)
-                memory = memory_stats(now, usage, parse_flat_keyed(stat), limit, v2=True)
-        return ContainerUsage(start_time=self.start_time(ref),
+                limit = self._limit(key, self._file(V2, v2_rel, "memory.max"), v2=True,
+                                    now=mono)
+                memory = memory_stats(now, usage, parse_flat_keyed(stat, MEMORY_STAT_KEYS_V2),
+                                      limit, v2=True)
+        return ContainerUsage(start_time=self._cached_start_time(key, ref),
                               cpu=self._cpu.stats(key, now, mono, cpu_ns), memory=memory)
 
     def end_tick(self) -> None:
+        """Forget what belongs to cgroups not seen this tick."""
         self._cpu.end_tick()
+        for cache in (self._start_times, self._limits):
+            for key in set(cache) - self._seen_keys:
+                del cache[key]
+        self._seen_keys = set()
+        if self._parsed_seen:
+            for rel in set(self._parsed) - self._parsed_seen:
+                del self._parsed[rel]
+            self._parsed_seen = set()
+        if len(self._dirs) > 4 * max(1, len(self._parsed)) + 1024:
+            self._dirs.clear()
