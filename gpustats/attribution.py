@@ -225,3 +225,21 @@ def _attribute_mig(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
                 energy_joules=energy, sm_util_percent=None,
             ))
     return result
+
+
+def mig_activity(instances: tuple[MigInstanceReading, ...],
+                 exporter: Mapping[int, float] | None) -> dict[int, float]:
+    """Activity ratio per GPU instance: dcgm-exporter's when it answered, else GPM's
+    (graphics engine active, else SM active); instances with neither are left out."""
+    if exporter is not None:
+        return {gi: ratio for gi, ratio in exporter.items() if _finite(ratio)}
+    out = {}
+    for inst in instances:
+        gpm = inst.gpm
+        if gpm is None:
+            continue
+        percent = gpm.graphics_active_percent if gpm.graphics_active_percent is not None \
+            else gpm.sm_active_percent
+        if _finite(percent):
+            out[inst.gpu_instance_id] = min(1.0, max(0.0, percent / 100.0))
+    return out

@@ -23,6 +23,7 @@ from gpustats.engine.loop import Housekeeping
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots
+from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cgroups import CgroupReader
 from gpustats.sources.node import NodeReader
@@ -81,7 +82,9 @@ class Daemon:
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
-                if config.runtime_socket else None))
+                if config.runtime_socket else None),
+            mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
+            if config.dcgm_exporter_url else None)
         self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Protocol
 
+from gpustats.attribution import mig_activity
 from gpustats.engine.containers import ContainerTracker, ContainerView
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
@@ -38,6 +39,10 @@ class ErrorTotals(Protocol):
     def totals(self) -> tuple[tuple[str, str, int], ...]: ...
 
 
+class ActivitySource(Protocol):
+    def activity(self) -> dict[tuple[str, int], float] | None: ...
+
+
 class Persister:
     """Writes the counters every ``interval`` seconds (and on demand at shutdown)."""
 
@@ -67,6 +72,7 @@ class Collector:
                  errors: ErrorTotals, store: SnapshotStore, energy: EnergyAccountant,
                  counters: EnergyCounters, persister: Persister | None = None,
                  containers: ContainerTracker | None = None,
+                 mig_activity_source: ActivitySource | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -78,6 +84,7 @@ class Collector:
         self._counters = counters
         self._persister = persister
         self._containers = containers
+        self._mig_activity_source = mig_activity_source
         self._wall = wall
         self._monotonic = monotonic
         self._started_at = wall()
@@ -88,12 +95,15 @@ class Collector:
         started = time.perf_counter()
         cpu, memory = self._guard("node CPU/memory", self._node.read, (None, None))
         readings = self._guard("GPU sweep", self._gpus.readings, ())
+        activity = self._mig_activities(readings)
         attributions = {}
         for reading in readings:
-            attribution = self._guard(f"energy accounting of {reading.identity.uuid}",
-                                      lambda r=reading: self._energy.account(r), None)
+            uuid = reading.identity.uuid
+            attribution = self._guard(
+                f"energy accounting of {uuid}",
+                lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid)), None)
             if attribution is not None:
-                attributions[reading.identity.uuid] = attribution
+                attributions[uuid] = attribution
         processes = self._process_stats(readings, attributions)
         view = ContainerView()
         if self._containers is not None:
@@ -103,7 +113,8 @@ class Collector:
             processes = tuple(
                 replace(p, container_id=view.pid_to_container.get((p.device_uuid, p.pid)))
                 for p in processes)
-        devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid))
+        devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid),
+                                           activity.get(r.identity.uuid, {}))
                         for r in readings)
         gpu_status = self._gpus.status()
         self._sequence += 1
@@ -134,6 +145,23 @@ class Collector:
             self._guard("persisting counters", self._persister.maybe_persist, None)
         return snapshot
 
+    def _mig_activities(self, readings: tuple[DeviceReading, ...]) -> dict[str, dict[int, float]]:
+        """Per MIG-enabled GPU: instance activity from dcgm-exporter, else GPM."""
+        mig = [r for r in readings if r.mig_enabled and not r.lost]
+        if not mig:
+            return {}
+        exporter = None
+        if self._mig_activity_source is not None:
+            exporter = self._guard("dcgm-exporter activity", self._mig_activity_source.activity,
+                                   None)
+        out = {}
+        for r in mig:
+            uuid = r.identity.uuid
+            mine = None if exporter is None else \
+                {gi: v for (u, gi), v in exporter.items() if u == uuid}
+            out[uuid] = mig_activity(r.mig_instances, mine)
+        return out
+
     def _guard(self, what: str, fn, default):
         try:
             return fn()
@@ -163,8 +191,8 @@ class Collector:
                 ))
         return tuple(out)
 
-    def _mig_stats(self, reading: DeviceReading,
-                   attribution: DeviceAttribution | None) -> tuple[MigInstanceStats, ...]:
+    def _mig_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
+                   activity: dict[int, float]) -> tuple[MigInstanceStats, ...]:
         uuid = reading.identity.uuid
         out = []
         for inst in reading.mig_instances:
@@ -181,12 +209,13 @@ class Collector:
                 gpu_instance_id=inst.gpu_instance_id, uuid=inst.uuid, profile=inst.profile,
                 memory_total_bytes=inst.memory_total_bytes,
                 memory_used_bytes=inst.memory_used_bytes,
+                activity_ratio=activity.get(inst.gpu_instance_id),
                 attributed_power_watts=power, attributed_energy_joules=total,
             ))
         return tuple(out)
 
-    def _device_stats(self, reading: DeviceReading,
-                      attribution: DeviceAttribution | None) -> DeviceStats:
+    def _device_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
+                      activity: dict[int, float]) -> DeviceStats:
         uuid = reading.identity.uuid
         return DeviceStats(
             identity=reading.identity,
@@ -201,5 +230,5 @@ class Collector:
             power_limit_watts=reading.power_limit_watts,
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,
-            mig_instances=self._mig_stats(reading, attribution),
+            mig_instances=self._mig_stats(reading, attribution, activity),
         )

@@ -34,14 +34,15 @@ _METRICS = (
 
 
 class GpmSampler:
-    """Keeps the previous GPM sample per (device, instance) and turns sample pairs into readings."""
+    """Two sample buffers per (device, instance), alternated each tick: one SampleGet and one
+    MetricsGet per tick after the first, no allocation churn."""
 
     def __init__(self, querier: Querier, monotonic: Callable[[], float] = time.monotonic):
         self._q = querier
         self._monotonic = monotonic
         self._supported: dict[str, bool] = {}
-        # key -> (sample, taken_at); key is (uuid, gpu_instance_id or None)
-        self._previous: dict[tuple[str, int | None], tuple[Any, float]] = {}
+        # key -> [previous sample, spare sample, previous taken_at or None]
+        self._buffers: dict[tuple[str, int | None], list] = {}
 
     def device(self, uuid: str, handle: Any) -> GpmReading | None:
         if not self._is_supported(uuid, handle):
@@ -55,9 +56,10 @@ class GpmSampler:
                           lambda s: pynvml.nvmlGpmMigSampleGet(parent, gpu_instance_id, s))
 
     def close(self) -> None:
-        for sample, _ in self._previous.values():
-            _free(sample)
-        self._previous.clear()
+        for previous, spare, _ in self._buffers.values():
+            _free(previous)
+            _free(spare)
+        self._buffers.clear()
 
     def _is_supported(self, uuid: str, handle: Any) -> bool:
         known = self._supported.get(uuid)
@@ -69,24 +71,25 @@ class GpmSampler:
 
     def _next(self, key: tuple[str, int | None], take: Callable[[Any], Any]) -> GpmReading | None:
         uuid = key[0]
-        sample = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc)
-        if sample is None:
-            return None
-        if self._q.read(uuid, "gpm", take, sample) is None:
-            _free(sample)
-            return None
+        buffers = self._buffers.get(key)
+        if buffers is None:
+            first = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc)
+            second = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc) if first else None
+            if second is None:
+                if first is not None:
+                    _free(first)
+                return None
+            buffers = self._buffers[key] = [first, second, None]
+        previous, spare, taken_at = buffers
         now = self._monotonic()
-        previous = self._previous.get(key)
-        if previous is not None and now - previous[1] <= MIN_INTERVAL_SECONDS:
-            _free(sample)  # too close: keep the older sample as the base
+        if taken_at is not None and now - taken_at <= MIN_INTERVAL_SECONDS:
+            return None            # too close to the last sample: keep it as the base
+        if self._q.read(uuid, "gpm", take, spare) is None:
             return None
-        self._previous[key] = (sample, now)
-        if previous is None:
+        buffers[0], buffers[1], buffers[2] = spare, previous, now
+        if taken_at is None:
             return None
-        try:
-            return self._metrics(uuid, previous[0], sample)
-        finally:
-            _free(previous[0])
+        return self._metrics(uuid, previous, spare)
 
     def _metrics(self, uuid: str, first: Any, second: Any) -> GpmReading | None:
         request = pynvml.c_nvmlGpmMetricsGet_t()
