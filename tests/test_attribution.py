@@ -1,0 +1,181 @@
+"""Attribution math: unit cases and hypothesis properties (pure, no I/O)."""
+
+import math
+
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from gpustats.attribution import (
+    DeviceTickInput, active_energy_joules, active_power, attribute_device, integrated_energy,
+    mig_activity, next_idle_power, tick_energy_joules,
+)
+from gpustats.model.attribution import (
+    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
+)
+from gpustats.model.device import GpmReading, MigInstanceReading, ProcessReading, ProcessSample
+
+
+def proc(pid, gi=None):
+    return ProcessReading(pid=pid, memory_used_bytes=1, gpu_instance_id=gi)
+
+
+def sample(pid, sm, ts=1):
+    return ProcessSample(pid=pid, timestamp_us=ts, sm_util_percent=sm)
+
+
+def tick(processes=(), samples=None, active=100.0, dt=5.0, **kw):
+    return DeviceTickInput(device_uuid="GPU-a", dt_seconds=dt, tick_energy_joules=active + 50,
+                           active_energy_joules=active, idle_power_watts=10.0,
+                           active_power_watts=active / dt, processes=tuple(processes),
+                           samples=samples, **kw)
+
+
+def test_idle_power_configured_or_lowest_seen():
+    assert next_idle_power(None, 120.0, None) == 120.0
+    assert next_idle_power(120.0, 90.0, None) == 90.0
+    assert next_idle_power(90.0, 300.0, None) == 90.0            # only decreases
+    assert next_idle_power(90.0, None, None) == 90.0
+    assert next_idle_power(90.0, 50.0, 70.0) == 70.0             # configured wins
+    assert active_power(300.0, 70.0) == 230.0
+    assert active_power(50.0, 70.0) == 0.0                      # never negative
+    assert active_power(None, 70.0) is None
+
+
+def test_tick_energy_counter_integrated_reset_glitch():
+    counter = tick_energy_joules(1_000_000, 2_500_000, 300.0, 300.0, 5.0, 700.0)
+    assert (counter.joules, counter.source, counter.counter_reset) == (1500.0, "counter", False)
+    integrated = tick_energy_joules(None, None, 200.0, 300.0, 5.0)
+    assert integrated.joules == 1250.0 and integrated.source == "integrated"
+    reset = tick_energy_joules(9_000_000, 1_000, 300.0, 300.0, 5.0, 700.0)
+    assert reset.counter_reset and reset.joules == 1500.0        # integrated, not negative
+    glitch = tick_energy_joules(0, 10**12, 300.0, 300.0, 5.0, 700.0)
+    assert glitch.counter_reset and glitch.joules == 1500.0      # not a huge delta
+    assert tick_energy_joules(1, 2, None, None, 0.0).joules is None
+    assert integrated_energy(None, None, 5.0) is None
+    assert active_energy_joules(1500.0, 100.0, 5.0) == 1000.0
+    assert active_energy_joules(100.0, 100.0, 5.0) == 0.0
+
+
+def test_exclusive_gets_everything():
+    result = attribute_device(tick([proc(1)], samples=()))
+    (p,) = result.processes
+    assert (p.share, p.share_method, p.energy_joules, p.power_watts) == \
+        (1.0, SHARE_EXCLUSIVE, 100.0, 20.0)
+    assert result.sharing_mode == "exclusive"
+
+
+def test_time_sliced_by_sm_utilization():
+    samples = (sample(1, 75), sample(2, 25), sample(1, 75, 2), sample(2, 25, 2), sample(9, 50))
+    result = attribute_device(tick([proc(1), proc(2)], samples))
+    by_pid = {p.pid: p for p in result.processes}
+    assert by_pid[1].energy_joules == pytest.approx(75.0)
+    assert by_pid[2].energy_joules == pytest.approx(25.0)
+    assert by_pid[1].share_method == SHARE_SM_UTIL and result.sharing_mode == "time-slicing"
+    assert by_pid[1].sm_util_percent == 75.0
+
+
+@pytest.mark.parametrize("samples", [None, (), (sample(1, 0), sample(2, 0))])
+def test_no_usable_samples_split_equally_and_say_so(samples):
+    result = attribute_device(tick([proc(1), proc(2), proc(3)], samples))
+    assert {p.share_method for p in result.processes} == {SHARE_EQUAL}
+    assert sum(p.energy_joules for p in result.processes) == pytest.approx(100.0)
+
+
+def test_mps_is_time_sliced_with_flag():
+    result = attribute_device(tick([proc(1), proc(2)], (sample(1, 60), sample(2, 20)), mps=True))
+    assert result.sharing_mode == "mps"
+    assert [p.share for p in result.processes] == pytest.approx([0.75, 0.25])
+
+
+def test_no_processes_attributes_nothing():
+    result = attribute_device(tick([], ()))
+    assert result.processes == () and result.tick_active_energy_joules == 100.0
+
+
+def test_mig_by_activity_then_equal_within_instance():
+    inp = tick([proc(1, 7), proc(2, 7), proc(3, 8)], None, mig_enabled=True,
+               mig_activity={7: 0.6, 8: 0.2, 9: 0.9})   # 9 has no processes: not busy
+    result = attribute_device(inp)
+    by_pid = {p.pid: p for p in result.processes}
+    assert by_pid[1].energy_joules == pytest.approx(37.5)
+    assert by_pid[2].energy_joules == pytest.approx(37.5)
+    assert by_pid[3].energy_joules == pytest.approx(25.0)
+    assert by_pid[1].share_method == SHARE_MIG_ACTIVITY and result.sharing_mode == "mig"
+
+
+def test_mig_unknown_activity_equal_split_over_busy_instances():
+    result = attribute_device(tick([proc(1, 7), proc(3, 8)], None, mig_enabled=True,
+                                   mig_activity={7: 0.5}))
+    assert [p.energy_joules for p in result.processes] == pytest.approx([50.0, 50.0])
+    assert {p.share_method for p in result.processes} == {SHARE_MIG_EQUAL}
+
+
+def test_mig_activity_sources():
+    instances = (MigInstanceReading(7, gpm=GpmReading(graphics_active_percent=40)),
+                 MigInstanceReading(8, gpm=GpmReading(sm_active_percent=10)),
+                 MigInstanceReading(9))
+    assert mig_activity(instances, None) == {7: 0.4, 8: 0.1}
+    assert mig_activity(instances, {7: 0.9}) == {7: 0.9}        # the exporter wins
+
+
+processes_st = st.lists(st.integers(1, 40), min_size=0, max_size=8, unique=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pids=processes_st,
+       sm=st.lists(st.integers(0, 100), max_size=20),
+       active=st.floats(0, 1e6, allow_nan=False),
+       dt=st.floats(0.01, 60),
+       samples_mode=st.sampled_from(["none", "empty", "some"]),
+       mps=st.booleans())
+def test_conservation_for_any_time_sliced_readings(pids, sm, active, dt, samples_mode, mps):
+    processes = [proc(p) for p in pids]
+    if samples_mode == "none":
+        samples = None
+    elif samples_mode == "empty":
+        samples = ()
+    else:
+        samples = tuple(sample(pids[i % len(pids)] if pids else 99, v) for i, v in enumerate(sm))
+    result = attribute_device(tick(processes, samples, active=active, dt=dt, mps=mps))
+    total = sum(p.energy_joules for p in result.processes)
+    assert all(p.energy_joules >= 0 and p.power_watts >= 0 for p in result.processes)
+    assert total <= active * (1 + 1e-9) + 1e-9
+    if result.processes:
+        assert total == pytest.approx(active, rel=1e-3, abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(assignment=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 7)), max_size=12,
+                           unique_by=lambda t: t[0]),
+       activity=st.dictionaries(st.integers(1, 7), st.floats(0, 1)),
+       active=st.floats(0, 1e6))
+def test_conservation_for_any_mig_readings(assignment, activity, active):
+    processes = [proc(pid, gi) for pid, gi in assignment]
+    result = attribute_device(tick(processes, None, active=active, mig_enabled=True,
+                                   mig_activity=activity))
+    total = sum(p.energy_joules for p in result.processes)
+    assert total <= active * (1 + 1e-9) + 1e-9
+    if result.processes:
+        assert total == pytest.approx(active, rel=1e-3, abs=1e-9)
+
+
+@given(prev=st.one_of(st.none(), st.integers(0, 2**63)),
+       cur=st.one_of(st.none(), st.integers(0, 2**63)),
+       p0=st.one_of(st.none(), st.floats(0, 2000)), p1=st.one_of(st.none(), st.floats(0, 2000)),
+       dt=st.floats(0, 120), limit=st.one_of(st.none(), st.floats(1, 2000)))
+def test_tick_energy_is_never_negative_or_huge(prev, cur, p0, p1, dt, limit):
+    delta = tick_energy_joules(prev, cur, p0, p1, dt, limit)
+    if delta.joules is not None:
+        assert delta.joules >= 0 and math.isfinite(delta.joules)
+        ceiling = max([x for x in (p0, p1, limit) if x is not None] + [0.0]) or 1500.0
+        assert delta.joules <= 2.0 * ceiling * dt + 1e-6
+
+
+@given(samples=st.lists(st.floats(0, 5000, allow_nan=False), max_size=50))
+def test_idle_never_increases_and_active_never_negative(samples):
+    idle = None
+    for power in samples:
+        new = next_idle_power(idle, power, None)
+        assert idle is None or new <= idle
+        idle = new
+        assert active_power(power, idle) >= 0
