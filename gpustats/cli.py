@@ -18,6 +18,7 @@ from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
+from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.store import SnapshotStore
@@ -30,6 +31,7 @@ from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
 from gpustats.sources.runtime.client import RuntimeNamesClient
+from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
@@ -71,6 +73,7 @@ class Daemon:
         self.node_name = config.node_name or socket.gethostname()
         self.counters = EnergyCounters()
         self.counters.load(config.state_dir)
+        self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
@@ -84,7 +87,9 @@ class Daemon:
                 runtime=RuntimeNamesClient(config.runtime_socket)
                 if config.runtime_socket else None),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
-            if config.dcgm_exporter_url else None)
+            if config.dcgm_exporter_url else None,
+            health=self.health, saturation_window=config.saturation_window,
+            memory_pressure_threshold=config.memory_pressure_threshold)
         self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
@@ -98,7 +103,12 @@ class Daemon:
     def create_app(self):
         return create_app(self.store, WebSettings(self.config.housekeeping_interval))
 
+    def start(self) -> None:
+        self.health.start()
+        self.housekeeping.start()
+
     def close(self) -> None:
+        self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.persister.persist_now()
         self.gpus.close()
@@ -140,7 +150,7 @@ def serve(daemon: Daemon) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    daemon.housekeeping.start()
+    daemon.start()
     log.info("gpustats %s serving on http://%s:%d (node %s)", __version__,
              *server.effective_host_port() if hasattr(server, "effective_host_port")
              else (host, port), daemon.node_name)

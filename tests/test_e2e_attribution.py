@@ -162,7 +162,8 @@ def test_counters_survive_sigkill_restart(start_daemon, tmp_path):
                          "--proc-root", str(proc), *ARGS)
     again.wait_ready()
     summary = again.wait_for(lambda s: energy(s, 1) > 0)
-    assert summary["node"]["accelerators"][0]["energyJoules"] >= device_persisted
-    assert energy(summary, 1) >= container_persisted
+    rounding = 0.001          # the summary shows joules to three decimals
+    assert summary["node"]["accelerators"][0]["energyJoules"] >= device_persisted - rounding
+    assert energy(summary, 1) >= container_persisted - rounding
     pod = summary["pods"][0]
-    assert pod["accelerators"][0]["attributedEnergyJoules"] >= container_persisted
+    assert pod["accelerators"][0]["attributedEnergyJoules"] >= container_persisted - rounding

@@ -12,7 +12,10 @@ from gpustats.engine.containers import ContainerTracker, ContainerView
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
+from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.store import SnapshotStore
+from gpustats.health import unknown_health
+from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
@@ -73,6 +76,8 @@ class Collector:
                  counters: EnergyCounters, persister: Persister | None = None,
                  containers: ContainerTracker | None = None,
                  mig_activity_source: ActivitySource | None = None,
+                 health: HealthMonitor | None = None, saturation_window: float = 60.0,
+                 memory_pressure_threshold: float = 0.9,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -85,6 +90,11 @@ class Collector:
         self._persister = persister
         self._containers = containers
         self._mig_activity_source = mig_activity_source
+        self._health = health
+        self._saturation_window = saturation_window
+        self._pressure_threshold = memory_pressure_threshold
+        self._windows: dict[str, SaturationWindow] = {}
+        self._known: dict[str, object] = {}      # uuid -> last identity, for NVML outages
         self._wall = wall
         self._monotonic = monotonic
         self._started_at = wall()
@@ -117,6 +127,9 @@ class Collector:
                                            activity.get(r.identity.uuid, {}))
                         for r in readings)
         gpu_status = self._gpus.status()
+        devices = self._guard("health and saturation",
+                              lambda: self._health_and_saturation(readings, devices, gpu_status),
+                              devices)
         self._sequence += 1
         snapshot = Snapshot(
             sequence=self._sequence,
@@ -144,6 +157,43 @@ class Collector:
         if self._persister is not None:
             self._guard("persisting counters", self._persister.maybe_persist, None)
         return snapshot
+
+    def _health_and_saturation(self, readings: tuple[DeviceReading, ...],
+                               devices: tuple[DeviceStats, ...],
+                               status: GpuStatus) -> tuple[DeviceStats, ...]:
+        now = self._wall()
+        uuids = tuple(r.identity.uuid for r in readings)
+        health = {}
+        if self._health is not None:
+            self._health.track(status.session if status.nvml_loaded else 0, uuids)
+            for r in readings:
+                if r.lost:
+                    self._health.note_gpu_lost(r.identity.uuid, now)
+            health = self._health.health_by_uuid()
+        out = []
+        for reading, device in zip(readings, devices):
+            uuid = reading.identity.uuid
+            self._known[uuid] = reading.identity
+            window = self._windows.get(uuid)
+            if window is None:
+                window = self._windows[uuid] = SaturationWindow(self._saturation_window,
+                                                                self._pressure_threshold)
+            saturation = None
+            if not reading.lost:
+                window.add(SaturationSample.of(reading))
+                xids = self._health.xid_count_since(uuid, now - self._saturation_window) \
+                    if self._health is not None else None
+                saturation = window.saturation(xids)
+            out.append(replace(device, health=health.get(uuid), saturation=saturation))
+        for gone in set(self._windows) - set(uuids):
+            del self._windows[gone]
+        if not status.nvml_loaded and status.gpus_on_pci_bus and self._known:
+            # NVML went away: keep reporting the GPUs we knew, with health Unknown.
+            reason = status.nvml_error or "NVML is not loaded"
+            out.extend(DeviceStats(identity=ident,
+                                   health=unknown_health(now, "NVMLNotLoaded", reason))
+                       for ident in self._known.values())
+        return tuple(out)
 
     def _mig_activities(self, readings: tuple[DeviceReading, ...]) -> dict[str, dict[int, float]]:
         """Per MIG-enabled GPU: instance activity from dcgm-exporter, else GPM."""

@@ -41,6 +41,7 @@ class GpuStatus:
     nvml_error: str | None
     driver_version: str | None
     calls_last_tick: int | None
+    session: int = 0           # number of the current NVML session; 0 while none is open
 
 
 class GpuSource:
@@ -68,7 +69,8 @@ class GpuSource:
 
     def status(self) -> GpuStatus:
         return GpuStatus(self._gpus_on_bus, self._sweeper is not None, self._error,
-                         self._driver_version, self._calls_last_tick)
+                         self._driver_version, self._calls_last_tick,
+                         self.sessions_opened if self._sweeper is not None else 0)
 
     def readings(self) -> tuple[DeviceReading, ...]:
         now = self._monotonic()

@@ -22,9 +22,22 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class HealthEvent:
+    """Something the driver reported about one GPU."""
+
+    device_uuid: str
+    kind: str                  # "xid", "single_bit_ecc", "double_bit_ecc" or "gpu_lost"
+    time: float                # epoch seconds
+    code: int | None = None    # the XID
+    source: str = "nvml-events"
+
+
+@dataclass(frozen=True)
 class DeviceHealth:
     conditions: tuple[Condition, ...]
     xid_error_count: int = 0
+    single_bit_ecc_count: int = 0
+    double_bit_ecc_count: int = 0
 
     @property
     def healthy(self) -> bool:

@@ -1,0 +1,146 @@
+"""The health thread: waits on NVML events and keeps each GPU's conditions.
+
+It waits in slices of ``wait_ms`` so ``stop`` returns within the shutdown budget; an event
+source that fails is closed, logged (rate-limited) and reopened after a backoff: the thread
+never dies of an NVML error. The sweep reports GPU_IS_LOST too, so health reflects a lost GPU
+even where the driver delivers no events. A new NVML session starts from healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Mapping, Protocol
+
+from gpustats.health import DEFAULT_IGNORED_XIDS, apply_event, initial_health
+from gpustats.model.health import DeviceHealth, HealthEvent
+from gpustats.sources.errors import LogOnce
+
+log = logging.getLogger(__name__)
+
+
+class EventSource(Protocol):
+    def open(self, uuids: tuple[str, ...]) -> dict[str, bool]: ...
+
+    def wait(self, timeout_ms: int) -> list[HealthEvent]: ...
+
+    def close(self) -> None: ...
+
+
+class HealthMonitor:
+    def __init__(self, make_source: Callable[[], EventSource], *,
+                 ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS, wait_ms: int = 500,
+                 max_backoff_seconds: float = 30.0, wall: Callable[[], float] = time.time):
+        self._make_source = make_source
+        self._ignored = ignored_xids
+        self._wait_ms = wait_ms
+        self._max_backoff = max_backoff_seconds
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._target: tuple[int, tuple[str, ...]] = (0, ())
+        self._health: dict[str, DeviceHealth] = {}
+        self._xid_times: dict[str, deque[float]] = {}
+        self._thread: threading.Thread | None = None
+        self._log_once = LogOnce(log, every_seconds=300.0)
+        self.errors = 0
+
+    # ------------------------------------------------------------ called by the collector
+
+    def track(self, session: int, uuids: tuple[str, ...]) -> None:
+        """The GPUs of NVML session number ``session`` (0: NVML not loaded)."""
+        with self._lock:
+            if (session, uuids) == self._target:
+                return
+            now = self._wall()
+            if session != self._target[0]:
+                health: dict[str, DeviceHealth] = {}
+                self._xid_times = {}
+            else:
+                health = dict(self._health)
+            for uuid in uuids:
+                health.setdefault(uuid, initial_health(now))
+            self._health = health
+            self._target = (session, uuids)
+        self._changed.set()
+
+    def note_gpu_lost(self, uuid: str, when: float) -> None:
+        self._apply(HealthEvent(uuid, "gpu_lost", when, source="nvml-sweep"))
+
+    def health_by_uuid(self) -> Mapping[str, DeviceHealth]:
+        return self._health          # replaced, never mutated: safe to read without the lock
+
+    def xid_count_since(self, uuid: str, since: float) -> int:
+        times = self._xid_times.get(uuid)
+        return sum(1 for t in times if t >= since) if times else 0
+
+    # ------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="health", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._changed.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _apply(self, event: HealthEvent) -> None:
+        with self._lock:
+            current = self._health.get(event.device_uuid)
+            if current is None:
+                return
+            updated = apply_event(current, event, self._ignored)
+            if event.kind == "xid":
+                self._xid_times.setdefault(event.device_uuid, deque(maxlen=10000)).append(
+                    event.time)
+            if updated != current:
+                health = dict(self._health)
+                health[event.device_uuid] = updated
+                self._health = health
+        if event.kind != "single_bit_ecc":
+            log.warning("GPU %s: %s%s", event.device_uuid, event.kind,
+                        f" {event.code}" if event.code is not None else "")
+
+    def _run(self) -> None:
+        source: EventSource | None = None
+        opened_for = None
+        backoff = 1.0
+        while not self._stop.is_set():
+            target = self._target
+            if not target[1]:
+                if source is not None:
+                    source.close()
+                    source, opened_for = None, None
+                self._changed.wait(0.5)
+                self._changed.clear()
+                continue
+            try:
+                if source is None or opened_for != target:
+                    if source is not None:
+                        source.close()
+                    source = self._make_source()
+                    opened_for = target
+                    source.open(target[1])
+                for event in source.wait(self._wait_ms):
+                    self._apply(event)
+                backoff = 1.0
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any NVML error
+                self.errors += 1
+                self._log_once("wait", logging.WARNING,
+                               "NVML event wait failed (%s); retrying in up to %.0f s", exc,
+                               self._max_backoff)
+                if source is not None:
+                    try:
+                        source.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                source, opened_for = None, None
+                self._stop.wait(backoff)
+                backoff = min(self._max_backoff, backoff * 2)
+        if source is not None:
+            source.close()
