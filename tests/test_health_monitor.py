@@ -1,0 +1,101 @@
+"""The health thread with fake event sources: transitions, failures, shutdown budget."""
+
+import logging
+import threading
+import time
+
+from gpustats.engine.health_monitor import HealthMonitor
+from gpustats.model.health import HealthEvent
+
+
+class Source:
+    def __init__(self, events=(), fail=False, block=0.0):
+        self.events = list(events)
+        self.fail = fail
+        self.block = block
+        self.opened = []
+        self.closed = 0
+
+    def open(self, uuids):
+        self.opened.append(uuids)
+        return {u: True for u in uuids}
+
+    def wait(self, timeout_ms):
+        if self.fail:
+            raise RuntimeError("NVML Error: Unknown")
+        if self.events:
+            return [self.events.pop(0)]
+        time.sleep(self.block or timeout_ms / 1000)
+        return []
+
+    def close(self):
+        self.closed += 1
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_events_change_health():
+    now = time.time()
+    source = Source([HealthEvent("GPU-a", "xid", now, 13), HealthEvent("GPU-a", "xid", now, 79)])
+    monitor = HealthMonitor(lambda: source, wait_ms=50)
+    monitor.track(1, ("GPU-a", "GPU-b"))
+    monitor.start()
+    try:
+        assert wait_until(lambda: monitor.health_by_uuid()["GPU-a"].xid_error_count == 2)
+        a = monitor.health_by_uuid()["GPU-a"]
+        assert not a.healthy and a.conditions[0].reason == "XidError"
+        assert monitor.health_by_uuid()["GPU-b"].healthy
+        assert monitor.xid_count_since("GPU-a", now - 1) == 2
+    finally:
+        monitor.stop()
+
+
+def test_sweep_lost_without_events_and_new_session_resets():
+    monitor = HealthMonitor(lambda: Source(), wait_ms=50)
+    monitor.track(1, ("GPU-a",))
+    monitor.note_gpu_lost("GPU-a", time.time())
+    assert monitor.health_by_uuid()["GPU-a"].conditions[0].reason == "GpuLost"
+    monitor.track(2, ("GPU-a",))               # NVML re-initialised
+    assert monitor.health_by_uuid()["GPU-a"].healthy
+
+
+def test_failing_source_never_kills_the_thread(caplog):
+    source = Source(fail=True)
+    monitor = HealthMonitor(lambda: source, wait_ms=50, max_backoff_seconds=0.05)
+    monitor.track(1, ("GPU-a",))
+    with caplog.at_level(logging.WARNING):
+        monitor.start()
+        try:
+            assert wait_until(lambda: monitor.errors >= 5)
+            assert monitor._thread.is_alive()
+        finally:
+            monitor.stop()
+    assert len([r for r in caplog.records if "event wait failed" in r.getMessage()]) == 1
+    assert source.closed >= 5
+
+
+def test_stop_within_budget_while_waiting():
+    monitor = HealthMonitor(lambda: Source(block=0.5), wait_ms=500)
+    monitor.track(1, ("GPU-a",))
+    monitor.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    monitor.stop(timeout=2.0)
+    assert time.monotonic() - started < 2.0
+    assert not monitor._thread.is_alive()
+
+
+def test_idle_without_gpus():
+    made = []
+    monitor = HealthMonitor(lambda: made.append(1) or Source(), wait_ms=50)
+    monitor.start()
+    time.sleep(0.3)
+    monitor.stop()
+    assert made == []                          # no GPUs: no event set opened
