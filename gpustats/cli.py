@@ -22,6 +22,7 @@ from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.store import SnapshotStore
+from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots
 from gpustats.sources.dcgm import DcgmExporterClient
@@ -101,7 +102,8 @@ class Daemon:
         return DeviceSweeper(session), session.driver_version
 
     def create_app(self):
-        return create_app(self.store, WebSettings(self.config.housekeeping_interval))
+        return create_app(self.store, WebSettings(self.config.housekeeping_interval),
+                          metrics_renderer=MetricsRenderer(self.store))
 
     def start(self) -> None:
         self.health.start()

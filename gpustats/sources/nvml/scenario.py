@@ -160,6 +160,12 @@ def _number(data: dict, key: str, where: str, default: Any, *, integer: bool = F
     value = data.get(key, default)
     if value is None:
         return None
+    if isinstance(value, str):
+        # YAML 1.1 reads "1.2e9" (no sign in the exponent) as a string.
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{where}.{key}: expected a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
     if value < minimum:
@@ -209,7 +215,7 @@ def _mig(value: Any, where: str, parent_uuid: str) -> SimMigInstance:
         compute_instance_id=_number(data, "compute_instance_id", where, 0, integer=True),
         profile=str(data["profile"]) if data.get("profile") is not None else None,
         memory_total_bytes=_number(data, "memory_total_bytes", where, 10 * GIB, integer=True),
-        uuid=str(data.get("uuid") or f"MIG-{parent_uuid.removeprefix('GPU-')[:24]}-{gi:04d}"),
+        uuid=str(data.get("uuid") or f"MIG-{parent_uuid.removeprefix('GPU-')[:23]}-{gi:012x}"),
         gpm=_gpm(data.get("gpm"), f"{where}.gpm"),
     )
 

@@ -1,0 +1,215 @@
+"""Prometheus exposition of one snapshot: a stateless collector over the snapshot it is given.
+
+Absent values produce no sample (no NaN, no 0). Rendered bytes are memoized per snapshot and
+format by the store, so concurrent scrapes of one snapshot render once; OpenMetrics is
+negotiated from the Accept header through prometheus-client.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from prometheus_client.core import (
+    CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from gpustats import __version__
+from gpustats.engine.store import SnapshotStore
+from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
+from gpustats.model.snapshot import Snapshot
+
+
+def _label(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+class _Families:
+    """Fresh metric families for one collect(), filled by name."""
+
+    def __init__(self, node_name: str):
+        self._node = node_name
+        self._families: dict[str, Metric] = {}
+        for f in FAMILIES:
+            labels = ["node_name", *f.labels]
+            if f.kind == COUNTER:
+                metric = CounterMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
+            elif f.kind == GAUGE:
+                metric = GaugeMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
+            else:
+                metric = InfoMetricFamily(f.name, f.help, labels=labels)
+            self._families[f.name] = metric
+
+    def add(self, name: str, labels: Iterable[object], value: float | int | None) -> None:
+        if value is None:
+            return
+        value = float(value)
+        if math.isnan(value) or math.isinf(value):
+            return
+        values = [self._node, *(_label(v) for v in labels)]
+        assert len(values) == len(BY_NAME[name].labels) + 1, name
+        self._families[name].add_metric(values, value)
+
+    def info(self, name: str, labels: Iterable[object], extra: dict[str, str] | None = None) -> None:
+        values = [self._node, *(_label(v) for v in labels)]
+        self._families[name].add_metric(values, extra or {})
+
+    def all(self) -> list[Metric]:
+        return [m for m in self._families.values() if m.samples]
+
+
+class SnapshotCollector:
+    """``collect()`` builds every family from the snapshot ``get_snapshot`` returns."""
+
+    def __init__(self, get_snapshot: Callable[[], Snapshot | None], node_name: str | None = None):
+        self._get_snapshot = get_snapshot
+        self._node_name = node_name
+
+    def describe(self) -> list[Metric]:
+        return []         # nothing is collected at registration
+
+    def collect(self) -> list[Metric]:
+        snapshot = self._get_snapshot()
+        if snapshot is None:
+            return []
+        out = _Families(self._node_name or snapshot.node.node_name)
+        out.info("gpustats_build", [__version__])
+        gpu_index = {d.identity.uuid: d.identity.index for d in snapshot.devices}
+        _devices(out, snapshot)
+        _processes(out, snapshot, gpu_index)
+        _containers(out, snapshot, gpu_index)
+        _daemon(out, snapshot)
+        return out.all()
+
+
+def _devices(out: _Families, snapshot: Snapshot) -> None:
+    for d in snapshot.devices:
+        ident = d.identity
+        g = (ident.index, ident.uuid)
+        out.info("gpustats_node_gpu", [*g, ident.name, "nvidia", ident.pci_bus_id,
+                                       ident.minor_number])
+        out.add("gpustats_node_gpu_lost", g, 1 if d.lost else 0)
+        out.add("gpustats_node_gpu_watts", g, d.power_watts)
+        out.add("gpustats_node_gpu_joules", g, d.energy_joules)
+        out.add("gpustats_node_gpu_idle_watts", g, d.idle_power_watts)
+        out.add("gpustats_node_gpu_active_watts", g, d.active_power_watts)
+        out.add("gpustats_node_gpu_active_joules", g, d.active_energy_joules)
+        out.add("gpustats_node_gpu_power_limit_watts", g, d.power_limit_watts)
+        out.add("gpustats_node_gpu_temperature_celsius", g, d.temperature_celsius)
+        out.add("gpustats_node_gpu_memory_used_bytes", g, d.memory_used_bytes)
+        out.add("gpustats_node_gpu_memory_total_bytes", g, ident.memory_total_bytes)
+        out.add("gpustats_node_gpu_duty_cycle_ratio", g,
+                d.duty_cycle_percent / 100.0 if d.duty_cycle_percent is not None else None)
+        if d.sharing_mode is not None:
+            out.info("gpustats_node_gpu_sharing_mode", [*g, d.sharing_mode])
+        if d.health is not None:
+            out.add("gpustats_node_gpu_healthy", g, 1 if d.health.healthy else 0)
+            out.add("gpustats_node_gpu_xid_errors", g, d.health.xid_error_count)
+            for c in d.health.conditions:
+                out.add("gpustats_node_gpu_condition", [*g, c.type, c.status, c.reason], 1)
+        s = d.saturation
+        if s is not None:
+            for reason, ratio in s.throttle_violation_ratios or ():
+                out.add("gpustats_node_gpu_throttle_violation_ratio", [*g, reason], ratio)
+            for reason, ratio in s.throttle_reason_ratios or ():
+                out.add("gpustats_node_gpu_throttle_reason_ratio", [*g, reason], ratio)
+            out.add("gpustats_node_gpu_memory_used_ratio", [*g, "avg"], s.memory_used_ratio_avg)
+            out.add("gpustats_node_gpu_memory_used_ratio", [*g, "max"], s.memory_used_ratio_max)
+            out.add("gpustats_node_gpu_memory_pressure_ratio", g, s.memory_pressure_ratio)
+            out.add("gpustats_node_gpu_sm_active_ratio", g, s.sm_active_avg)
+            out.add("gpustats_node_gpu_sm_occupancy_ratio", g, s.sm_occupancy_avg)
+            out.add("gpustats_node_gpu_dram_active_ratio", g, s.dram_active_avg)
+            out.add("gpustats_node_gpu_pcie_bytes_per_second", [*g, "tx"], s.pcie_tx_bytes_avg)
+            out.add("gpustats_node_gpu_pcie_bytes_per_second", [*g, "rx"], s.pcie_rx_bytes_avg)
+            out.add("gpustats_node_gpu_nvlink_bytes_per_second", [*g, "tx"],
+                    s.nvlink_tx_bytes_avg)
+            out.add("gpustats_node_gpu_nvlink_bytes_per_second", [*g, "rx"],
+                    s.nvlink_rx_bytes_avg)
+        for m in d.mig_instances:
+            mg = (*g, m.gpu_instance_id)
+            out.info("gpustats_node_gpu_mig_instance", [*mg, m.uuid, m.profile])
+            out.add("gpustats_node_gpu_mig_memory_used_bytes", mg, m.memory_used_bytes)
+            out.add("gpustats_node_gpu_mig_activity_ratio", mg, m.activity_ratio)
+            out.add("gpustats_node_gpu_mig_watts", mg, m.attributed_power_watts)
+            out.add("gpustats_node_gpu_mig_joules", mg, m.attributed_energy_joules)
+
+
+def _processes(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
+    for p in snapshot.processes:
+        labels = (p.pid, gpu_index.get(p.device_uuid), p.device_uuid, p.gpu_instance_id,
+                  p.container_id, p.share_method)
+        out.add("gpustats_process_gpu_watts", labels, p.attributed_power_watts)
+        out.add("gpustats_process_gpu_joules", labels, p.attributed_energy_joules)
+        out.add("gpustats_process_gpu_compute_utilization_ratio", labels,
+                p.compute_utilization_percent / 100.0
+                if p.compute_utilization_percent is not None else None)
+        out.add("gpustats_process_gpu_memory_used_bytes", labels, p.memory_used_bytes)
+
+
+def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
+    devices = {d.identity.uuid: d for d in snapshot.devices}
+    owners = [(pod.name, pod.namespace, c) for pod in snapshot.pods for c in pod.containers]
+    owners += [(None, None, c) for c in snapshot.containers]
+    for pod_name, namespace, c in owners:
+        for a in c.accelerators:
+            labels = (c.container_id, c.name, pod_name, namespace, gpu_index.get(a.device_uuid),
+                      a.device_uuid, a.gpu_instance_id)
+            out.add("gpustats_container_gpu_watts", labels, a.attributed_power_watts)
+            out.add("gpustats_container_gpu_joules", labels, a.attributed_energy_joules)
+            out.add("gpustats_container_gpu_memory_used_bytes", labels,
+                    a.process_memory_used_bytes)
+            out.add("gpustats_container_gpu_compute_utilization_ratio", labels,
+                    a.compute_utilization_percent / 100.0
+                    if a.compute_utilization_percent is not None else None)
+            device = devices.get(a.device_uuid)
+            if device is not None:
+                cadvisor = ("nvidia", device.identity.name, a.device_uuid, c.name, pod_name,
+                            namespace, c.cgroup_path, c.container_id)
+                out.add("container_accelerator_duty_cycle", cadvisor, device.duty_cycle_percent)
+                out.add("container_accelerator_memory_used_bytes", cadvisor,
+                        device.memory_used_bytes)
+                out.add("container_accelerator_memory_total_bytes", cadvisor,
+                        device.identity.memory_total_bytes)
+    for pod in snapshot.pods:
+        for a in pod.accelerators:
+            labels = (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
+                      a.device_uuid)
+            out.add("gpustats_pod_gpu_watts", labels, a.attributed_power_watts)
+            out.add("gpustats_pod_gpu_joules", labels, a.attributed_energy_joules)
+
+
+def _daemon(out: _Families, snapshot: Snapshot) -> None:
+    status = snapshot.status
+    for source, reason, count in status.collection_errors:
+        out.add("gpustats_collection_errors", (source, reason), count)
+    out.add("gpustats_tick_duration_seconds", (), status.tick_duration_seconds)
+    out.add("gpustats_last_tick_timestamp_seconds", (), snapshot.taken_at)
+    out.add("gpustats_nvml_loaded", (), 1 if status.nvml_loaded else 0)
+    out.add("gpustats_gpus_on_pci_bus", (), status.gpus_on_pci_bus)
+    out.add("gpustats_nvml_calls_last_tick", (), status.nvml_calls_last_tick)
+    out.add("gpustats_snapshot_sequence", (), snapshot.sequence)
+
+
+def render(snapshot: Snapshot, accept: str | None) -> tuple[bytes, str]:
+    """The exposition of one snapshot in the format the Accept header negotiates."""
+    encoder, content_type = choose_encoder(accept or "")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snapshot))
+    return encoder(registry), content_type
+
+
+class MetricsRenderer:
+    """``renderer(accept) -> (body, content type)``, rendered once per snapshot and format."""
+
+    def __init__(self, store: SnapshotStore):
+        self._store = store
+
+    def __call__(self, accept: str | None) -> tuple[bytes, str]:
+        _, content_type = choose_encoder(accept or "")
+        rendered = self._store.render(("metrics", content_type),
+                                      lambda snapshot: render(snapshot, accept))
+        if rendered is None:
+            return b"", content_type
+        return rendered[1]
