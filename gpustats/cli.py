@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Sequence
 
-from gpustats import __version__
+from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
@@ -91,7 +91,17 @@ class Daemon:
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)
-        self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval)
+        self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval,
+                                         on_tick_done=self._after_tick)
+        self._announced_ready = False
+
+    def _after_tick(self) -> None:
+        """systemd: READY=1 after the first tick, WATCHDOG=1 after every tick."""
+        if not self._announced_ready:
+            self._announced_ready = True
+            sdnotify.ready()
+            sdnotify.status(f"serving; {self.collector.ticks_completed} tick(s)")
+        sdnotify.watchdog()
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
         try:
@@ -110,6 +120,7 @@ class Daemon:
         self.housekeeping.start()
 
     def close(self) -> None:
+        sdnotify.stopping()
         self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.persister.persist_now()
