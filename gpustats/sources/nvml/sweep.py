@@ -228,8 +228,9 @@ class DeviceSweeper:
             return
         if state.mig_enabled is not None or enabled:
             log.info("GPU %s: MIG mode is now %s", ident.uuid, "on" if enabled else "off")
-        # Utilization answers NOT_SUPPORTED under MIG only: forget what we learnt in the old mode.
-        self._q.forget(ident.uuid, ("utilization", "process_utilization"))
+        if state.mig_enabled is not None:
+            # Utilization answers NOT_SUPPORTED under MIG only: forget what the old mode taught.
+            self._q.forget(ident.uuid, ("utilization", "process_utilization"))
         state.mig_enabled = enabled
         state.mig_instances = self._mig_topology(ident, device.handle) if enabled else []
 
