@@ -240,7 +240,7 @@ def load_config_file(path: str) -> dict[str, Any]:
             data = yaml.safe_load(f)
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
     if data is None:
         return {}

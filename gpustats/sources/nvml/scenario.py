@@ -339,7 +339,7 @@ def load_scenario(path: str) -> Scenario:
             data = yaml.safe_load(f)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     try:
         return parse_scenario(data)

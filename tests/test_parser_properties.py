@@ -1,0 +1,130 @@
+"""Hypothesis: every parser of outside input either parses or says why, never crashes."""
+
+import tempfile
+
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from gpustats.config import ConfigError, build_arg_parser, load_config_file, resolve
+from gpustats.sources.cgroup_paths import parse_cgroup_path
+from gpustats.sources.cgroup_stats import parse_devices_list, parse_flat_keyed, parse_limit
+from gpustats.sources.node import parse_key_values, parse_proc_stat
+from gpustats.sources.nvml.scenario import parse_scenario
+from gpustats.sources.procs import container_from_paths, parse_proc_cgroup
+
+HEX = "0123456789abcdef"
+segment = st.one_of(
+    st.text(min_size=1, max_size=20).filter(lambda s: "/" not in s),
+    st.sampled_from(["kubepods", "burstable", "besteffort", "kubepods.slice",
+                     "kubepods-burstable.slice", "docker", "system.slice", "x.mount"]),
+    st.text(alphabet=HEX, min_size=60, max_size=68).map(lambda h: f"cri-containerd-{h}.scope"),
+    st.uuids().map(lambda u: f"pod{u}"),
+    st.uuids().map(lambda u: f"kubepods-besteffort-pod{str(u).replace('-', '_')}.slice"),
+    st.text(alphabet=HEX, min_size=64, max_size=64),
+)
+
+
+@given(st.lists(segment, max_size=8))
+def test_cgroup_paths(parts):
+    path = "/" + "/".join(parts)
+    info = parse_cgroup_path(path)
+    if info is not None:
+        if info.container_id is not None:
+            assert len(info.container_id) == 64 and path.startswith(info.container_path)
+        if info.pod_uid is not None:
+            assert len(info.pod_uid) == 36 and "_" not in info.pod_uid
+            assert info.qos_class in ("guaranteed", "burstable", "besteffort")
+
+
+devices_line = st.one_of(
+    st.text(max_size=30),
+    st.builds(lambda k, a, b, m: f"{k} {a}:{b} {m}", st.sampled_from("abcx"),
+              st.sampled_from(["195", "*", "1", "x"]),
+              st.one_of(st.integers(0, 300).map(str), st.just("*")), st.just("rwm")),
+)
+
+
+@given(st.lists(devices_line, max_size=12))
+def test_devices_list(lines):
+    text = "\n".join(lines)
+    rules = parse_devices_list(text)
+    assert all(0 <= m < 128 for m in rules.gpu_minors)
+    assert rules.malformed_lines <= len(text.splitlines())
+
+
+@given(st.text())
+def test_flat_keyed_and_limits(text):
+    assert all(isinstance(v, int) for v in parse_flat_keyed(text).values())
+    limit = parse_limit(text, v2=True)
+    assert limit is None or isinstance(limit, int)
+
+
+@given(st.text())
+def test_proc_files(text):
+    paths = parse_proc_cgroup(text)
+    assert all(p.startswith("/") for p in paths.values())
+    container_from_paths(paths)
+    busy, boot = parse_proc_stat(text)
+    assert busy is None or isinstance(busy, int)
+    assert all(isinstance(v, int) for v in parse_key_values(text).values())
+
+
+scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), st.floats(allow_nan=True),
+                   st.text(max_size=12))
+yaml_like = st.recursive(scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=5)),
+    max_leaves=20)
+device_like = st.fixed_dictionaries({"uuid": st.one_of(st.just("GPU-a"), scalar)},
+                                    optional={k: yaml_like for k in (
+                                        "power_watts", "unsupported", "mig_instances", "gpm",
+                                        "violations", "clocks_event_reasons", "minor")})
+
+
+@settings(max_examples=200)
+@given(st.one_of(yaml_like, st.fixed_dictionaries(
+    {"devices": st.lists(device_like, max_size=3)},
+    optional={"processes": yaml_like, "xid_events": yaml_like, "init_failures": scalar})))
+def test_scenario(data):
+    try:
+        scenario = parse_scenario(data)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    assert len({d.uuid for d in scenario.devices}) == len(scenario.devices)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["listen", "housekeeping_interval", "nvml_retry_interval",
+                                        "idle_power_watts", "dcgm_exporter_url", "log_level",
+                                        "xid_ignore", "node_name", "bogus"]),
+                       yaml_like, max_size=4))
+def test_config_file(values):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(values, f)
+    args = build_arg_parser().parse_args(["--config", f.name])
+    try:
+        resolve(args, {})
+    except ConfigError as exc:
+        assert str(exc).startswith(("invalid ", "config file "))
+
+
+@given(st.binary(max_size=200))
+def test_config_file_bytes(data):
+    with tempfile.NamedTemporaryFile("wb", suffix=".yaml", delete=False) as f:
+        f.write(data)
+    try:
+        load_config_file(f.name)
+    except ConfigError:
+        pass
+
+
+@given(st.binary(max_size=200))
+def test_scenario_file_bytes(data):
+    from gpustats.sources.nvml.scenario import load_scenario
+    with tempfile.NamedTemporaryFile("wb", suffix=".yaml", delete=False) as f:
+        f.write(data)
+    try:
+        load_scenario(f.name)
+    except ValueError:
+        pass
