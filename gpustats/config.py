@@ -26,7 +26,8 @@ def parse_listen(value: Any) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
-    host = host.strip("[]") or "0.0.0.0"
+    # ":PORT" asks for every interface explicitly; the default stays on loopback.
+    host = host.strip("[]") or "0.0.0.0"  # nosec B104
     try:
         port = int(port_text)
     except ValueError:

@@ -1,0 +1,31 @@
+"""The running daemon against its own OpenAPI document (schemathesis), and bandit."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def test_schemathesis_against_running_daemon(start_daemon):
+    tool = shutil.which("schemathesis")
+    if tool is None:
+        pytest.skip("schemathesis not installed")
+    daemon = start_daemon("--simulate", str(REPO_ROOT / "examples" / "two-gpus.yaml"),
+                          "--housekeeping-interval", "0.5")
+    daemon.wait_ready()
+    result = subprocess.run([tool, "run", f"{daemon.base}/openapi.json", "--checks", "all",
+                             "--max-examples", "40", "--seed", "1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "No issues found" in result.stdout
+
+
+def test_bandit_clean_at_medium_severity():
+    if shutil.which("bandit") is None:
+        pytest.skip("bandit not installed")
+    result = subprocess.run(["bandit", "-r", str(REPO_ROOT / "gpustats"), "-ll", "-q"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
