@@ -132,3 +132,12 @@ def fake_sysfs(tmp_path) -> Path:
     make_pci_device(root, "0000:3b:00.0")
     make_pci_device(root, "0000:00:1f.0", vendor="0x8086", pci_class="0x060100")
     return root
+
+
+def find_tool(name: str) -> str | None:
+    """A command from this interpreter's environment first (the test venv), then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    import shutil
+    return shutil.which(name)

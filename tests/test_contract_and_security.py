@@ -1,16 +1,14 @@
 """The running daemon against its own OpenAPI document (schemathesis), and bandit."""
 
-import shutil
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, find_tool
 
 
 def test_schemathesis_against_running_daemon(start_daemon):
-    tool = shutil.which("schemathesis")
+    tool = find_tool("schemathesis")
     if tool is None:
         pytest.skip("schemathesis not installed")
     daemon = start_daemon("--simulate", str(REPO_ROOT / "examples" / "two-gpus.yaml"),
@@ -24,8 +22,9 @@ def test_schemathesis_against_running_daemon(start_daemon):
 
 
 def test_bandit_clean_at_medium_severity():
-    if shutil.which("bandit") is None:
+    bandit = find_tool("bandit")
+    if bandit is None:
         pytest.skip("bandit not installed")
-    result = subprocess.run(["bandit", "-r", str(REPO_ROOT / "gpustats"), "-ll", "-q"],
+    result = subprocess.run([bandit, "-r", str(REPO_ROOT / "gpustats"), "-ll", "-q"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
