@@ -53,15 +53,32 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _violation_readings(samples: list[SaturationSample]) -> list[tuple[float, ViolationReading]]:
+    """Distinct violation readings with the time they were taken: the driver's reference time
+    when it gave one (counters may be read less often than every tick), else the sample's."""
+    out: list[tuple[float, ViolationReading]] = []
+    for s in samples:
+        v = s.violations
+        if v is None:
+            out.append((s.time, v))
+            continue
+        if out and out[-1][1] is v:
+            continue                      # the same reading carried into a later tick
+        when = v.reference_time_us / 1e6 if v.reference_time_us else s.time
+        out.append((when, v))
+    return out
+
+
 def violation_ratios(samples: list[SaturationSample]) -> tuple[tuple[str, float], ...] | None:
+    readings = _violation_readings(samples)
     out = []
     for name, field in VIOLATION_FIELDS:
         increase = elapsed = 0.0
         pairs = 0
-        for a, b in zip(samples, samples[1:]):
-            va = getattr(a.violations, field) if a.violations else None
-            vb = getattr(b.violations, field) if b.violations else None
-            dt = b.time - a.time
+        for (ta, a), (tb, b) in zip(readings, readings[1:]):
+            va = getattr(a, field) if a else None
+            vb = getattr(b, field) if b else None
+            dt = tb - ta
             if va is None or vb is None or dt <= 0 or vb < va:
                 continue
             increase += vb - va

@@ -74,6 +74,7 @@ class ViolationReading:
     thermal_ns: int | None = None
     sync_boost_ns: int | None = None
     board_limit_ns: int | None = None
+    reference_time_us: int | None = None   # when the driver took these counters (CPU µs)
 
 
 @dataclass(frozen=True)

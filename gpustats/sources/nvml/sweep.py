@@ -205,13 +205,16 @@ class DeviceSweeper:
 
     def _violations(self, uuid: str, h: Any) -> ViolationReading | None:
         values = {}
+        reference = None
         for name, policy in _VIOLATION_POLICIES:
             raw = self._q.read(uuid, f"violation_{name[:-3]}", pynvml.nvmlDeviceGetViolationStatus,
                                h, policy)
             values[name] = int(raw.violationTime) if raw is not None else None
+            if raw is not None and reference is None:
+                reference = int(raw.referenceTime)
         if all(v is None for v in values.values()):
             return None
-        return ViolationReading(**values)
+        return ViolationReading(**values, reference_time_us=reference or None)
 
     def _pcie(self, uuid: str, h: Any) -> tuple[float | None, float | None]:
         tx = self._q.read(uuid, "pcie", pynvml.nvmlDeviceGetPcieThroughput, h,

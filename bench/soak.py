@@ -1,0 +1,217 @@
+"""Soak: the daemon under sustained scrapes, container churn and changing load.
+
+    python -m bench.soak                 # 10 minutes, 32 clients, 10 containers/s churn
+    python -m bench.soak --seconds 60
+
+32 client threads hit /stats/summary and /metrics in turn; containers are created and removed
+at ``--churn`` per second (real cgroup v2 groups under /sys/fs/cgroup/unified where this user
+may create them, a fake cgroup tree otherwise); the simulated GPUs' power and utilization
+change every second. Reported: requests, 5xx and errors, RSS after warm-up and at the end,
+thread count over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import yaml
+
+from bench.run import DaemonProc
+from bench.scenarios import node_scenario
+
+REAL_V2 = Path("/sys/fs/cgroup/unified")
+
+
+def _can_use_real_cgroups() -> bool:
+    if os.geteuid() != 0 or not (REAL_V2 / "cgroup.procs").exists():
+        return False
+    probe = REAL_V2 / f"gpustats-soak-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+class Churn:
+    """Creates and removes container cgroups at a steady rate."""
+
+    def __init__(self, base: Path, per_second: float, fake: bool):
+        self.base = base
+        self.per_second = per_second
+        self.fake = fake
+        self.live: list[Path] = []
+        self.created = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _make(self) -> None:
+        pod = uuid.uuid4()
+        d = self.base / "kubepods" / "besteffort" / f"pod{pod}" / (uuid.uuid4().hex * 2)
+        d.mkdir(parents=True, exist_ok=True)
+        if self.fake:
+            (d / "cpu.stat").write_text("usage_usec 1000\n")
+            (d / "memory.current").write_text("4096\n")
+            (d / "memory.stat").write_text("anon 4096\ninactive_file 0\n")
+        self.live.append(d)
+        self.created += 1
+
+    def _remove(self, d: Path) -> None:
+        if self.fake:
+            shutil.rmtree(d.parent, ignore_errors=True)
+        else:
+            for p in (d, d.parent):
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+
+    def _run(self) -> None:
+        interval = 1.0 / self.per_second
+        while not self._stop.wait(interval):
+            self._make()
+            if len(self.live) > 20:
+                self._remove(self.live.pop(0))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for d in self.live:
+            self._remove(d)
+        if not self.fake:
+            for p in (self.base / "kubepods" / "besteffort", self.base / "kubepods"):
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+
+
+def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
+             warmup: float = 5.0, workdir: Path | None = None) -> dict:
+    own_tmp = workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="gpustats-soak-")) if own_tmp else workdir
+    real = _can_use_real_cgroups()
+    if real:
+        cgroup_root, base = "/sys/fs/cgroup", REAL_V2
+    else:
+        base = workdir / "cgroup"
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "cgroup.controllers").write_text("cpu memory\n")
+        cgroup_root = str(base)
+    scenario = node_scenario(8, 32)
+    scenario_path = workdir / "soak.yaml"
+
+    def write_scenario(step: int) -> None:
+        for i, d in enumerate(scenario["devices"]):
+            d["power_watts"] = 150 + (step * 37 + i * 11) % 500
+            d["utilization_percent"] = (step * 13 + i * 7) % 100
+        tmp = scenario_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(scenario))
+        tmp.replace(scenario_path)
+
+    write_scenario(0)
+    daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
+                         "--housekeeping-interval", "1", "--pod-resources-socket", "",
+                         "--runtime-socket", "", "--idle-power-watts", "100"], workdir)
+    churner = Churn(base, churn, fake=not real)
+    stop = threading.Event()
+    counts = {"requests": 0, "5xx": 0, "errors": 0}
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+        paths = ("/stats/summary", "/metrics")
+        n = i
+        while not stop.is_set():
+            n += 1
+            try:
+                conn.request("GET", paths[n % 2])
+                resp = conn.getresponse()
+                resp.read()
+                with lock:
+                    counts["requests"] += 1
+                    if resp.status >= 500:
+                        counts["5xx"] += 1
+            except (OSError, http.client.HTTPException):
+                with lock:
+                    counts["errors"] += 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    proc = psutil.Process(daemon.proc.pid)
+    samples = []
+    try:
+        churner.start()
+        for t in threads:
+            t.start()
+        started = time.monotonic()
+        step = 0
+        rss_warm = None
+        while time.monotonic() - started < seconds:
+            time.sleep(1.0)
+            step += 1
+            write_scenario(step)
+            elapsed = time.monotonic() - started
+            sample = {"t": round(elapsed, 1), "rss_mb": round(proc.memory_info().rss / 2**20, 2),
+                      "threads": proc.num_threads()}
+            samples.append(sample)
+            if rss_warm is None and elapsed >= warmup:
+                rss_warm = sample["rss_mb"]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+        churner.stop()
+        daemon.stop()
+    after_warm = [s for s in samples if s["t"] >= warmup] or samples
+    rss_end = samples[-1]["rss_mb"]
+    result = {
+        "seconds": seconds, "clients": clients, "churn_per_second": churn,
+        "real_cgroups": real, "containers_created": churner.created,
+        "requests": counts["requests"], "http_5xx": counts["5xx"],
+        "client_errors": counts["errors"],
+        "rss_mb_after_warmup": rss_warm, "rss_mb_end": rss_end,
+        "rss_growth_ratio": round(rss_end / rss_warm - 1, 4) if rss_warm else None,
+        "threads_min": min(s["threads"] for s in after_warm),
+        "threads_max": max(s["threads"] for s in after_warm),
+    }
+    if own_tmp:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--churn", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=60.0)
+    args = parser.parse_args()
+    result = run_soak(args.seconds, args.clients, args.churn, args.warmup)
+    print(json.dumps(result, indent=2))
+    ok = (result["http_5xx"] == 0 and (result["rss_growth_ratio"] or 0) < 0.05
+          and result["threads_min"] == result["threads_max"])
+    print("targets:", "met" if ok else "NOT met",
+          "(zero 5xx, RSS growth < 5% after warm-up, thread count constant)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""A short soak: concurrent scrapes of both endpoints, container churn, changing load."""
+
+from bench.soak import run_soak
+
+
+def test_short_soak(tmp_path):
+    result = run_soak(seconds=12, clients=32, churn=10, warmup=4, workdir=tmp_path)
+    assert result["requests"] > 100
+    assert result["http_5xx"] == 0 and result["client_errors"] == 0
+    assert result["containers_created"] >= 80
+    assert result["threads_min"] == result["threads_max"], result
+    assert result["rss_growth_ratio"] < 0.10, result      # the 10-minute run holds 5%
