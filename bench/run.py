@@ -103,6 +103,50 @@ def _container_scale(name: str, gpus: int, mig: int, processes: int, containers:
     return result
 
 
+def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
+    """CPU per sample of gpustat's new_query() and nvitop's device snapshots, on the same
+    simulated GPUs, in this process (installed from PyPI into the bench environment)."""
+    import logging
+
+    from gpustats.sources.nvml.simulator import SimulatedNvml
+
+    path = write_scenario(workdir / "peers.yaml", scenario)
+    out: dict = {}
+    sim = SimulatedNvml(path)
+    sim.install()
+    logging.disable(logging.CRITICAL)      # the peers log every FunctionNotFound they meet
+    try:
+        try:
+            import gpustat
+        except ImportError:
+            out["gpustat"] = "not installed"
+        else:
+            gpustat.new_query()
+            cpu = []
+            for _ in range(samples):
+                start = time.thread_time()
+                gpustat.new_query()
+                cpu.append((time.thread_time() - start) * 1000.0)
+            out["gpustat_query_cpu_ms_median"] = round(statistics.median(cpu), 3)
+        try:
+            from nvitop import Device
+        except ImportError:
+            out["nvitop"] = "not installed"
+        else:
+            devices = Device.all()
+            [d.as_snapshot() for d in devices]
+            cpu = []
+            for _ in range(samples):
+                start = time.thread_time()
+                [d.as_snapshot() for d in devices]
+                cpu.append((time.thread_time() - start) * 1000.0)
+            out["nvitop_snapshot_cpu_ms_median"] = round(statistics.median(cpu), 3)
+    finally:
+        logging.disable(logging.NOTSET)
+        sim.uninstall()
+    return out
+
+
 # ---------------------------------------------------------------- daemons in subprocesses
 
 class DaemonProc:
@@ -145,6 +189,27 @@ def measure_idle_host(workdir: Path, seconds: float) -> dict:
                 "idle_rss_mb": round(daemon.ps.memory_info().rss / 2**20, 1)}
     finally:
         daemon.stop()
+
+
+def measure_node_exporter(seconds: float) -> dict | None:
+    """Debian's prometheus-node-exporter /metrics under the same load, when installed."""
+    import shutil
+
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        return None
+    port = _free_port()
+    proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/metrics")
+        body = _fetch(f"http://127.0.0.1:{port}/metrics")
+        result = run_load(f"http://127.0.0.1:{port}/metrics", 32, seconds)
+        return {"body_bytes": len(body), "rps": round(result.rps, 1),
+                "p50_ms": _r(result.p50_ms), "p99_ms": _r(result.p99_ms)}
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def measure_serving(workdir: Path, scenario: dict, seconds: float) -> dict:
@@ -197,12 +262,48 @@ def _r(value: float | None) -> float | None:
 
 # ---------------------------------------------------------------- report
 
-TARGETS = {
-    "tick_cpu_ms_8gpu": 5.0,
-    "nvml_calls_per_gpu_per_tick": 15.0,
-    "rss_mb": 60.0,
-    "serving_ratio": 0.8,
-}
+def evaluate_targets(report: dict) -> list[dict]:
+    """Every target of the benchmark brief, with the figure and met / not met."""
+    scales = {s["scale"]: s for s in report["scales"]}
+    rows = []
+
+    def add(name, value, ok):
+        rows.append({"target": name, "value": value,
+                     "met": None if value is None else bool(ok)})
+
+    t8 = scales.get("8gpu", {}).get("tick_cpu_ms_median")
+    add("tick <= 5 ms CPU (8 GPUs, no containers)", t8, t8 is not None and t8 <= 5)
+    calls = scales.get("8gpu-64proc", {}).get("nvml_calls_per_gpu_per_tick")
+    add("<= 15 NVML calls per GPU per tick", calls, calls is not None and calls <= 15)
+    t300 = scales.get("8gpu-300c", {}).get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU (8 GPUs, 64 processes, 300 containers)", t300,
+        t300 is not None and t300 <= 15)
+    tmig = scales.get("8gpu-7mig-300c", {}).get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU with attribution (8x7 MIG, 64 processes, 300 containers)", tmig,
+        tmig is not None and tmig <= 15)
+    growth = report.get("growth_ratio_3000c_over_300c")
+    add("growth linear in containers (3000 vs 300 <= x10)", growth,
+        growth is not None and growth <= 10.5)
+    idle = report.get("idle_host", {}).get("idle_cpu_seconds_per_hour")
+    add("idle host < 1 s CPU per hour", idle, idle is not None and idle < 1)
+    serving = report.get("serving") or {}
+    rss = serving.get("serving_rss_mb_after_load")
+    add("RSS <= 60 MB (serving, 8 GPUs)", rss, rss is not None and rss <= 60)
+    for key in ("stats_summary", "metrics"):
+        r = serving.get(key) or {}
+        ratio = r.get("ratio_to_ceiling")
+        add(f"/{key.replace('_', '/')} >= 80% of the Flask+waitress ceiling", ratio,
+            ratio is not None and ratio >= 0.8)
+        ne = (report.get("node_exporter") or {}).get("rps")
+        times = round(r["rps"] / ne, 2) if ne and r.get("rps") else None
+        add(f"/{key.replace('_', '/')} >= 10x node_exporter /metrics req/s", times,
+            times is not None and times >= 10)
+    gp = (report.get("peers") or {}).get("gpustat_query_cpu_ms_median")
+    ours = scales.get("8gpu-64proc", {}).get("tick_cpu_ms_median")
+    ratio = round(ours / gp, 3) if gp and ours else None
+    add("tick CPU <= 0.5x gpustat new_query() (8 GPUs, 64 processes)", ratio,
+        ratio is not None and ratio <= 0.5)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     load_seconds = 3.0 if args.quick else 10.0
     idle_seconds = 20.0 if args.quick else 120.0
 
-    report: dict = {"scales": []}
+    report: dict = {"scales": [], "machine": {"cpus": os.cpu_count()}}
     with tempfile.TemporaryDirectory(prefix="gpustats-bench-") as tmp:
         workdir = Path(tmp)
         report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
@@ -230,10 +331,13 @@ def main(argv: list[str] | None = None) -> int:
         report["growth_ratio_3000c_over_300c"] = round(
             by_name["8gpu-3000c"]["tick_cpu_ms_median"]
             / by_name["8gpu-300c"]["tick_cpu_ms_median"], 2)
+        report["peers"] = measure_peers(node_scenario(8, 64), workdir, ticks)
         if not args.skip_idle:
             report["idle_host"] = measure_idle_host(workdir, idle_seconds)
         if not args.skip_serving:
             report["serving"] = measure_serving(workdir, node_scenario(8, 64), load_seconds)
+            report["node_exporter"] = measure_node_exporter(load_seconds)
+    report["targets"] = evaluate_targets(report)
 
     print_report(report)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -243,6 +347,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_report(report: dict) -> None:
+    _print_figures(report)
+    print(f"\n{'target':<78}{'value':>10}  result")
+    for row in report["targets"]:
+        verdict = "n/a" if row["met"] is None else "met" if row["met"] else "NOT met"
+        print(f"{row['target']:<78}{row['value']!s:>10}  {verdict}")
+
+
+def _print_figures(report: dict) -> None:
     print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
           f"{'calls/tick':>12}{'calls/gpu':>11}")
     for s in report["scales"]:
@@ -256,6 +368,13 @@ def print_report(report: dict) -> None:
     if idle:
         print(f"\nidle host (no GPU): {idle['idle_cpu_seconds_per_hour']} s CPU/hour, "
               f"RSS {idle['idle_rss_mb']} MB")
+    peers = report.get("peers")
+    if peers:
+        print(f"\npeers on the same simulated node (CPU ms per sample): {peers}")
+    ne = report.get("node_exporter")
+    if ne:
+        print(f"node_exporter /metrics: {ne['rps']} req/s, p99 {ne['p99_ms']} ms "
+              f"({ne['body_bytes']} bytes)")
     serving = report.get("serving")
     if serving:
         print(f"\nserving daemon RSS after warm-up: {serving['serving_rss_mb']} MB "
