@@ -152,7 +152,8 @@ def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
 class DaemonProc:
     def __init__(self, args: list[str], workdir: Path):
         self.port = _free_port()
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
         self.log = open(workdir / f"daemon-{self.port}.log", "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
@@ -235,7 +236,8 @@ def measure_serving(workdir: Path, scenario: dict, seconds: float) -> dict:
             ceiling = subprocess.Popen(
                 [sys.executable, "-m", "bench.ceiling_app", "--port", str(port),
                  "--body-file", str(body_file)], cwd=str(REPO),
-                env=dict(os.environ, PYTHONPATH=str(REPO)))
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)))
             _wait_http(f"http://127.0.0.1:{port}/body")
             ours = run_load(daemon.url(endpoint), 32, seconds)
             ref = run_load(f"http://127.0.0.1:{port}/body", 32, seconds)

@@ -96,3 +96,122 @@ def test_overhead_of_one_second_ticks(real_daemon, tmp_path):
     print(f"matmul/s without {without:.1f}, with daemon ticking {with_daemon:.1f}, "
           f"ratio {ratio:.4f}")
     assert ratio >= 0.99
+
+
+def _v2_root() -> Path | None:
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if (root / "cgroup.controllers").exists():
+            return root
+    return None
+
+
+class _Containers:
+    """Real cgroup v2 groups shaped like kubelet's, each holding a workload process."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.dirs: list[Path] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, duty: float, seconds: float):
+        import uuid
+        pod, cid = uuid.uuid4(), uuid.uuid4().hex * 2
+        group = self.root / "kubepods" / "besteffort" / f"pod{pod}" / cid
+        try:
+            group.mkdir(parents=True)
+        except OSError as exc:
+            pytest.skip(f"cannot create cgroups here: {exc}")
+        self.dirs.append(group)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.gpu.workload", "--seconds",
+                                 str(seconds), "--duty", str(duty)], cwd=str(REPO))
+        self.procs.append(proc)
+        try:
+            (group / "cgroup.procs").write_text(str(proc.pid))
+        except OSError as exc:
+            pytest.skip(f"cannot move a process into a cgroup here: {exc}")
+        return cid
+
+    def close(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        time.sleep(0.2)
+        for d in self.dirs:
+            for p in (d, d.parent):
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def containers():
+    root = _v2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy")
+    c = _Containers(root)
+    yield c
+    c.close()
+
+
+def _daemon_on(tmp_path, cgroup_root: Path):
+    from gpustats.cli import Daemon
+    from gpustats.config import build_arg_parser, resolve
+
+    args = build_arg_parser().parse_args([
+        "--state-dir", str(tmp_path / "state"), "--pod-resources-socket", "",
+        "--runtime-socket", "", "--cgroup-root", str(cgroup_root)])
+    return Daemon(resolve(args, {}))
+
+
+def _container_energy(snapshot, cid):
+    for pod in snapshot.pods:
+        for c in pod.containers:
+            if c.container_id == cid and c.accelerators:
+                return c.accelerators[0].attributed_energy_joules or 0.0
+    return 0.0
+
+
+def test_workload_in_a_cgroup_is_attributed_to_its_container(containers, tmp_path):
+    cid = containers.start(duty=1.0, seconds=25)
+    daemon = _daemon_on(tmp_path, containers.root)
+    try:
+        time.sleep(8)              # CUDA start-up, then the process shows in NVML's list
+        snapshot = None
+        for _ in range(10):
+            snapshot = daemon.collector.tick()
+            time.sleep(1)
+        energy = _container_energy(snapshot, cid)
+        device = snapshot.devices[0]
+        print(f"container {cid[:12]} attributed {energy:.1f} J; device active "
+              f"{device.active_energy_joules:.1f} J, power {device.power_watts} W, "
+              f"idle {device.idle_power_watts} W")
+        assert energy > 0
+        total = sum(p.attributed_energy_joules or 0 for p in snapshot.processes)
+        assert total <= (device.active_energy_joules or 0) * 1.001 + 1e-6   # Σ attributed ≤ active
+    finally:
+        daemon.close()
+
+
+def test_two_duty_cycles_split_in_their_ratio(containers, tmp_path):
+    busy = containers.start(duty=0.8, seconds=40)
+    light = containers.start(duty=0.2, seconds=40)
+    daemon = _daemon_on(tmp_path, containers.root)
+    try:
+        time.sleep(8)
+        snapshot = daemon.collector.tick()
+        start_busy, start_light = _container_energy(snapshot, busy), _container_energy(snapshot,
+                                                                                       light)
+        for _ in range(20):
+            time.sleep(1)
+            snapshot = daemon.collector.tick()
+        a = _container_energy(snapshot, busy) - start_busy
+        b = _container_energy(snapshot, light) - start_light
+        share = a / (a + b) if a + b > 0 else None
+        print(f"busy {a:.1f} J, light {b:.1f} J, busy share {share}")
+        assert share is not None and 0.6 <= share <= 0.95
+        device = snapshot.devices[0]
+        total = sum(p.attributed_energy_joules or 0 for p in snapshot.processes)
+        assert total <= (device.active_energy_joules or 0) * 1.001 + 1e-6
+    finally:
+        daemon.close()
