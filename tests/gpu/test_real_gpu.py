@@ -154,13 +154,34 @@ def containers():
     c.close()
 
 
-def _daemon_on(tmp_path, cgroup_root: Path):
+def _idle_watts() -> float:
+    """The GPU's power at rest, measured before the workloads start.
+
+    With the workloads already running, "the lowest power seen" would be a loaded power and
+    leave almost nothing active to attribute; operators configure idle power the same way.
+    """
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        readings = []
+        for _ in range(10):
+            readings.append(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+            time.sleep(0.1)
+    finally:
+        pynvml.nvmlShutdown()
+    return min(readings)
+
+
+def _daemon_on(tmp_path, cgroup_root: Path, idle_watts: float):
     from gpustats.cli import Daemon
     from gpustats.config import build_arg_parser, resolve
 
     args = build_arg_parser().parse_args([
         "--state-dir", str(tmp_path / "state"), "--pod-resources-socket", "",
-        "--runtime-socket", "", "--cgroup-root", str(cgroup_root)])
+        "--runtime-socket", "", "--cgroup-root", str(cgroup_root),
+        "--idle-power-watts", f"{idle_watts:.1f}"])
     return Daemon(resolve(args, {}))
 
 
@@ -173,8 +194,9 @@ def _container_energy(snapshot, cid):
 
 
 def test_workload_in_a_cgroup_is_attributed_to_its_container(containers, tmp_path):
+    idle = _idle_watts()
     cid = containers.start(duty=1.0, seconds=25)
-    daemon = _daemon_on(tmp_path, containers.root)
+    daemon = _daemon_on(tmp_path, containers.root, idle)
     try:
         time.sleep(8)              # CUDA start-up, then the process shows in NVML's list
         snapshot = None
@@ -194,9 +216,10 @@ def test_workload_in_a_cgroup_is_attributed_to_its_container(containers, tmp_pat
 
 
 def test_two_duty_cycles_split_in_their_ratio(containers, tmp_path):
+    idle = _idle_watts()
     busy = containers.start(duty=0.8, seconds=40)
-    light = containers.start(duty=0.2, seconds=40)
-    daemon = _daemon_on(tmp_path, containers.root)
+    light = containers.start(duty=0.25, seconds=40)
+    daemon = _daemon_on(tmp_path, containers.root, idle)
     try:
         time.sleep(8)
         snapshot = daemon.collector.tick()

@@ -65,7 +65,8 @@ class _DeviceState:
     """What the sweep remembers about one device between ticks."""
 
     ticks: int = 0
-    last_sample_timestamp_us: int = 0
+    last_sample_timestamp_us: int = 0          # newest sample seen from any process
+    sample_timestamp_by_pid: dict[int, int] = field(default_factory=dict)
     power_limit_watts: float | None = None
     violations: ViolationReading | None = None
     pcie: tuple[float | None, float | None] = (None, None)
@@ -118,7 +119,7 @@ class DeviceSweeper:
               state: _DeviceState) -> DeviceReading:
         q, h, uuid = self._q, device.handle, ident.uuid
         tick = state.ticks
-        memory = q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+        memory = self._memory(uuid, h)
         util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
         power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
         energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
@@ -141,7 +142,7 @@ class DeviceSweeper:
                               pynvml.nvmlDeviceGetMPSComputeRunningProcesses, h)
             mps = bool(mps_list) if mps_list is not None else None
         if not state.mig_enabled:
-            samples = self._samples(uuid, h, state) if processes else ()
+            samples = self._samples(uuid, h, state, processes) if processes else ()
         gpm = self._gpm.device(uuid, h)
         if gpm is None and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
@@ -170,6 +171,16 @@ class DeviceSweeper:
             unsupported_fields=q.unsupported_fields(uuid),
         )
 
+    def _memory(self, uuid: str, h: Any) -> Any:
+        """Memory info, v2 first: its ``used`` excludes driver-reserved memory, as nvidia-smi
+        shows it (v1's ``used`` counts the reservation, ~0.5 GiB on an idle H100)."""
+        if not self._q.is_unsupported(uuid, "memory_v2"):
+            info = self._q.read(uuid, "memory_v2", pynvml.nvmlDeviceGetMemoryInfo, h,
+                                pynvml.nvmlMemory_v2)
+            if info is not None:
+                return info
+        return self._q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+
     def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
         raw = self._q.read(uuid, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
         if raw is None and self._q.is_unsupported(uuid, "processes"):
@@ -188,20 +199,41 @@ class DeviceSweeper:
             for p in raw
         )
 
-    def _samples(self, uuid: str, h: Any, state: _DeviceState) -> tuple[ProcessSample, ...] | None:
-        """Samples newer than the last one seen; ``()`` when NVML has none (idle)."""
+    def _samples(self, uuid: str, h: Any, state: _DeviceState,
+                 processes: tuple[ProcessReading, ...]) -> tuple[ProcessSample, ...] | None:
+        """Each process's samples newer than the last one seen *for that process*.
+
+        The driver keeps a sample per process with its own timestamp; asking only for samples
+        newer than the newest one of any process would drop a less busy process's older-stamped
+        sample every time (seen on an H100: an 80%/20% pair read as 100%/0%). So ask from the
+        oldest per-process timestamp and drop, per process, what was already counted.
+        ``()`` when NVML has none (NOT_FOUND: idle).
+        """
+        seen = state.sample_timestamp_by_pid
+        pids = {p.pid for p in processes}
+        floor = state.last_sample_timestamp_us
+        since = min((seen.get(pid, floor) for pid in pids), default=floor)
         raw = self._q.read(uuid, "process_utilization", pynvml.nvmlDeviceGetProcessUtilization,
-                           h, state.last_sample_timestamp_us, not_found=NOT_FOUND)
+                           h, since, not_found=NOT_FOUND)
         if raw is None:
             return None
         if raw is NOT_FOUND:
             return ()
-        samples = tuple(ProcessSample(pid=int(s.pid), timestamp_us=int(s.timeStamp),
-                                      sm_util_percent=int(s.smUtil),
-                                      mem_util_percent=int(s.memUtil)) for s in raw)
+        samples = []
+        for s in raw:
+            pid, stamp = int(s.pid), int(s.timeStamp)
+            if stamp <= seen.get(pid, since):
+                continue                     # counted last time
+            samples.append(ProcessSample(pid=pid, timestamp_us=stamp,
+                                         sm_util_percent=int(s.smUtil),
+                                         mem_util_percent=int(s.memUtil)))
+            seen[pid] = max(seen.get(pid, 0), stamp)
         if samples:
-            state.last_sample_timestamp_us = max(s.timestamp_us for s in samples)
-        return samples
+            state.last_sample_timestamp_us = max(state.last_sample_timestamp_us,
+                                                 max(s.timestamp_us for s in samples))
+        for gone in set(seen) - pids:
+            del seen[gone]
+        return tuple(samples)
 
     def _violations(self, uuid: str, h: Any) -> ViolationReading | None:
         values = {}
