@@ -79,12 +79,12 @@ def python_load(url: str, connections: int = 32, seconds: float = 5.0,
                       _percentile(merged, 0.50), _percentile(merged, 0.99))
 
 
-_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
 
 
-def _wrk_ms(text: str) -> float:
-    match = re.match(r"([\d.]+)(us|ms|s)", text)
-    return float(match.group(1)) * _WRK_UNITS[match.group(2)]
+def _wrk_ms(text: str) -> float | None:
+    match = re.match(r"([\d.]+)(us|ms|s|m)$", text)
+    return float(match.group(1)) * _WRK_UNITS[match.group(2)] if match else None
 
 
 def wrk_load(url: str, connections: int = 32, seconds: float = 5.0,
