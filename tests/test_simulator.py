@@ -1,0 +1,241 @@
+"""The simulator below pynvml, exercised through pynvml's public wrappers."""
+
+import ctypes
+import time
+
+import pynvml
+import pytest
+import yaml
+
+from gpustats.sources.nvml.scenario import load_scenario, parse_scenario
+from gpustats.sources.nvml.simulator import SimulatedNvml
+
+A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def simulate(tmp_path):
+    sims = []
+
+    def _simulate(scenario, **kw):
+        path = tmp_path / f"s{len(sims)}.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        sim = SimulatedNvml(str(path), **kw)
+        sim.install()
+        sims.append(sim)
+        pynvml.nvmlInit()
+        return sim, path
+
+    yield _simulate
+    for sim in reversed(sims):
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        sim.uninstall()
+
+
+def test_pynvml_calls_cfunctype_attributes_of_the_installed_object(simulate):
+    sim, _ = simulate({"devices": [{"uuid": A}]})
+    assert isinstance(sim.lib.nvmlDeviceGetCount_v2, ctypes._CFuncPtr)
+    before = sim.calls
+    assert pynvml.nvmlDeviceGetCount() == 1
+    assert sim.calls == before + 1
+
+
+def test_identity_and_readings(simulate):
+    simulate({"devices": [{"uuid": A, "name": "NVIDIA H100 80GB HBM3", "minor": 3,
+                           "pci_bus_id": "00000000:3B:00.0", "memory_total_bytes": 1000,
+                           "memory_used_bytes": 250, "utilization_percent": 40,
+                           "power_watts": 310.5, "power_limit_watts": 700,
+                           "temperature_celsius": 51, "architecture": "ampere"}],
+              "driver_version": "575.1"})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlSystemGetDriverVersion() == "575.1"
+    assert pynvml.nvmlDeviceGetUUID(h) == A
+    assert pynvml.nvmlDeviceGetName(h) == "NVIDIA H100 80GB HBM3"
+    assert pynvml.nvmlDeviceGetMinorNumber(h) == 3
+    assert pynvml.nvmlDeviceGetPciInfo(h).busId == "00000000:3B:00.0"
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    assert (mem.total, mem.used, mem.free) == (1000, 250, 750)
+    assert pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used == 250
+    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 40
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 310500
+    assert pynvml.nvmlDeviceGetEnforcedPowerLimit(h) == 700000
+    assert pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) == 51
+    assert pynvml.nvmlDeviceGetArchitecture(h) == pynvml.NVML_DEVICE_ARCH_AMPERE
+    assert pynvml.nvmlDeviceGetHandleByUUID(A) is not None
+
+
+def test_energy_integrates_power_over_time_and_resets(simulate):
+    clock = Clock()
+    sim, path = simulate({"devices": [{"uuid": A, "power_watts": 200}]}, monotonic=clock)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+    clock.now += 10
+    assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == 2_000_000     # 200 W × 10 s
+    path.write_text(yaml.safe_dump({"devices": [{"uuid": A, "power_watts": 100}],
+                                    "driver_reloads": 1}))
+    time.sleep(0.25)
+    pynvml.nvmlDeviceGetCount()                                                 # reload
+    clock.now += 5
+    assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) == 500_000             # restarted at 0
+
+
+def test_edit_changes_next_reading_and_bad_edit_keeps_previous(simulate, caplog):
+    sim, path = simulate({"devices": [{"uuid": A, "power_watts": 100}]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    path.write_text(yaml.safe_dump({"devices": [{"uuid": A, "power_watts": 250}]}))
+    time.sleep(0.25)
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 250000
+    path.write_text("devices: [ {uuid: ")
+    time.sleep(0.25)
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 250000
+    assert any("keeping the previous scenario" in r.getMessage() for r in caplog.records)
+
+
+def test_unsupported_missing_and_lost(tmp_path, simulate):
+    simulate({"devices": [{"uuid": A, "unsupported": ["energy"], "lost": False},
+                          {"uuid": B, "lost": True}],
+              "missing_functions": ["nvmlDeviceGetTemperature"]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert pynvml.nvmlDeviceGetPowerUsage(h) > 0                   # only that call
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetTemperature(h, 0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetHandleByIndex(1)
+
+
+def test_init_failures_then_success(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"devices": [{"uuid": A}], "init_failures": 2}))
+    sim = SimulatedNvml(str(path))
+    sim.install()
+    try:
+        for _ in range(2):
+            with pytest.raises(pynvml.NVMLError_DriverNotLoaded):
+                pynvml.nvmlInit()
+        pynvml.nvmlInit()
+        assert pynvml.nvmlDeviceGetCount() == 1
+        pynvml.nvmlShutdown()
+        with pytest.raises(pynvml.NVMLError_Uninitialized):
+            pynvml.nvmlDeviceGetCount()
+    finally:
+        sim.uninstall()
+
+
+def test_many_processes_two_call_pattern_and_samples(simulate):
+    procs = [{"pid": 1000 + i, "device": A, "memory_used_bytes": i,
+              **({"sm_util_percent": 10} if i % 2 else {})} for i in range(50)]
+    simulate({"devices": [{"uuid": A}, {"uuid": B}], "processes": procs})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    listed = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+    assert sorted(p.pid for p in listed) == list(range(1000, 1050))
+    assert all(p.gpuInstanceId == 0xFFFFFFFF for p in listed)
+    samples = pynvml.nvmlDeviceGetProcessUtilization(h, 0)
+    assert len(samples) == 25 and all(s.smUtil == 10 for s in samples)
+    newest = max(s.timeStamp for s in samples)
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetProcessUtilization(h, newest + 10**9)
+    h2 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    assert pynvml.nvmlDeviceGetComputeRunningProcesses(h2) == []
+    with pytest.raises(pynvml.NVMLError_NotFound):                  # idle GPU
+        pynvml.nvmlDeviceGetProcessUtilization(h2, 0)
+
+
+def test_mig_handles_and_processes(simulate):
+    simulate({"devices": [{"uuid": A, "name": "NVIDIA H100 80GB HBM3", "mig_instances": [
+        {"gpu_instance_id": 7, "profile": "1g.10gb", "uuid": "MIG-x", "memory_total_bytes": 100},
+        {"gpu_instance_id": 9, "profile": "3g.40gb"}]}],
+        "processes": [{"pid": 5, "device": A, "gpu_instance_id": 7, "memory_used_bytes": 30},
+                      {"pid": 6, "device": A, "gpu_instance_id": 9}]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetMigMode(h) == [1, 1]
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(h) == 7
+    m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
+    assert pynvml.nvmlDeviceGetUUID(m) == "MIG-x"
+    assert pynvml.nvmlDeviceGetName(m) == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    assert pynvml.nvmlDeviceGetGpuInstanceId(m) == 7
+    assert pynvml.nvmlDeviceGetMemoryInfo(m).used == 30
+    assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(m)] == [5]
+    assert {p.gpuInstanceId for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)} == {7, 9}
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 2)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetUtilizationRates(h)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetProcessUtilization(h, 0)
+
+
+def test_events_once_then_timeout(simulate):
+    simulate({"devices": [{"uuid": A}, {"uuid": B, "events_supported": False}],
+              "xid_events": [{"device": A, "xid": 79}, {"device": A, "type": "double_bit_ecc"}]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    es = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlDeviceGetSupportedEventTypes(h), es)
+    got = [pynvml.nvmlEventSetWait_v2(es, 100) for _ in range(2)]
+    assert got[0].eventType == pynvml.nvmlEventTypeXidCriticalError and got[0].eventData == 79
+    assert got[1].eventType == pynvml.nvmlEventTypeDoubleBitEccError
+    assert pynvml.nvmlDeviceGetUUID(got[0].device) == A
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 50)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetSupportedEventTypes(pynvml.nvmlDeviceGetHandleByIndex(1))
+    pynvml.nvmlEventSetFree(es)
+
+
+def test_gpm_metrics(simulate):
+    clock = Clock()
+    simulate({"devices": [{"uuid": A, "gpm": {"sm_active_percent": 55,
+                                               "pcie_tx_bytes_per_second": 2 * 1024 * 1024}}]},
+             monotonic=clock)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice == 1
+    s1, s2 = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    pynvml.nvmlGpmSampleGet(h, s1)
+    clock.now += 1
+    pynvml.nvmlGpmSampleGet(h, s2)
+    mg = pynvml.c_nvmlGpmMetricsGet_t()
+    mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    mg.numMetrics = 3
+    mg.sample1, mg.sample2 = s1, s2
+    mg.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+    mg.metrics[1].metricId = pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    mg.metrics[2].metricId = pynvml.NVML_GPM_METRIC_SM_OCCUPANCY
+    pynvml.nvmlGpmMetricsGet(mg)
+    assert mg.metrics[0].nvmlReturn == 0 and mg.metrics[0].value == 55
+    assert mg.metrics[1].value == pytest.approx(2.0)                  # MiB/s
+    assert mg.metrics[2].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    mg.version = 99
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        pynvml.nvmlGpmMetricsGet(mg)
+
+
+def test_scenario_validation(tmp_path):
+    with pytest.raises(ValueError, match="uuid: required"):
+        parse_scenario({"devices": [{}]})
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_scenario({"devices": [{"uuid": A}, {"uuid": A}]})
+    with pytest.raises(ValueError, match="not a device UUID"):
+        parse_scenario({"devices": [{"uuid": A}], "processes": [{"pid": 1, "device": B}]})
+    with pytest.raises(ValueError, match="unknown names"):
+        parse_scenario({"devices": [{"uuid": A, "unsupported": ["warp"]}]})
+    with pytest.raises(ValueError, match=r"s\.yaml: cannot read"):
+        load_scenario(str(tmp_path / "s.yaml"))
+
+
+def test_examples_parse():
+    from tests.conftest import REPO_ROOT
+    for path in (REPO_ROOT / "examples").glob("*.yaml"):
+        assert load_scenario(str(path)).devices
