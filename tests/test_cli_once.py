@@ -1,0 +1,53 @@
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT
+
+
+def test_once_prints_the_summary_of_two_ticks(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "gpustats", "--once", "--simulate",
+         str(REPO_ROOT / "examples" / "two-gpus.yaml"), "--state-dir", str(tmp_path),
+         "--idle-power-watts", "70"],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    accs = summary["node"]["accelerators"]
+    assert len(accs) == 2 and summary["pods"] == []
+    assert accs[0]["activePowerWatts"] == 240.0          # the second tick has a rate
+    assert summary["node"]["cpu"]["usageNanoCores"] >= 0
+
+
+def test_a_failing_source_gives_a_partial_snapshot(caplog):
+    from gpustats.engine.collector import Collector
+    from gpustats.engine.counters import EnergyCounters
+    from gpustats.engine.energy import EnergyAccountant
+    from gpustats.engine.gpus import GpuStatus
+    from gpustats.engine.store import SnapshotStore
+
+    class BrokenGpus:
+        def readings(self):
+            raise RuntimeError("sweep exploded")
+
+        def status(self):
+            return GpuStatus(1, True, None, None, None)
+
+    class Node:
+        boot_time = 1.0
+
+        def read(self):
+            return None, None
+
+    class Errors:
+        def totals(self):
+            return ()
+
+    counters = EnergyCounters()
+    store = SnapshotStore()
+    collector = Collector(node_name="n", node=Node(), gpus=BrokenGpus(), errors=Errors(),
+                          store=store, energy=EnergyAccountant(lambda u: None, counters),
+                          counters=counters)
+    snapshot = collector.tick()
+    assert snapshot.devices == () and store.latest() is snapshot
+    assert any("GPU sweep failed" in r.getMessage() for r in caplog.records)
