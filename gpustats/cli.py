@@ -154,8 +154,11 @@ def serve(daemon: Daemon) -> int:
     from waitress import create_server
 
     host, port = daemon.config.listen
+    # asyncore_loop_timeout: how often the idle server wakes up to expire channels; the
+    # default (1 s) is most of a dormant daemon's CPU. Signals still stop it at once.
     server = create_server(daemon.create_app(), host=host, port=port, threads=8,
-                           ident="gpustats", clear_untrusted_proxy_headers=True)
+                           ident="gpustats", clear_untrusted_proxy_headers=True,
+                           asyncore_loop_timeout=30, channel_timeout=120)
 
     def _on_signal(signum: int, _frame) -> None:
         log.info("received %s; shutting down", signal.Signals(signum).name)

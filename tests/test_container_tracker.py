@@ -169,3 +169,27 @@ def test_containers_outside_pods_are_top_level():
         (), {}, ())
     assert view.pods == () and view.containers[0].container_id == D
     assert view.containers[0].cgroup_path == f"/docker/{D}"
+
+
+def test_containers_without_gpu_refresh_every_other_tick_and_keep_rates(tmp_path):
+    from gpustats.hostfs import HostRoots
+    from gpustats.sources.cgroups import CgroupReader
+    from gpustats.sources.procs import ProcReader
+
+    root = tmp_path / "cg"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    scope = root / f"kubepods/pod{UID}/{A}"
+    scope.mkdir(parents=True)
+    (scope / "memory.current").write_text("100\n")
+    reader = CgroupReader(HostRoots(cgroup=str(root), proc=str(tmp_path / "proc")))
+    tracker = ContainerTracker(reader, ProcReader(HostRoots(proc=str(tmp_path / "proc"))),
+                               EnergyCounters())
+    reads = []
+    for n in range(6):
+        (scope / "cpu.stat").write_text(f"usage_usec {1000 * (n + 1)}\n")
+        view = tracker.tick((), {}, ())
+        reads.append(view.pods[0].containers[0].usage.cpu.usage_core_nano_seconds)
+    assert reads[2] == reads[1] and reads[4] == reads[3]     # re-read every other tick
+    assert len(set(reads)) == 4
+    assert view.pods[0].containers[0].usage.cpu.usage_nano_cores is not None

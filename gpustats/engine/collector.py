@@ -116,13 +116,15 @@ class Collector:
                 attributions[uuid] = attribution
         processes = self._process_stats(readings, attributions)
         view = ContainerView()
-        if self._containers is not None:
+        if self._containers is not None and (readings or self._gpus.status().gpus_on_pci_bus):
             view = self._guard("container discovery",
                                lambda: self._containers.tick(readings, attributions, processes),
                                view)
-            processes = tuple(
-                replace(p, container_id=view.pid_to_container.get((p.device_uuid, p.pid)))
-                for p in processes)
+            owners = view.pid_to_container
+            if owners:
+                processes = tuple(
+                    replace(p, container_id=owners[(p.device_uuid, p.pid)])
+                    if (p.device_uuid, p.pid) in owners else p for p in processes)
         devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid),
                                            activity.get(r.identity.uuid, {}))
                         for r in readings)

@@ -103,13 +103,23 @@ class ContainerTracker:
         self._counters = counters
         self._pod_resources = pod_resources
         self._runtime = runtime
-        # pid -> its container, for processes seen last tick: a GPU process does not change
-        # cgroup, and a PID is not reused while it stays in NVML's process list.
+        # pid -> its container (or None: in no container), for processes seen last tick: a GPU
+        # process does not change cgroup, and a PID is not reused while it stays in NVML's list.
         self._pid_owner: dict[int, object] = {}
+        self._ticks = 0
+        # Containers and pods without a GPU have their CPU/memory re-read every
+        # ``idle_refresh_ticks`` ticks (each figure carries its own time); GPU users every tick.
+        self.idle_refresh_ticks = 2
+        self._usage: dict[object, ContainerUsage] = {}
+        self._usage_seen: set[object] = set()
 
     def tick(self, readings: tuple[DeviceReading, ...],
              attributions: Mapping[str, DeviceAttribution],
              processes: tuple[ProcessStats, ...]) -> ContainerView:
+        self._ticks += 1
+        if self._ticks % 12 == 0:
+            # Re-check processes that were in no container (a start-up race would stick).
+            self._pid_owner = {k: v for k, v in self._pid_owner.items() if v is not None}
         try:
             discovery = self._cgroups.discover()
             containers: dict[str, ContainerIdentity] = dict(discovery.containers)
@@ -135,8 +145,7 @@ class ContainerTracker:
         for reading in readings:
             for p in reading.processes:
                 if p.pid not in owner_of_pid:
-                    known = previous.get(p.pid)
-                    owner_of_pid[p.pid] = known if known is not None \
+                    owner_of_pid[p.pid] = previous[p.pid] if p.pid in previous \
                         else self._procs.container_of(p.pid)
                 found = owner_of_pid[p.pid]
                 if found is None:
@@ -149,7 +158,7 @@ class ContainerTracker:
                 key = (reading.identity.uuid, p.gpu_instance_id)
                 mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_NVML_PROCESS)
                 pid_to_container[(reading.identity.uuid, p.pid)] = cid
-        self._pid_owner = {pid: owner for pid, owner in owner_of_pid.items() if owner is not None}
+        self._pid_owner = owner_of_pid
         return pid_to_container
 
     def _map_devices_lists(self, containers, devices: _Devices, mappings) -> None:
@@ -232,8 +241,7 @@ class ContainerTracker:
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
-            usage = self._cgroups.usage(cid, identity.cgroup) if identity.cgroup else \
-                ContainerUsage()
+            usage = self._usage_of(cid, identity.cgroup, bool(accelerators))
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
@@ -250,15 +258,27 @@ class ContainerTracker:
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
                               if c.container_id in names), None)
-            ref = pods.get(uid)
-            usage = self._cgroups.usage(("pod", uid), ref) if ref is not None else ContainerUsage()
+            usage = self._usage_of(("pod", uid), pods.get(uid),
+                                   any(c.accelerators for c in members))
             pod_stats.append(PodStats(
                 uid=uid, name=pod_names.pod_name if pod_names else None,
                 namespace=pod_names.pod_namespace if pod_names else None,
                 usage=usage, containers=tuple(members),
                 accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}),
                                                     pod_history.get(uid, {}))))
+        for gone in set(self._usage) - self._usage_seen:
+            del self._usage[gone]
+        self._usage_seen = set()
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
+
+    def _usage_of(self, key: object, ref: CgroupRef | None, uses_gpu: bool) -> ContainerUsage:
+        if ref is None:
+            return ContainerUsage()
+        self._usage_seen.add(key)
+        cached = self._usage.get(key)
+        if cached is None or uses_gpu or (self._ticks + hash(key)) % self.idle_refresh_ticks == 0:
+            cached = self._usage[key] = self._cgroups.usage(key, ref)
+        return cached
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
                      attributions):

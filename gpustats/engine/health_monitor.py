@@ -116,7 +116,7 @@ class HealthMonitor:
                 if source is not None:
                     source.close()
                     source, opened_for = None, None
-                self._changed.wait(0.5)
+                self._changed.wait()           # nothing to watch: sleep until track() or stop()
                 self._changed.clear()
                 continue
             try:

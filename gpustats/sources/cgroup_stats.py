@@ -112,17 +112,22 @@ def memory_stats(now: float, usage: int | None, stat: dict[str, int], limit: int
 
 
 class CpuRateTracker:
-    """Turns cumulative CPU ns into ``usageNanoCores`` from the previous sample of each key."""
+    """Turns cumulative CPU ns into ``usageNanoCores`` from the previous sample of each key.
 
-    def __init__(self) -> None:
+    A key not sampled for ``forget_after_ticks`` ticks is forgotten (its cgroup went away).
+    """
+
+    def __init__(self, forget_after_ticks: int = 5) -> None:
         self._previous: dict[object, tuple[float, int]] = {}
-        self._seen: set[object] = set()
+        self._last_tick: dict[object, int] = {}
+        self._tick = 0
+        self._forget_after = forget_after_ticks
 
     def stats(self, key: object, now_wall: float, now_mono: float,
               usage_ns: int | None) -> CpuStats | None:
         if usage_ns is None:
             return None
-        self._seen.add(key)
+        self._last_tick[key] = self._tick
         rate = None
         previous = self._previous.get(key)
         if previous is not None and now_mono > previous[0] and usage_ns >= previous[1]:
@@ -131,7 +136,9 @@ class CpuRateTracker:
         return CpuStats(time=now_wall, usage_core_nano_seconds=usage_ns, usage_nano_cores=rate)
 
     def end_tick(self) -> None:
-        """Forget keys not asked for this tick (containers that went away)."""
-        for key in set(self._previous) - self._seen:
-            del self._previous[key]
-        self._seen = set()
+        """Forget keys not asked for lately (containers that went away)."""
+        horizon = self._tick - self._forget_after
+        for key in [k for k, t in self._last_tick.items() if t < horizon]:
+            del self._last_tick[key]
+            self._previous.pop(key, None)
+        self._tick += 1

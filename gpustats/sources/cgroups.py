@@ -106,7 +106,8 @@ class CgroupReader:
         self._dirs: dict[tuple[str, str], str | None] = {}
         self._start_times: dict[object, float | None] = {}
         self._limits: dict[object, tuple[float, int | None]] = {}
-        self._seen_keys: set[object] = set()
+        self._key_ticks: dict[object, int] = {}
+        self._tick = 0
 
     @property
     def layout(self) -> Layout:
@@ -206,7 +207,7 @@ class CgroupReader:
     def usage(self, key: object, ref: CgroupRef) -> ContainerUsage:
         """CPU and memory of one cgroup, the way the kubelet reports them."""
         now, mono = self._wall(), self._monotonic()
-        self._seen_keys.add(key)
+        self._key_ticks[key] = self._tick
         cpu_ns = v2_stat = None
         v2_rel = ref.path(V2)
         if ref.path("cpuacct") is not None:
@@ -241,10 +242,12 @@ class CgroupReader:
     def end_tick(self) -> None:
         """Forget what belongs to cgroups not seen this tick."""
         self._cpu.end_tick()
-        for cache in (self._start_times, self._limits):
-            for key in set(cache) - self._seen_keys:
-                del cache[key]
-        self._seen_keys = set()
+        horizon = self._tick - 5
+        for key in [k for k, t in self._key_ticks.items() if t < horizon]:
+            del self._key_ticks[key]
+            self._start_times.pop(key, None)
+            self._limits.pop(key, None)
+        self._tick += 1
         if self._parsed_seen:
             for rel in set(self._parsed) - self._parsed_seen:
                 del self._parsed[rel]
