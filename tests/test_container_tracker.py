@@ -190,6 +190,6 @@ def test_containers_without_gpu_refresh_every_other_tick_and_keep_rates(tmp_path
         (scope / "cpu.stat").write_text(f"usage_usec {1000 * (n + 1)}\n")
         view = tracker.tick((), {}, ())
         reads.append(view.pods[0].containers[0].usage.cpu.usage_core_nano_seconds)
-    assert reads[2] == reads[1] and reads[4] == reads[3]     # re-read every other tick
-    assert len(set(reads)) == 4
+    repeats = sum(reads[i] == reads[i - 1] for i in range(1, len(reads)))
+    assert repeats in (2, 3)                       # re-read every other tick, not every tick
     assert view.pods[0].containers[0].usage.cpu.usage_nano_cores is not None

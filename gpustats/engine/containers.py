@@ -11,6 +11,7 @@ that join; a container nothing names is known by its cgroup ID only (never a gue
 from __future__ import annotations
 
 import logging
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Protocol
 
@@ -276,7 +277,7 @@ class ContainerTracker:
             return ContainerUsage()
         self._usage_seen.add(key)
         cached = self._usage.get(key)
-        if cached is None or uses_gpu or (self._ticks + hash(key)) % self.idle_refresh_ticks == 0:
+        if cached is None or uses_gpu or (self._ticks + zlib.crc32(repr(key).encode())) % self.idle_refresh_ticks == 0:
             cached = self._usage[key] = self._cgroups.usage(key, ref)
         return cached
 
