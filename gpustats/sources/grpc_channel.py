@@ -3,6 +3,8 @@
 Shared by the pod-resources and runtime clients: the socket is checked with one ``stat``
 before any connect (an absent socket is "source off", logged once, no retry storm); each
 failure kind is logged once per ``log_every`` seconds; the channel is reused across calls.
+grpc itself is imported only once a socket exists (it is ~20 MB of a daemon's memory, and
+bare-metal hosts have neither socket).
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import logging
 import os
 import stat
 from typing import Any, Callable
-
-import grpc
 
 from gpustats.sources.errors import LogOnce
 
@@ -26,7 +26,7 @@ class UnixChannel:
         self._what = what
         self._log = logger
         self.timeout = timeout_seconds
-        self._channel: grpc.Channel | None = None
+        self._channel: Any = None
         self._log_once = LogOnce(logger, every_seconds=log_every)
         self._was_present: bool | None = None
 
@@ -45,11 +45,13 @@ class UnixChannel:
             self._was_present = present
         return present
 
-    def call(self, make_stub: Callable[[grpc.Channel], Any],
+    def call(self, make_stub: Callable[[Any], Any],
              invoke: Callable[[Any, float], Any]) -> Any | None:
         """``invoke(stub, timeout)``; ``None`` when the socket is absent or the call failed."""
         if not self._present():
             return None
+        import grpc
+
         if self._channel is None:
             self._channel = grpc.insecure_channel(
                 f"unix://{os.path.abspath(self.socket_path)}",

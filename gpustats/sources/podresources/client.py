@@ -15,8 +15,6 @@ from typing import Callable
 
 from gpustats.model.containers import DeviceRef, PodDeviceAllocation
 from gpustats.sources.grpc_channel import UnixChannel
-from gpustats.sources.podresources import podresources_api_pb2 as api
-from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +59,17 @@ def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
     return tuple(out)
 
 
+def _stub(channel):
+    # Imported on first use: the generated modules pull in grpc and protobuf.
+    from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
+    return api_grpc.PodResourcesListerStub(channel)
+
+
+def _list(stub, timeout: float):
+    from gpustats.sources.podresources import podresources_api_pb2 as api
+    return stub.List(api.ListPodResourcesRequest(), timeout=timeout)
+
+
 class PodResourcesClient:
     """Cached ``List`` over the kubelet socket; ``None`` when the source is off or failing."""
 
@@ -83,9 +92,7 @@ class PodResourcesClient:
             return self._fresh(now)
         self._last_attempt = now
         self.calls += 1
-        response = self._channel.call(
-            api_grpc.PodResourcesListerStub,
-            lambda stub, timeout: stub.List(api.ListPodResourcesRequest(), timeout=timeout))
+        response = self._channel.call(_stub, _list)
         if response is not None:
             self._cached = allocations_from_response(response)
             self._cached_at = now

@@ -14,8 +14,6 @@ from typing import Callable, Iterable
 
 from gpustats.model.containers import ContainerNames
 from gpustats.sources.grpc_channel import UnixChannel
-from gpustats.sources.runtime import cri_api_pb2 as api
-from gpustats.sources.runtime import cri_api_pb2_grpc as api_grpc
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +37,17 @@ def names_from_labels(labels: dict[str, str]) -> ContainerNames | None:
     )
 
 
+def _stub(channel):
+    # Imported on first use: the generated modules pull in grpc and protobuf.
+    from gpustats.sources.runtime import cri_api_pb2_grpc as api_grpc
+    return api_grpc.RuntimeServiceStub(channel)
+
+
+def _list(stub, timeout: float):
+    from gpustats.sources.runtime import cri_api_pb2 as api
+    return stub.ListContainers(api.ListContainersRequest(), timeout=timeout)
+
+
 class RuntimeNamesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_seconds: float = 1.0,
                  min_interval_seconds: float = 10.0,
@@ -60,10 +69,7 @@ class RuntimeNamesClient:
         if missing and (self._last_call is None or now - self._last_call >= self._min_interval):
             self._last_call = now
             self.calls += 1
-            response = self._channel.call(
-                api_grpc.RuntimeServiceStub,
-                lambda stub, timeout: stub.ListContainers(api.ListContainersRequest(),
-                                                          timeout=timeout))
+            response = self._channel.call(_stub, _list)
             if response is not None:
                 listed = {c.id: names_from_labels(dict(c.labels)) for c in response.containers}
                 for container_id in missing:
