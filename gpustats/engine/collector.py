@@ -105,6 +105,7 @@ class Collector:
         started = time.perf_counter()
         cpu, memory = self._guard("node CPU/memory", self._node.read, (None, None))
         readings = self._guard("GPU sweep", self._gpus.readings, ())
+        gpu_status = self._gpus.status()
         activity = self._mig_activities(readings)
         attributions = {}
         for reading in readings:
@@ -116,7 +117,7 @@ class Collector:
                 attributions[uuid] = attribution
         processes = self._process_stats(readings, attributions)
         view = ContainerView()
-        if self._containers is not None and (readings or self._gpus.status().gpus_on_pci_bus):
+        if self._containers is not None and (readings or gpu_status.gpus_on_pci_bus):
             view = self._guard("container discovery",
                                lambda: self._containers.tick(readings, attributions, processes),
                                view)
@@ -128,7 +129,6 @@ class Collector:
         devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid),
                                            activity.get(r.identity.uuid, {}))
                         for r in readings)
-        gpu_status = self._gpus.status()
         devices = self._guard("health and saturation",
                               lambda: self._health_and_saturation(readings, devices, gpu_status),
                               devices)
