@@ -96,8 +96,8 @@ def wrk_load(url: str, connections: int = 32, seconds: float = 5.0,
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     secs = re.search(r"requests in ([\d.]+)(ms|s|m)", out)
     elapsed = float(secs.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[secs.group(2)]
-    p50 = re.search(r"50%\s+(\S+)", out)
-    p99 = re.search(r"99%\s+(\S+)", out)
+    p50 = re.search(r"^\s*50%[ \t]+(\S+)", out, re.M)      # the --latency table, not a
+    p99 = re.search(r"^\s*99%[ \t]+(\S+)", out, re.M)      # "75.50%" in the stats above
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return LoadResult("wrk", requests, sum(int(g) for g in errors.groups()) if errors else 0,
