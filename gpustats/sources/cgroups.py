@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 V2 = ""
 WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
 MAX_DEPTH = 12
+CPU_STAT_KEYS = frozenset({"usage_usec"})
 LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize); re-read then
 
 
@@ -215,7 +216,7 @@ class CgroupReader:
         if cpu_ns is None and v2_rel is not None:
             text = read_text(self._file(V2, v2_rel, "cpu.stat"))
             if text is not None:
-                v2_stat = parse_flat_keyed(text)
+                v2_stat = parse_flat_keyed(text, CPU_STAT_KEYS)
                 usec = v2_stat.get("usage_usec")
                 cpu_ns = usec * 1000 if usec is not None else None
         memory = None
