@@ -61,6 +61,10 @@ class GpmSampler:
             _free(spare)
         self._buffers.clear()
 
+    def supported(self, uuid: str) -> bool:
+        """Whether GPM answers for this GPU (known after the first ``device`` call)."""
+        return bool(self._supported.get(uuid)) and not self._q.is_unsupported(uuid, "gpm")
+
     def _is_supported(self, uuid: str, handle: Any) -> bool:
         known = self._supported.get(uuid)
         if known is None:

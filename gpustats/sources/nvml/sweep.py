@@ -144,7 +144,7 @@ class DeviceSweeper:
         if not state.mig_enabled:
             samples = self._samples(uuid, h, state, processes) if processes else ()
         gpm = self._gpm.device(uuid, h)
-        if gpm is None and tick % self._pcie_every == 0:
+        if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
         mig = self._mig_readings(uuid, h, state, processes) if state.mig_enabled else ()
 
