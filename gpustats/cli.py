@@ -160,20 +160,26 @@ def serve(daemon: Daemon) -> int:
                            ident="gpustats", clear_untrusted_proxy_headers=True,
                            asyncore_loop_timeout=30, channel_timeout=120)
 
+    stopping = False
+
     def _on_signal(signum: int, _frame) -> None:
-        log.info("received %s; shutting down", signal.Signals(signum).name)
-        raise _Stop()
+        # Raise once to leave server.run(); a second signal during shutdown is ignored so it
+        # cannot interrupt the clean-up (counters are being persisted).
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        raise _Stop(signum)
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     daemon.start()
-    log.info("gpustats %s serving on http://%s:%d (node %s)", __version__,
-             *server.effective_host_port() if hasattr(server, "effective_host_port")
-             else (host, port), daemon.node_name)
+    log.info("gpustats %s serving on http://%s:%s (node %s)", __version__, host,
+             getattr(server, "effective_port", port), daemon.node_name)
     try:
         server.run()
-    except _Stop:
-        pass
+    except _Stop as stop:
+        log.info("received %s; shutting down", signal.Signals(stop.args[0]).name)
     finally:
         stopper = threading.Thread(target=daemon.close, daemon=True)
         stopper.start()

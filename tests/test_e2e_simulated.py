@@ -127,3 +127,14 @@ def test_no_gpu_host_serves_node_stats(start_daemon, tmp_path):
     assert summary["node"]["memory"]["usageBytes"] > 0
     log = daemon.log()
     assert "NVML not available" not in log and "NVML loaded" not in log   # never tried
+
+
+def test_repeated_signals_do_not_break_shutdown(start_daemon, tmp_path):
+    daemon = start_daemon("--sysfs-root", str(tmp_path / "nosys"), "--housekeeping-interval", "0.2")
+    daemon.wait_ready()
+    for _ in range(3):
+        daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(5) == 0
+    log = daemon.log()
+    assert "Logging error" not in log and "Traceback" not in log
+    assert log.count("shutting down") == 1
