@@ -7,23 +7,25 @@ Active energy is split across processes: exclusive → all of it; time-sliced or
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 MIG → across busy instances by activity (equal when unknown), then equally across each
 instance's processes. Idle energy is never attributed. Whenever any process has a share, the
-attributed energy sums to the active energy (up to float rounding).
+attributed energy sums to the active energy (up to float rounding). ``rollup`` then sums
+process shares per container and per pod.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from gpustats.model.attribution import (
     SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
-    DeviceAttribution, ProcessAttribution,
+    ContainerShare, DeviceAttribution, PodShare, ProcessAttribution, Rollup,
 )
 from gpustats.model.device import MigInstanceReading, ProcessReading, ProcessSample
 
-# A counter delta above this many times the largest plausible power is a glitch, not energy.
+# A counter delta above GLITCH_FACTOR × the largest plausible power × dt is a glitch or a
+# reset, not energy. Without a power limit, FALLBACK_MAX_WATTS bounds a board (B200: 1000 W).
 GLITCH_FACTOR = 2.0
 FALLBACK_MAX_WATTS = 1500.0
 
@@ -61,9 +63,16 @@ def integrated_energy(prev_power_w: float | None, cur_power_w: float | None,
                       dt_seconds: float) -> float | None:
     """Trapezoid of two power samples; one sample alone is held flat over the interval."""
     known = [p for p in (prev_power_w, cur_power_w) if _finite(p) and p >= 0]
-    if not known or dt_seconds <= 0:
+    if not known or not dt_seconds > 0 or not math.isfinite(dt_seconds):
         return None
     return sum(known) / len(known) * dt_seconds
+
+
+def plausible_max_watts(power_limit_w: float | None, prev_power_w: float | None,
+                        cur_power_w: float | None) -> float:
+    """The most a board can draw: its limit (or a fixed bound), raised by any sample above it."""
+    base = power_limit_w if _finite(power_limit_w) and power_limit_w > 0 else FALLBACK_MAX_WATTS
+    return max([base] + [p for p in (prev_power_w, cur_power_w) if _finite(p) and p > 0])
 
 
 def tick_energy_joules(prev_counter_mj: int | None, cur_counter_mj: int | None,
@@ -72,26 +81,32 @@ def tick_energy_joules(prev_counter_mj: int | None, cur_counter_mj: int | None,
     """Energy of one tick: counter delta when sane, else integrated power.
 
     A counter that went backwards (driver reload) or jumped beyond ``GLITCH_FACTOR`` × the
-    largest plausible power over the interval is reported as a reset and the integrated power
-    is used for that tick, so a delta is never negative or huge.
+    plausible power over the interval is reported as a reset; that tick uses the integrated
+    power, or, with no power samples, the new counter value itself when it is plausible (a
+    reloaded driver counts from zero). A delta is never negative or huge.
     """
     if not dt_seconds > 0 or not math.isfinite(dt_seconds):
         return EnergyDelta(None, None)
     integrated = integrated_energy(prev_power_w, cur_power_w, dt_seconds)
     if prev_counter_mj is None or cur_counter_mj is None:
         return EnergyDelta(integrated, "integrated" if integrated is not None else None)
+    bound = GLITCH_FACTOR * plausible_max_watts(power_limit_w, prev_power_w, cur_power_w) \
+        * dt_seconds
     delta = (cur_counter_mj - prev_counter_mj) / 1000.0
-    ceiling_watts = max([p for p in (power_limit_w, prev_power_w, cur_power_w) if _finite(p)]
-                        + [0.0]) or FALLBACK_MAX_WATTS
-    if delta < 0 or delta > GLITCH_FACTOR * ceiling_watts * dt_seconds:
-        return EnergyDelta(integrated, "integrated" if integrated is not None else None, True)
-    return EnergyDelta(delta, "counter")
+    if 0 <= delta <= bound:
+        return EnergyDelta(delta, "counter")
+    if integrated is not None:
+        return EnergyDelta(integrated, "integrated", True)
+    since_reset = cur_counter_mj / 1000.0
+    if delta < 0 and 0 <= since_reset <= bound:
+        return EnergyDelta(since_reset, "counter", True)
+    return EnergyDelta(None, None, True)
 
 
 def active_energy_joules(tick_joules: float | None, idle_watts: float | None,
                          dt_seconds: float) -> float | None:
     """The tick's energy above idle, never negative."""
-    if not _finite(tick_joules) or not _finite(idle_watts) or dt_seconds <= 0:
+    if not _finite(tick_joules) or not _finite(idle_watts) or not dt_seconds > 0:
         return None
     return max(0.0, tick_joules - idle_watts * dt_seconds)
 
@@ -113,6 +128,18 @@ class DeviceTickInput:
     mig_activity: Mapping[int, float] = field(default_factory=dict)
 
 
+def _sm_by_pid(samples: Iterable[ProcessSample]) -> dict[int, list[float]]:
+    """SM percent per PID, one value per distinct sample (clamped to 0..100)."""
+    seen: set[tuple[int, int]] = set()
+    out: dict[int, list[float]] = {}
+    for s in samples:
+        if (s.pid, s.timestamp_us) in seen:
+            continue          # the driver can hand the same sample out twice
+        seen.add((s.pid, s.timestamp_us))
+        out.setdefault(s.pid, []).append(min(100.0, max(0.0, float(s.sm_util_percent))))
+    return out
+
+
 def sm_utilization_by_pid(processes: tuple[ProcessReading, ...],
                           samples: tuple[ProcessSample, ...] | None) -> dict[int, float] | None:
     """Mean SM utilization per process over the samples; 0 for a process without samples.
@@ -122,22 +149,30 @@ def sm_utilization_by_pid(processes: tuple[ProcessReading, ...],
     """
     if samples is None:
         return None
-    totals: dict[int, list[int]] = {}
-    for sample in samples:
-        totals.setdefault(sample.pid, []).append(sample.sm_util_percent)
-    return {p.pid: (sum(totals[p.pid]) / len(totals[p.pid]) if p.pid in totals else 0.0)
+    values = _sm_by_pid(samples)
+    return {p.pid: (sum(values[p.pid]) / len(values[p.pid]) if p.pid in values else 0.0)
             for p in processes}
 
 
 def _weights(processes: tuple[ProcessReading, ...],
              samples: tuple[ProcessSample, ...] | None) -> tuple[dict[int, float], str]:
+    """Share per PID and how it was decided.
+
+    Time-sliced and MPS processes share by their SM utilization summed over the samples since
+    the last read (utilization × time, as Kepler and nvitop do); a process without samples
+    gets 0. When no process has a non-zero sample (no sample source, NOT_FOUND, or all
+    zeros) yet the GPU drew power above idle, the split is equal and recorded as
+    ``SHARE_EQUAL``: processes holding a context keep the GPU out of its idle state and copy
+    engines do not show in SM utilization, so the energy is theirs, just not measurably
+    apportioned. Leaving it unattributed would drop energy the processes did cause.
+    """
     if len(processes) == 1:
         return {processes[0].pid: 1.0}, SHARE_EXCLUSIVE
     pids = {p.pid for p in processes}
-    sums: dict[int, float] = {pid: 0.0 for pid in pids}
-    for sample in samples or ():
-        if sample.pid in pids and sample.sm_util_percent > 0:
-            sums[sample.pid] += sample.sm_util_percent
+    sums = {pid: 0.0 for pid in pids}
+    for pid, values in _sm_by_pid(samples or ()).items():
+        if pid in sums:
+            sums[pid] = sum(values)
     total = sum(sums.values())
     if total > 0:
         return {pid: value / total for pid, value in sums.items()}, SHARE_SM_UTIL
@@ -156,32 +191,37 @@ def sharing_mode(inp: DeviceTickInput) -> str | None:
         return SHARING_MIG
     if inp.mps:
         return SHARING_MPS
-    if len(_unique(inp.processes)) > 1:
+    if len({p.pid for p in inp.processes}) > 1:
         return SHARING_TIME_SLICING
     return SHARING_EXCLUSIVE
+
+
+def _process_share(inp: DeviceTickInput, pid: int, gi: int | None, share: float, method: str,
+                   active: float | None, sm: float | None) -> ProcessAttribution:
+    energy = active * share if active is not None else None
+    dt = inp.dt_seconds
+    return ProcessAttribution(
+        pid=pid, device_uuid=inp.device_uuid, gpu_instance_id=gi, share=share,
+        share_method=method,
+        power_watts=energy / dt if energy is not None and dt > 0 else None,
+        energy_joules=energy, sm_util_percent=sm)
 
 
 def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
     """Split the tick's active energy of one GPU across its processes."""
     processes = _unique(inp.processes)
-    active = inp.active_energy_joules if _finite(inp.active_energy_joules) else None
-    dt = inp.dt_seconds
-    result = []
+    active = inp.active_energy_joules \
+        if _finite(inp.active_energy_joules) and inp.active_energy_joules >= 0 else None
+    result: list[ProcessAttribution] = []
     if inp.mig_enabled:
         result = _attribute_mig(inp, processes, active)
     elif processes:
-        weights, method = _weights(processes, inp.samples)
-        utilization = sm_utilization_by_pid(processes, inp.samples)
-        for p in processes:
-            share = weights[p.pid]
-            energy = active * share if active is not None else None
-            result.append(ProcessAttribution(
-                pid=p.pid, device_uuid=inp.device_uuid, gpu_instance_id=None, share=share,
-                share_method=method,
-                power_watts=energy / dt if energy is not None and dt > 0 else None,
-                energy_joules=energy,
-                sm_util_percent=utilization.get(p.pid) if utilization is not None else None,
-            ))
+        by_pid = {p.pid: p for p in processes}     # without MIG a PID is one process
+        weights, method = _weights(tuple(by_pid.values()), inp.samples)
+        utilization = sm_utilization_by_pid(tuple(by_pid.values()), inp.samples)
+        for pid in by_pid:
+            sm = utilization.get(pid) if utilization is not None else None
+            result.append(_process_share(inp, pid, None, weights[pid], method, active, sm))
     return DeviceAttribution(
         device_uuid=inp.device_uuid,
         idle_power_watts=inp.idle_power_watts,
@@ -195,10 +235,17 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
 
 def _attribute_mig(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
                    active: float | None) -> list[ProcessAttribution]:
-    by_instance: dict[int, list[ProcessReading]] = {}
+    """Across busy instances by activity, then equally within an instance.
+
+    NVML has no per-process utilization under MIG, so an instance's processes share equally.
+    Activity is used only when every busy instance has one and their sum is positive;
+    otherwise the busy instances share equally (``SHARE_MIG_EQUAL``). A process without a GPU
+    instance id on a MIG device cannot be placed and gets nothing.
+    """
+    by_instance: dict[int, list[int]] = {}
     for p in processes:
-        if p.gpu_instance_id is not None:
-            by_instance.setdefault(p.gpu_instance_id, []).append(p)
+        if p.gpu_instance_id is not None and p.pid not in by_instance.get(p.gpu_instance_id, []):
+            by_instance.setdefault(p.gpu_instance_id, []).append(p.pid)
     busy = sorted(by_instance)
     if not busy:
         return []
@@ -211,35 +258,84 @@ def _attribute_mig(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
     else:
         instance_share = {gi: 1.0 / len(busy) for gi in busy}
         method = SHARE_MIG_EQUAL
-    dt = inp.dt_seconds
     result = []
     for gi in busy:
         members = by_instance[gi]
-        for p in members:
-            share = instance_share[gi] / len(members)
-            energy = active * share if active is not None else None
-            result.append(ProcessAttribution(
-                pid=p.pid, device_uuid=inp.device_uuid, gpu_instance_id=gi, share=share,
-                share_method=method,
-                power_watts=energy / dt if energy is not None and dt > 0 else None,
-                energy_joules=energy, sm_util_percent=None,
-            ))
+        for pid in members:
+            result.append(_process_share(inp, pid, gi, instance_share[gi] / len(members), method,
+                                         active, None))
     return result
 
 
 def mig_activity(instances: tuple[MigInstanceReading, ...],
                  exporter: Mapping[int, float] | None) -> dict[int, float]:
-    """Activity ratio per GPU instance: dcgm-exporter's when it answered, else GPM's
+    """Activity ratio per GPU instance: dcgm-exporter's where it has the instance, else GPM's
     (graphics engine active, else SM active); instances with neither are left out."""
-    if exporter is not None:
-        return {gi: ratio for gi, ratio in exporter.items() if _finite(ratio)}
     out = {}
     for inst in instances:
-        gpm = inst.gpm
-        if gpm is None:
-            continue
-        percent = gpm.graphics_active_percent if gpm.graphics_active_percent is not None \
-            else gpm.sm_active_percent
-        if _finite(percent):
-            out[inst.gpu_instance_id] = min(1.0, max(0.0, percent / 100.0))
+        ratio = exporter.get(inst.gpu_instance_id) if exporter is not None else None
+        if not _finite(ratio) and inst.gpm is not None:
+            gpm = inst.gpm
+            percent = gpm.graphics_active_percent if _finite(gpm.graphics_active_percent) \
+                else gpm.sm_active_percent
+            ratio = percent / 100.0 if _finite(percent) else None
+        if _finite(ratio):
+            out[inst.gpu_instance_id] = min(1.0, max(0.0, ratio))
     return out
+
+
+class _Sum:
+    """Sums that stay ``None`` until a known value arrives."""
+
+    __slots__ = ("power_watts", "energy_joules", "pids")
+
+    def __init__(self) -> None:
+        self.power_watts: float | None = None
+        self.energy_joules: float | None = None
+        self.pids: list[int] = []
+
+    def add(self, p: ProcessAttribution) -> None:
+        if p.power_watts is not None:
+            self.power_watts = (self.power_watts or 0.0) + p.power_watts
+        if p.energy_joules is not None:
+            self.energy_joules = (self.energy_joules or 0.0) + p.energy_joules
+        if p.pid not in self.pids:
+            self.pids.append(p.pid)
+
+
+def rollup(attributions: Iterable[DeviceAttribution], pid_to_container: Mapping[int, str | None],
+           container_to_pod: Mapping[str, str | None]) -> Rollup:
+    """Sum process shares per (container, GPU, GPU instance) and per (pod, GPU).
+
+    A process in no known container stays at process level, in ``uncontained``. A container
+    in no known pod has no pod share. Pod shares fold MIG instances into their physical GPU.
+    """
+    containers: dict[tuple[str, str, int | None], _Sum] = {}
+    pods: dict[tuple[str, str], _Sum] = {}
+    loose = _Sum()
+    uncontained: list[ProcessAttribution] = []
+    for device in attributions:
+        for p in device.processes:
+            cid = pid_to_container.get(p.pid)
+            if cid is None:
+                uncontained.append(p)
+                loose.add(p)
+                continue
+            containers.setdefault((cid, device.device_uuid, p.gpu_instance_id), _Sum()).add(p)
+            pod = container_to_pod.get(cid)
+            if pod is not None:
+                pods.setdefault((pod, device.device_uuid), _Sum()).add(p)
+    return Rollup(
+        containers=tuple(
+            ContainerShare(container_id=cid, pod_uid=container_to_pod.get(cid),
+                           device_uuid=uuid, gpu_instance_id=gi, power_watts=s.power_watts,
+                           energy_joules=s.energy_joules, pids=tuple(s.pids))
+            for (cid, uuid, gi), s in sorted(containers.items(),
+                                             key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or -1))),
+        pods=tuple(PodShare(pod_uid=pod, device_uuid=uuid, power_watts=s.power_watts,
+                            energy_joules=s.energy_joules)
+                   for (pod, uuid), s in sorted(pods.items())),
+        uncontained=tuple(uncontained),
+        uncontained_power_watts=loose.power_watts,
+        uncontained_energy_joules=loose.energy_joules,
+    )

@@ -38,3 +38,41 @@ class DeviceAttribution:
     tick_active_energy_joules: float | None
     sharing_mode: str | None
     processes: tuple[ProcessAttribution, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerShare:
+    """One container's attributed power and tick energy on one GPU (or MIG instance)."""
+
+    container_id: str
+    pod_uid: str | None
+    device_uuid: str
+    gpu_instance_id: int | None
+    power_watts: float | None
+    energy_joules: float | None
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodShare:
+    """One pod's attributed power and tick energy on one physical GPU."""
+
+    pod_uid: str
+    device_uuid: str
+    power_watts: float | None
+    energy_joules: float | None
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """Process shares rolled up to containers and pods for one tick.
+
+    Processes in no known container stay in ``uncontained`` (process level only); their sum
+    is ``uncontained_energy_joules``/``uncontained_power_watts`` (None when nothing is known).
+    """
+
+    containers: tuple[ContainerShare, ...] = ()
+    pods: tuple[PodShare, ...] = ()
+    uncontained: tuple[ProcessAttribution, ...] = ()
+    uncontained_power_watts: float | None = None
+    uncontained_energy_joules: float | None = None
