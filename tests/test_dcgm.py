@@ -2,11 +2,12 @@
 
 import http.server
 import logging
+import socket
 import threading
 import time
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gpustats.sources.dcgm import DcgmExporterClient, parse_dcgm_activity
 
@@ -25,7 +26,25 @@ DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 40
 
 
 def test_parse_primary_then_fallback():
-    assert parse_dcgm_activity(GOOD) == {("GPU-a", 7): 0.6, ("GPU-a", 8): 0.2}
+    assert parse_dcgm_activity(GOOD) == {("GPU-a", 7): 0.6, ("GPU-a", 8): 0.2,
+                                         ("GPU-b", None): 0.5}
+
+
+def test_parse_labels_and_values_from_any_exporter_release():
+    text = """DCGM_FI_PROF_GR_ENGINE_ACTIVE{uuid="GPU-old",GPU_I_ID="3"} 1.7
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID="GPU-a",GPU_I_ID=""} -0.1
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID="GPU-a",GPU_I_ID="x1"} 0.5
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="3",GPU_I_ID="1"} 0.5
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID="GPU-c",GPU_I_ID="2"} +Inf
+DCGM_FI_PROF_GR_ENGINE_ACTIVE_EXTRA{UUID="GPU-c",GPU_I_ID="2"} 0.3
+"""
+    assert parse_dcgm_activity(text) == {("GPU-old", 3): 1.0, ("GPU-a", None): 0.0}
+
+
+def test_other_families_are_not_parsed():
+    # A line the parser would reject, in a family we do not read, costs nothing.
+    assert parse_dcgm_activity(GOOD + "DCGM_FI_DEV_FB_USED{{{ broken\n") == \
+        parse_dcgm_activity(GOOD)
 
 
 def test_parse_garbage_raises_value_error():
@@ -33,19 +52,31 @@ def test_parse_garbage_raises_value_error():
         parse_dcgm_activity("DCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID=\"x\" 0.5\n{{{{ garbage")
 
 
-@given(st.text())
+label_st = st.sampled_from(["UUID", "uuid", "GPU_I_ID", "gpu", "x"])
+line_st = st.builds(
+    lambda name, labels, value: f"{name}{{{labels}}} {value}",
+    st.sampled_from(["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "OTHER"]),
+    st.lists(st.builds(lambda k, v: f'{k}="{v}"', label_st, st.text(max_size=6)),
+             max_size=3).map(",".join),
+    st.one_of(st.floats().map(repr), st.text(max_size=5)))
+
+
+@settings(max_examples=300)
+@given(st.one_of(st.text(), st.lists(st.one_of(line_st, st.text(max_size=20))).map("\n".join)))
 def test_parser_never_raises_other_than_value_error(text):
     try:
         result = parse_dcgm_activity(text)
     except ValueError:
         return
     assert all(0.0 <= v <= 1.0 for v in result.values())
+    assert all(gi is None or gi >= 0 for _, gi in result)
 
 
 class Exporter:
     def __init__(self):
         self.body = GOOD.encode()
         self.delay = 0.0
+        self.status = 200
         self.requests = 0
         handler = self._handler()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -63,7 +94,7 @@ class Exporter:
             def do_GET(self):
                 exporter.requests += 1
                 time.sleep(exporter.delay)
-                self.send_response(200)
+                self.send_response(exporter.status)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()
                 self.wfile.write(exporter.body)
@@ -85,32 +116,78 @@ def exporter():
     e.close()
 
 
+def closed_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
 def test_fetch_and_cache(exporter):
-    client = DcgmExporterClient(exporter.url, cache_seconds=60)
-    assert client.activity() == {("GPU-a", 7): 0.6, ("GPU-a", 8): 0.2}
+    clock = Clock()
+    client = DcgmExporterClient(exporter.url, cache_seconds=2.0, clock=clock)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    clock.now += 1.9
     client.activity()
     assert exporter.requests == 1
+    clock.now += 0.2
+    client.activity()
+    assert exporter.requests == 2
 
 
-def test_garbage_slow_and_down_give_none_and_one_line(exporter, caplog):
-    exporter.body = b"\x00\x01 this is not prometheus {{{"
-    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=0.3)
+def test_garbage_gives_none_and_one_line(exporter, caplog):
+    exporter.body = b'DCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID="GPU-a" 0.5 {{{\n'
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, failure_backoff_seconds=0)
     with caplog.at_level(logging.WARNING):
         assert client.activity() is None
         assert client.activity() is None
+    assert exporter.requests == 2
     assert len([r for r in caplog.records if "garbage" in r.getMessage()]) == 1
-    exporter.body = GOOD.encode()
+
+
+def test_no_activity_series_is_an_empty_answer_logged_once(exporter, caplog):
+    exporter.body = b"\x00\x01 this is not prometheus {{{"
+    client = DcgmExporterClient(exporter.url, cache_seconds=0)
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() == {}
+        assert client.activity() == {}
+    assert len([r for r in caplog.records if "serves neither" in r.getMessage()]) == 1
+
+
+def test_slow_exporter_gives_none(exporter, caplog):
     exporter.delay = 1.0
-    started = time.monotonic()
-    assert client.activity() is None
-    assert time.monotonic() - started < 0.9
-    exporter.delay = 0.0
-    time.sleep(1.0)
-    down = DcgmExporterClient("http://127.0.0.1:9/metrics", cache_seconds=0, timeout_seconds=0.3)
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=0.2)
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    assert "did not answer" in caplog.text
+
+
+def test_down_exporter_gives_none_and_one_line_and_backs_off(caplog):
+    clock = Clock()
+    down = DcgmExporterClient(f"http://127.0.0.1:{closed_port()}/metrics", cache_seconds=0,
+                              timeout_seconds=0.3, failure_backoff_seconds=10, clock=clock)
     with caplog.at_level(logging.WARNING):
         assert down.activity() is None
+        clock.now += 5
+        assert down.activity() is None        # within the back-off: not asked again
+        assert down.requests == 1
+        clock.now += 6
         assert down.activity() is None
+        assert down.requests == 2
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
+
+
+def test_http_error_is_a_failure(exporter):
+    exporter.status = 500
+    client = DcgmExporterClient(exporter.url)
+    assert client.activity() is None
 
 
 def test_single_flight(exporter):
