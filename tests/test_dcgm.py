@@ -152,8 +152,14 @@ def test_garbage_gives_none_and_one_line(exporter, caplog):
     assert len([r for r in caplog.records if "garbage" in r.getMessage()]) == 1
 
 
+def test_a_page_that_is_not_prometheus_text_is_garbage():
+    for body in ["\x00\x01 this is not prometheus {{{", "<html><body>login</body></html>"]:
+        with pytest.raises(ValueError):
+            parse_dcgm_activity(body)
+
+
 def test_no_activity_series_is_an_empty_answer_logged_once(exporter, caplog):
-    exporter.body = b"\x00\x01 this is not prometheus {{{"
+    exporter.body = b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{UUID=\"GPU-a\"} 4\n"
     client = DcgmExporterClient(exporter.url, cache_seconds=0)
     with caplog.at_level(logging.WARNING):
         assert client.activity() == {}

@@ -31,10 +31,26 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 Activity = dict[tuple[str, int | None], float]
 
 
+SNIFF_LINES = 20
+
+
 def _activity_lines(text: str) -> str:
     """Only the two families' sample lines: the rest of a large exposition is not parsed."""
     return "\n".join(line for line in text.splitlines()
                      if line.lstrip().startswith((PRIMARY, FALLBACK))) + "\n"
+
+
+def _parse(text: str) -> list:
+    try:
+        return list(text_string_to_metric_families(text))
+    except Exception as exc:  # noqa: BLE001 - the parser raises assorted types on garbage
+        raise ValueError(f"not Prometheus text: {exc}") from None
+
+
+def _check_exposition(text: str) -> None:
+    """``ValueError`` unless the first lines parse as Prometheus text (an HTML page, say)."""
+    head = [line for line in text.splitlines() if line.strip()][:SNIFF_LINES]
+    _parse("\n".join(head) + "\n")
 
 
 def _instance_id(labels: dict[str, str]) -> tuple[bool, int | None]:
@@ -49,15 +65,16 @@ def _instance_id(labels: dict[str, str]) -> tuple[bool, int | None]:
 def parse_dcgm_activity(text: str) -> Activity:
     """(GPU UUID, GPU instance id or None) → activity ratio 0..1.
 
-    Lines of other families are ignored; ``ValueError`` when an activity line is unparsable.
+    Lines of other families are not parsed; ``ValueError`` when an activity line is
+    unparsable, or when there is none and the text does not start like Prometheus text.
     Non-finite values and series without a GPU UUID are skipped; ratios are clamped to 0..1.
     """
     primary: Activity = {}
     fallback: Activity = {}
-    try:
-        families = list(text_string_to_metric_families(_activity_lines(text)))
-    except Exception as exc:  # noqa: BLE001 - the parser raises assorted types on garbage
-        raise ValueError(f"not Prometheus text: {exc}") from None
+    wanted = _activity_lines(text)
+    if wanted == "\n":
+        _check_exposition(text)
+    families = _parse(wanted)
     for family in families:
         for sample in family.samples:
             target = primary if sample.name == PRIMARY else \
