@@ -7,8 +7,7 @@ Active energy is split across processes: exclusive → all of it; time-sliced or
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 MIG → across busy instances by activity (equal when unknown), then equally across each
 instance's processes. Idle energy is never attributed. Whenever any process has a share, the
-attributed energy sums to the active energy (up to float rounding). ``rollup`` then sums
-process shares per container and per pod.
+attributed energy sums to the active energy (up to float rounding).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Iterable, Mapping
 from gpustats.model.attribution import (
     SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
-    ContainerShare, DeviceAttribution, PodShare, ProcessAttribution, Rollup,
+    DeviceAttribution, ProcessAttribution,
 )
 from gpustats.model.device import MigInstanceReading, ProcessReading, ProcessSample
 
@@ -282,60 +281,3 @@ def mig_activity(instances: tuple[MigInstanceReading, ...],
         if _finite(ratio):
             out[inst.gpu_instance_id] = min(1.0, max(0.0, ratio))
     return out
-
-
-class _Sum:
-    """Sums that stay ``None`` until a known value arrives."""
-
-    __slots__ = ("power_watts", "energy_joules", "pids")
-
-    def __init__(self) -> None:
-        self.power_watts: float | None = None
-        self.energy_joules: float | None = None
-        self.pids: list[int] = []
-
-    def add(self, p: ProcessAttribution) -> None:
-        if p.power_watts is not None:
-            self.power_watts = (self.power_watts or 0.0) + p.power_watts
-        if p.energy_joules is not None:
-            self.energy_joules = (self.energy_joules or 0.0) + p.energy_joules
-        if p.pid not in self.pids:
-            self.pids.append(p.pid)
-
-
-def rollup(attributions: Iterable[DeviceAttribution], pid_to_container: Mapping[int, str | None],
-           container_to_pod: Mapping[str, str | None]) -> Rollup:
-    """Sum process shares per (container, GPU, GPU instance) and per (pod, GPU).
-
-    A process in no known container stays at process level, in ``uncontained``. A container
-    in no known pod has no pod share. Pod shares fold MIG instances into their physical GPU.
-    """
-    containers: dict[tuple[str, str, int | None], _Sum] = {}
-    pods: dict[tuple[str, str], _Sum] = {}
-    loose = _Sum()
-    uncontained: list[ProcessAttribution] = []
-    for device in attributions:
-        for p in device.processes:
-            cid = pid_to_container.get(p.pid)
-            if cid is None:
-                uncontained.append(p)
-                loose.add(p)
-                continue
-            containers.setdefault((cid, device.device_uuid, p.gpu_instance_id), _Sum()).add(p)
-            pod = container_to_pod.get(cid)
-            if pod is not None:
-                pods.setdefault((pod, device.device_uuid), _Sum()).add(p)
-    return Rollup(
-        containers=tuple(
-            ContainerShare(container_id=cid, pod_uid=container_to_pod.get(cid),
-                           device_uuid=uuid, gpu_instance_id=gi, power_watts=s.power_watts,
-                           energy_joules=s.energy_joules, pids=tuple(s.pids))
-            for (cid, uuid, gi), s in sorted(containers.items(),
-                                             key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or -1))),
-        pods=tuple(PodShare(pod_uid=pod, device_uuid=uuid, power_watts=s.power_watts,
-                            energy_joules=s.energy_joules)
-                   for (pod, uuid), s in sorted(pods.items())),
-        uncontained=tuple(uncontained),
-        uncontained_power_watts=loose.power_watts,
-        uncontained_energy_joules=loose.energy_joules,
-    )

@@ -4,10 +4,10 @@ import pytest
 
 from gpustats.attribution import (
     DeviceTickInput, active_energy_joules, active_power, attribute_device, integrated_energy,
-    mig_activity, next_idle_power, rollup, tick_energy_joules,
+    mig_activity, next_idle_power, tick_energy_joules,
 )
 from gpustats.model.attribution import (
-    ContainerShare, DeviceAttribution, PodShare, ProcessAttribution, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
+    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
 )
 from gpustats.model.device import GpmReading, MigInstanceReading, ProcessReading, ProcessSample
 
@@ -151,43 +151,3 @@ def test_unknown_active_energy_gives_shares_without_energy():
 def test_mig_process_without_instance_is_not_placed():
     result = attribute_device(tick([proc(1, 7), proc(2)], None, mig_enabled=True))
     assert [(p.pid, p.energy_joules) for p in result.processes] == [(1, 100.0)]
-
-
-def share(pid, uuid, energy, gi=None, dt=5.0):
-    return ProcessAttribution(pid=pid, device_uuid=uuid, gpu_instance_id=gi, share=0.0,
-                              share_method=SHARE_EQUAL,
-                              power_watts=None if energy is None else energy / dt,
-                              energy_joules=energy)
-
-
-def device(uuid, *processes):
-    return DeviceAttribution(
-        device_uuid=uuid, idle_power_watts=10.0, active_power_watts=20.0,
-        tick_energy_joules=150.0, tick_active_energy_joules=100.0, sharing_mode="mig",
-        processes=processes)
-
-
-def test_rollup_to_containers_and_pods():
-    attributions = [
-        device("GPU-a", share(1, "GPU-a", 30.0, gi=7), share(2, "GPU-a", 20.0, gi=7),
-               share(3, "GPU-a", 40.0, gi=8), share(4, "GPU-a", 10.0, gi=8)),
-        device("GPU-b", share(1, "GPU-b", 5.0), share(5, "GPU-b", None)),
-    ]
-    result = rollup(attributions, {1: "c1", 2: "c1", 3: "c2", 4: None, 5: "c3"},
-                    {"c1": "pod-x", "c2": "pod-x", "c3": None})
-    assert result.containers == (
-        ContainerShare("c1", "pod-x", "GPU-a", 7, 10.0, 50.0, (1, 2)),
-        ContainerShare("c1", "pod-x", "GPU-b", None, 1.0, 5.0, (1,)),
-        ContainerShare("c2", "pod-x", "GPU-a", 8, 8.0, 40.0, (3,)),
-        ContainerShare("c3", None, "GPU-b", None, None, None, (5,)),   # nothing known: None
-    )
-    assert result.pods == (PodShare("pod-x", "GPU-a", 18.0, 90.0),
-                           PodShare("pod-x", "GPU-b", 1.0, 5.0))
-    assert [p.pid for p in result.uncontained] == [4]
-    assert (result.uncontained_power_watts, result.uncontained_energy_joules) == (2.0, 10.0)
-
-
-def test_rollup_of_nothing():
-    result = rollup([device("GPU-a")], {}, {})
-    assert result.containers == () and result.pods == () and result.uncontained == ()
-    assert result.uncontained_energy_joules is None

@@ -123,6 +123,7 @@ class DeviceSweeper:
         util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
         power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
         energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+        read_at = self._monotonic()        # the counter's time: delta / dt stays exact
         temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
                              pynvml.NVML_TEMPERATURE_GPU)
         reasons = q.read(uuid, "clocks_event_reasons",
@@ -150,7 +151,7 @@ class DeviceSweeper:
 
         return DeviceReading(
             identity=ident if memory is None else replace(ident, memory_total_bytes=int(memory.total)),
-            monotonic_seconds=self._monotonic(),
+            monotonic_seconds=read_at,
             memory_used_bytes=int(memory.used) if memory is not None else None,
             utilization_percent=int(util.gpu) if util is not None else None,
             memory_utilization_percent=int(util.memory) if util is not None else None,
