@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import REPO_ROOT, find_tool
 
 
-def test_schemathesis_against_running_daemon(start_daemon):
+def test_schemathesis_against_running_daemon(start_daemon, tmp_path):
     tool = find_tool("schemathesis")
     if tool is None:
         pytest.skip("schemathesis not installed")
@@ -16,7 +16,7 @@ def test_schemathesis_against_running_daemon(start_daemon):
     daemon.wait_ready()
     result = subprocess.run([tool, "run", f"{daemon.base}/openapi.json", "--checks", "all",
                              "--max-examples", "40", "--seed", "1"],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-4000:]
     assert "No issues found" in result.stdout
 
