@@ -10,7 +10,7 @@ from gpustats.config import ConfigError, build_arg_parser, load_config_file, res
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import parse_devices_list, parse_flat_keyed, parse_limit
 from gpustats.sources.node import parse_key_values, parse_proc_stat
-from gpustats.sources.nvml.scenario import parse_scenario
+from gpustats.sources.nvml.scenario import load_scenario, parse_scenario
 from gpustats.sources.procs import container_from_paths, parse_proc_cgroup
 
 HEX = "0123456789abcdef"
@@ -109,22 +109,13 @@ def test_config_file(values):
         assert str(exc).startswith(("invalid ", "config file "))
 
 
-@given(st.binary(max_size=200))
-def test_config_file_bytes(data):
+@pytest.mark.parametrize("load", [load_config_file, load_scenario])
+@given(data=st.binary(max_size=200))
+def test_files_of_arbitrary_bytes(load, data):
+    """Config and scenario files: any bytes give a value or a ValueError, never a crash."""
     with tempfile.NamedTemporaryFile("wb", suffix=".yaml", delete=False) as f:
         f.write(data)
     try:
-        load_config_file(f.name)
-    except ConfigError:
-        pass
-
-
-@given(st.binary(max_size=200))
-def test_scenario_file_bytes(data):
-    from gpustats.sources.nvml.scenario import load_scenario
-    with tempfile.NamedTemporaryFile("wb", suffix=".yaml", delete=False) as f:
-        f.write(data)
-    try:
-        load_scenario(f.name)
-    except ValueError:
+        load(f.name)
+    except ValueError:            # ConfigError is a ValueError
         pass
