@@ -108,7 +108,7 @@ def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
     simulated GPUs, in this process (installed from PyPI into the bench environment)."""
     import logging
 
-    from gpustats.sources.nvml.simulator import SimulatedNvml
+    from gpustats.simulator import SimulatedNvml
 
     path = write_scenario(workdir / "peers.yaml", scenario)
     out: dict = {}

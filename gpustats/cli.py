@@ -62,7 +62,7 @@ class Daemon:
         self.store = SnapshotStore()
         self.simulator = None
         if config.simulate:
-            from gpustats.sources.nvml.simulator import SimulatedNvml
+            from gpustats.simulator import SimulatedNvml
             self.simulator = SimulatedNvml(config.simulate)
             self.simulator.install()
             scanner = _SimulatedBus()

@@ -10,7 +10,7 @@ from gpustats.config import ConfigError, build_arg_parser, load_config_file, res
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import parse_devices_list, parse_flat_keyed, parse_limit
 from gpustats.sources.node import parse_key_values, parse_proc_stat
-from gpustats.sources.nvml.scenario import load_scenario, parse_scenario
+from gpustats.simulator.scenario import load_scenario, parse_scenario
 from gpustats.sources.procs import container_from_paths, parse_proc_cgroup
 
 HEX = "0123456789abcdef"

@@ -7,8 +7,8 @@ import pynvml
 import pytest
 import yaml
 
-from gpustats.sources.nvml.scenario import load_scenario, parse_scenario
-from gpustats.sources.nvml.simulator import SimulatedNvml
+from gpustats.simulator.scenario import load_scenario, parse_scenario
+from gpustats.simulator import SimulatedNvml
 
 A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"

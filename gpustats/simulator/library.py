@@ -11,7 +11,6 @@ once then TIMEOUT). The scenario (see ``scenario.py``) is re-read when its file 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -21,61 +20,25 @@ from typing import Callable
 
 import pynvml
 
-from gpustats.sources.nvml.scenario import (
-    Scenario, SimDevice, SimMigInstance, load_scenario,
+from gpustats.simulator.abi import (
+    ARGUMENT_VERSION_MISMATCH, DRIVER_NOT_LOADED, GPU_IS_LOST, INSUFFICIENT_SIZE, INVALID_ARGUMENT,
+    MIG_BASE, NO_INSTANCE, NOT_FOUND, NOT_SUPPORTED, PHYSICAL_BASE, SUCCESS, UNINITIALIZED,
+    VIOLATION_POLICY_KEYS, set_out, struct_at, write_string,
 )
+from gpustats.simulator.events import EventCalls
+from gpustats.simulator.gpm import GpmCalls
+from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
 
 log = logging.getLogger(__name__)
 
-SUCCESS = 0
-UNINITIALIZED = 1
-INVALID_ARGUMENT = 2
-NOT_SUPPORTED = 3
-NOT_FOUND = 6
-INSUFFICIENT_SIZE = 7
-DRIVER_NOT_LOADED = 9
-TIMEOUT = 10
-GPU_IS_LOST = 15
-ARGUMENT_VERSION_MISMATCH = 25
-
-EVENT_SINGLE_BIT_ECC = 0x1
-EVENT_DOUBLE_BIT_ECC = 0x2
-EVENT_XID_CRITICAL = 0x8
-NO_INSTANCE = 0xFFFFFFFF
-
-_PHYSICAL_BASE = 0x1000
-_MIG_BASE = 0x100000
 _RELOAD_CHECK_SECONDS = 0.2
-_MIB = 1024.0 * 1024.0
-_GPM_METRIC_KEYS = {1: "graphics_active_percent", 2: "sm_active_percent",
-                    3: "sm_occupancy_percent", 10: "dram_active_percent",
-                    20: "pcie_tx_bytes_per_second", 21: "pcie_rx_bytes_per_second",
-                    60: "nvlink_rx_bytes_per_second", 61: "nvlink_tx_bytes_per_second"}
-_VIOLATION_POLICY_KEYS = {0: "power_percent", 1: "thermal_percent", 2: "sync_boost_percent",
-                          3: "board_limit_percent"}
-
-
-def _out(ptr: int, ctype, value) -> None:
-    cast(ptr, POINTER(ctype))[0] = value
-
-
-def _struct(ptr: int, ctype):
-    return cast(ptr, POINTER(ctype)).contents
-
-
-def _write_string(buf: int, length: int, text: str) -> int:
-    data = text.encode()
-    if len(data) + 1 > length:
-        return INSUFFICIENT_SIZE
-    ctypes.memmove(buf, data + b"\0", len(data) + 1)
-    return SUCCESS
 
 
 class _FakeLibrary:
     """Attributes are added per C symbol; ``getattr`` of a missing one raises AttributeError."""
 
 
-class SimulatedNvml:
+class SimulatedNvml(EventCalls, GpmCalls):
     """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
 
     def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
@@ -183,13 +146,13 @@ class SimulatedNvml:
         if not handle:
             return None
         devices = self._scenario.devices
-        if handle >= _MIG_BASE:
-            offset = handle - _MIG_BASE
+        if handle >= MIG_BASE:
+            offset = handle - MIG_BASE
             position, slot = divmod(offset, 0x100)
             if position < len(devices) and slot < len(devices[position].mig_instances):
                 return devices[position], devices[position].mig_instances[slot]
             return None
-        position = handle - _PHYSICAL_BASE
+        position = handle - PHYSICAL_BASE
         if 0 <= position < len(devices):
             return devices[position], None
         return None
@@ -197,8 +160,8 @@ class SimulatedNvml:
     def _handle_of(self, device: SimDevice, mig_slot: int | None = None) -> int:
         position = self._scenario.devices.index(device)
         if mig_slot is None:
-            return _PHYSICAL_BASE + position
-        return _MIG_BASE + position * 0x100 + mig_slot
+            return PHYSICAL_BASE + position
+        return MIG_BASE + position * 0x100 + mig_slot
 
     # ------------------------------------------------------------ library construction
 
@@ -332,19 +295,19 @@ class SimulatedNvml:
         return SUCCESS
 
     def _driver_version(self, buf, length) -> int:
-        return _write_string(buf, length, self._scenario.driver_version)
+        return write_string(buf, length, self._scenario.driver_version)
 
     def _nvml_version(self, buf, length) -> int:
-        return _write_string(buf, length, "13." + self._scenario.driver_version)
+        return write_string(buf, length, "13." + self._scenario.driver_version)
 
     def _cuda_version(self, out) -> int:
-        _out(out, c_int, 13000)
+        set_out(out, c_int, 13000)
         return SUCCESS
 
     def _count(self, out) -> int:
         if self._refcount <= 0:
             return UNINITIALIZED
-        _out(out, c_uint, len(self._scenario.devices))
+        set_out(out, c_uint, len(self._scenario.devices))
         return SUCCESS
 
     def _handle_by_index(self, index, out) -> int:
@@ -354,7 +317,7 @@ class SimulatedNvml:
             if device.index == index:
                 if device.lost:
                     return GPU_IS_LOST
-                _out(out, c_void_p, self._handle_of(device))
+                set_out(out, c_void_p, self._handle_of(device))
                 return SUCCESS
         return INVALID_ARGUMENT
 
@@ -366,33 +329,33 @@ class SimulatedNvml:
             if device.lost:
                 return GPU_IS_LOST   # the driver scans all GPUs (nvml.md §2.2)
             if device.uuid == wanted:
-                _out(out, c_void_p, self._handle_of(device))
+                set_out(out, c_void_p, self._handle_of(device))
                 return SUCCESS
             for slot, instance in enumerate(device.mig_instances):
                 if instance.uuid == wanted:
-                    _out(out, c_void_p, self._handle_of(device, slot))
+                    set_out(out, c_void_p, self._handle_of(device, slot))
                     return SUCCESS
         return NOT_FOUND
 
     # ------------------------------------------------------------ identity and readings
 
     def _index(self, device, instance, out) -> int:
-        _out(out, c_uint, device.index)
+        set_out(out, c_uint, device.index)
         return SUCCESS
 
     def _name(self, device, instance, buf, length) -> int:
         name = device.name if instance is None else f"{device.name} MIG {instance.profile or ''}"
-        return _write_string(buf, length, name.strip())
+        return write_string(buf, length, name.strip())
 
     def _uuid(self, device, instance, buf, length) -> int:
-        return _write_string(buf, length, device.uuid if instance is None else instance.uuid)
+        return write_string(buf, length, device.uuid if instance is None else instance.uuid)
 
     def _minor(self, device, instance, out) -> int:
-        _out(out, c_uint, device.minor)
+        set_out(out, c_uint, device.minor)
         return SUCCESS
 
     def _pci(self, device, instance, out) -> int:
-        info = _struct(out, pynvml.nvmlPciInfo_t)
+        info = struct_at(out, pynvml.nvmlPciInfo_t)
         bus_id = device.pci_bus_id.encode()
         info.busId = bus_id
         info.busIdLegacy = bus_id[-12:] if len(bus_id) > 15 else bus_id
@@ -406,7 +369,7 @@ class SimulatedNvml:
         return SUCCESS
 
     def _architecture(self, device, instance, out) -> int:
-        _out(out, c_uint, device.architecture)
+        set_out(out, c_uint, device.architecture)
         return SUCCESS
 
     def _memory_figures(self, device, instance) -> tuple[int, int]:
@@ -419,12 +382,12 @@ class SimulatedNvml:
 
     def _memory(self, device, instance, out) -> int:
         total, used = self._memory_figures(device, instance)
-        mem = _struct(out, pynvml.c_nvmlMemory_t)
+        mem = struct_at(out, pynvml.c_nvmlMemory_t)
         mem.total, mem.used, mem.free = total, used, total - used
         return SUCCESS
 
     def _memory_v2(self, device, instance, out) -> int:
-        mem = _struct(out, pynvml.c_nvmlMemory_v2_t)
+        mem = struct_at(out, pynvml.c_nvmlMemory_v2_t)
         if mem.version != pynvml.nvmlMemory_v2:
             return ARGUMENT_VERSION_MISMATCH
         total, used = self._memory_figures(device, instance)
@@ -434,43 +397,43 @@ class SimulatedNvml:
     def _utilization(self, device, instance, out) -> int:
         if device.mig_instances:
             return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (nvml.md §2.4)
-        util = _struct(out, pynvml.c_nvmlUtilization_t)
+        util = struct_at(out, pynvml.c_nvmlUtilization_t)
         util.gpu, util.memory = device.utilization_percent, device.memory_utilization_percent
         return SUCCESS
 
     def _power(self, device, instance, out) -> int:
-        _out(out, c_uint, int(round(device.power_watts * 1000)))
+        set_out(out, c_uint, int(round(device.power_watts * 1000)))
         return SUCCESS
 
     def _energy(self, device, instance, out) -> int:
         self._advance()
-        _out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
+        set_out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
         return SUCCESS
 
     def _power_limit(self, device, instance, out) -> int:
-        _out(out, c_uint, int(round(device.power_limit_watts * 1000)))
+        set_out(out, c_uint, int(round(device.power_limit_watts * 1000)))
         return SUCCESS
 
     def _temperature(self, device, instance, sensor, out) -> int:
         if sensor != 0:
             return INVALID_ARGUMENT
-        _out(out, c_uint, device.temperature_celsius)
+        set_out(out, c_uint, device.temperature_celsius)
         return SUCCESS
 
     def _clocks_reasons(self, device, instance, out) -> int:
-        _out(out, c_ulonglong, device.clocks_event_reasons)
+        set_out(out, c_ulonglong, device.clocks_event_reasons)
         return SUCCESS
 
     def _supported_reasons(self, device, instance, out) -> int:
-        _out(out, c_ulonglong, 0x7FF)
+        set_out(out, c_ulonglong, 0x7FF)
         return SUCCESS
 
     def _violation(self, device, instance, policy, out) -> int:
-        key = _VIOLATION_POLICY_KEYS.get(policy)
+        key = VIOLATION_POLICY_KEYS.get(policy)
         if key is None:
             return NOT_SUPPORTED
         self._advance()
-        viol = _struct(out, pynvml.c_nvmlViolationTime_t)
+        viol = struct_at(out, pynvml.c_nvmlViolationTime_t)
         viol.referenceTime = int(self._wall() * 1e6)
         viol.violationTime = int(self._violation_ns.get(device.uuid, {}).get(key, 0.0))
         return SUCCESS
@@ -479,7 +442,7 @@ class SimulatedNvml:
         rate = {0: device.pcie_tx_bytes_per_second, 1: device.pcie_rx_bytes_per_second}.get(counter)
         if rate is None:
             return INVALID_ARGUMENT
-        _out(out, c_uint, int(rate / 1024))     # KB/s
+        set_out(out, c_uint, int(rate / 1024))     # KB/s
         return SUCCESS
 
     # ------------------------------------------------------------ processes
@@ -494,7 +457,7 @@ class SimulatedNvml:
 
     def _write_processes(self, device, procs, count_ptr, infos) -> int:
         capacity = cast(count_ptr, POINTER(c_uint))[0]
-        _out(count_ptr, c_uint, len(procs))
+        set_out(count_ptr, c_uint, len(procs))
         if not procs:
             return SUCCESS
         if infos is None or capacity < len(procs):
@@ -528,7 +491,7 @@ class SimulatedNvml:
         if not busy or now_us <= last_seen:
             return NOT_FOUND
         capacity = cast(count_ptr, POINTER(c_uint))[0]
-        _out(count_ptr, c_uint, len(busy))
+        set_out(count_ptr, c_uint, len(busy))
         if samples is None or capacity < len(busy):
             return INSUFFICIENT_SIZE
         array = cast(samples, POINTER(pynvml.c_nvmlProcessUtilizationSample_t))
@@ -545,12 +508,12 @@ class SimulatedNvml:
 
     def _mig_mode(self, device, instance, current, pending) -> int:
         mode = 1 if device.mig_instances else 0
-        _out(current, c_uint, mode)
-        _out(pending, c_uint, mode)
+        set_out(current, c_uint, mode)
+        set_out(pending, c_uint, mode)
         return SUCCESS
 
     def _max_mig(self, device, instance, out) -> int:
-        _out(out, c_uint, 7 if device.mig_instances else 0)
+        set_out(out, c_uint, 7 if device.mig_instances else 0)
         return SUCCESS
 
     def _mig_handle(self, device, instance, index, out) -> int:
@@ -558,187 +521,27 @@ class SimulatedNvml:
             return INVALID_ARGUMENT
         if index >= len(device.mig_instances):
             return NOT_FOUND
-        _out(out, c_void_p, self._handle_of(device, index))
+        set_out(out, c_void_p, self._handle_of(device, index))
         return SUCCESS
 
     def _gpu_instance_id(self, device, instance, out) -> int:
         if instance is None:
             return INVALID_ARGUMENT
-        _out(out, c_uint, instance.gpu_instance_id)
+        set_out(out, c_uint, instance.gpu_instance_id)
         return SUCCESS
 
     def _compute_instance_id(self, device, instance, out) -> int:
         if instance is None:
             return INVALID_ARGUMENT
-        _out(out, c_uint, instance.compute_instance_id)
+        set_out(out, c_uint, instance.compute_instance_id)
         return SUCCESS
 
     def _is_mig(self, device, instance, out) -> int:
-        _out(out, c_uint, 1 if instance is not None else 0)
+        set_out(out, c_uint, 1 if instance is not None else 0)
         return SUCCESS
 
     def _parent_handle(self, device, instance, out) -> int:
         if instance is None:
             return INVALID_ARGUMENT
-        _out(out, c_void_p, self._handle_of(device))
-        return SUCCESS
-
-    # ------------------------------------------------------------ events
-
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return 0x7000_0000 + self._next_id
-
-    def _event_set_create(self, out) -> int:
-        if self._refcount <= 0:
-            return UNINITIALIZED
-        set_id = self._new_id()
-        self._event_sets[set_id] = set()
-        _out(out, c_void_p, set_id)
-        return SUCCESS
-
-    def _event_mask(self, device) -> int:
-        if not device.events_supported:
-            return 0
-        mask = EVENT_XID_CRITICAL
-        if "ecc" not in device.unsupported:
-            mask |= EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC
-        return mask
-
-    def _supported_events(self, device, instance, out) -> int:
-        mask = self._event_mask(device)
-        if not mask:
-            return NOT_SUPPORTED
-        _out(out, c_ulonglong, mask)
-        return SUCCESS
-
-    def _register_events(self, device, instance, mask, event_set) -> int:
-        registered = self._event_sets.get(event_set)
-        if registered is None:
-            return INVALID_ARGUMENT
-        if not (mask & self._event_mask(device)):
-            return NOT_SUPPORTED
-        registered.add(device.uuid)
-        return SUCCESS
-
-    def _due_event(self, registered: set[str]):
-        elapsed = self._monotonic() - self._installed_at
-        next_due = None
-        for position, event in enumerate(self._scenario.xid_events):
-            key = hash((event.device, event.kind, event.xid, event.after_seconds, position))
-            if key in self._delivered or event.device not in registered:
-                continue
-            if event.after_seconds <= elapsed:
-                return key, event, None
-            wait = event.after_seconds - elapsed
-            next_due = wait if next_due is None else min(next_due, wait)
-        return None, None, next_due
-
-    def _event_wait(self, event_set, data_ptr, timeout_ms) -> int:
-        # Called with the lock held by _wrap; it is released while sleeping.
-        registered = self._event_sets.get(event_set)
-        if registered is None:
-            return INVALID_ARGUMENT
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while True:
-            for uuid in registered:
-                device = self._scenario.device(uuid)
-                if device is not None and device.lost and uuid not in self._lost_reported:
-                    self._lost_reported.add(uuid)
-                    return GPU_IS_LOST
-            key, event, _ = self._due_event(registered)
-            if event is not None:
-                self._delivered.add(key)
-                device = self._scenario.device(event.device)
-                data = _struct(data_ptr, pynvml.c_nvmlEventData_t)
-                cast(ctypes.addressof(data), POINTER(c_void_p))[0] = self._handle_of(device)
-                data.eventType = {"xid": EVENT_XID_CRITICAL, "single_bit_ecc": EVENT_SINGLE_BIT_ECC,
-                                  "double_bit_ecc": EVENT_DOUBLE_BIT_ECC}[event.kind]
-                data.eventData = event.xid if event.kind == "xid" else 0
-                data.gpuInstanceId = NO_INSTANCE
-                data.computeInstanceId = NO_INSTANCE
-                return SUCCESS
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return TIMEOUT
-            self._lock.release()
-            try:
-                time.sleep(min(remaining, 0.05))
-            finally:
-                self._lock.acquire()
-            self._maybe_reload()
-
-    def _event_set_free(self, event_set) -> int:
-        return SUCCESS if self._event_sets.pop(event_set, None) is not None else INVALID_ARGUMENT
-
-    # ------------------------------------------------------------ GPM
-
-    def _gpm_config(self, device, instance):
-        return device.gpm if instance is None else instance.gpm
-
-    def _gpm_support(self, device, instance, out) -> int:
-        support = _struct(out, pynvml.c_nvmlGpmSupport_t)
-        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
-            return ARGUMENT_VERSION_MISMATCH
-        supported = "gpm" not in device.unsupported and (device.gpm is not None or any(
-            m.gpm is not None for m in device.mig_instances))
-        support.isSupportedDevice = 1 if supported else 0
-        return SUCCESS
-
-    def _gpm_alloc(self, out) -> int:
-        sample_id = self._new_id()
-        self._gpm_samples[sample_id] = None
-        _out(out, c_void_p, sample_id)
-        return SUCCESS
-
-    def _gpm_free(self, sample) -> int:
-        return SUCCESS if self._gpm_samples.pop(sample, 0) != 0 else INVALID_ARGUMENT
-
-    def _take_sample(self, device, gi, sample) -> int:
-        if sample not in self._gpm_samples:
-            return INVALID_ARGUMENT
-        self._gpm_samples[sample] = (device.uuid, gi, self._monotonic())
-        return SUCCESS
-
-    def _gpm_sample(self, device, instance, sample) -> int:
-        if self._gpm_config(device, instance) is None:
-            return NOT_SUPPORTED
-        return self._take_sample(device, instance.gpu_instance_id if instance else None, sample)
-
-    def _gpm_mig_sample(self, device, instance, gpu_instance_id, sample) -> int:
-        for mig in device.mig_instances:
-            if mig.gpu_instance_id == gpu_instance_id:
-                if mig.gpm is None:
-                    return NOT_SUPPORTED
-                return self._take_sample(device, gpu_instance_id, sample)
-        return NOT_FOUND
-
-    def _gpm_metrics(self, request_ptr) -> int:
-        request = _struct(request_ptr, pynvml.c_nvmlGpmMetricsGet_t)
-        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
-            return ARGUMENT_VERSION_MISMATCH
-        first = self._gpm_samples.get(cast(request.sample1, c_void_p).value)
-        second = self._gpm_samples.get(cast(request.sample2, c_void_p).value)
-        if first is None or second is None or first[:2] != second[:2]:
-            return INVALID_ARGUMENT
-        device = self._scenario.device(first[0])
-        if device is None:
-            return INVALID_ARGUMENT
-        config = device.gpm
-        if first[1] is not None:
-            config = next((m.gpm for m in device.mig_instances
-                           if m.gpu_instance_id == first[1]), None)
-        values = dict(config or ())
-        too_close = abs(second[2] - first[2]) <= 0.1
-        for i in range(min(request.numMetrics, len(request.metrics))):
-            metric = request.metrics[i]
-            key = _GPM_METRIC_KEYS.get(metric.metricId)
-            if too_close:
-                metric.nvmlReturn = INVALID_ARGUMENT
-            elif key is None or key not in values:
-                metric.nvmlReturn = NOT_SUPPORTED
-            else:
-                value = values[key]
-                metric.value = value / _MIB if key.endswith("bytes_per_second") else value
-                metric.nvmlReturn = SUCCESS
+        set_out(out, c_void_p, self._handle_of(device))
         return SUCCESS

@@ -1,0 +1,86 @@
+"""The simulator's GPM calls: support query, samples per device or MIG instance, metrics."""
+
+from __future__ import annotations
+
+from ctypes import c_void_p, cast
+
+import pynvml
+
+from gpustats.simulator.abi import (
+    ARGUMENT_VERSION_MISMATCH, GPM_METRIC_KEYS, INVALID_ARGUMENT, MIB, NOT_FOUND, NOT_SUPPORTED,
+    SUCCESS, set_out, struct_at,
+)
+
+
+class GpmCalls:
+    """Mixin of ``SimulatedNvml``: samples live on the simulator (``_gpm_samples``)."""
+
+    def _gpm_config(self, device, instance):
+        return device.gpm if instance is None else instance.gpm
+
+    def _gpm_support(self, device, instance, out) -> int:
+        support = struct_at(out, pynvml.c_nvmlGpmSupport_t)
+        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+            return ARGUMENT_VERSION_MISMATCH
+        supported = "gpm" not in device.unsupported and (device.gpm is not None or any(
+            m.gpm is not None for m in device.mig_instances))
+        support.isSupportedDevice = 1 if supported else 0
+        return SUCCESS
+
+    def _gpm_alloc(self, out) -> int:
+        sample_id = self._new_id()
+        self._gpm_samples[sample_id] = None
+        set_out(out, c_void_p, sample_id)
+        return SUCCESS
+
+    def _gpm_free(self, sample) -> int:
+        return SUCCESS if self._gpm_samples.pop(sample, 0) != 0 else INVALID_ARGUMENT
+
+    def _take_sample(self, device, gi, sample) -> int:
+        if sample not in self._gpm_samples:
+            return INVALID_ARGUMENT
+        self._gpm_samples[sample] = (device.uuid, gi, self._monotonic())
+        return SUCCESS
+
+    def _gpm_sample(self, device, instance, sample) -> int:
+        if self._gpm_config(device, instance) is None:
+            return NOT_SUPPORTED
+        return self._take_sample(device, instance.gpu_instance_id if instance else None, sample)
+
+    def _gpm_mig_sample(self, device, instance, gpu_instance_id, sample) -> int:
+        for mig in device.mig_instances:
+            if mig.gpu_instance_id == gpu_instance_id:
+                if mig.gpm is None:
+                    return NOT_SUPPORTED
+                return self._take_sample(device, gpu_instance_id, sample)
+        return NOT_FOUND
+
+    def _gpm_metrics(self, request_ptr) -> int:
+        request = struct_at(request_ptr, pynvml.c_nvmlGpmMetricsGet_t)
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return ARGUMENT_VERSION_MISMATCH
+        first = self._gpm_samples.get(cast(request.sample1, c_void_p).value)
+        second = self._gpm_samples.get(cast(request.sample2, c_void_p).value)
+        if first is None or second is None or first[:2] != second[:2]:
+            return INVALID_ARGUMENT
+        device = self._scenario.device(first[0])
+        if device is None:
+            return INVALID_ARGUMENT
+        config = device.gpm
+        if first[1] is not None:
+            config = next((m.gpm for m in device.mig_instances
+                           if m.gpu_instance_id == first[1]), None)
+        values = dict(config or ())
+        too_close = abs(second[2] - first[2]) <= 0.1
+        for i in range(min(request.numMetrics, len(request.metrics))):
+            metric = request.metrics[i]
+            key = GPM_METRIC_KEYS.get(metric.metricId)
+            if too_close:
+                metric.nvmlReturn = INVALID_ARGUMENT
+            elif key is None or key not in values:
+                metric.nvmlReturn = NOT_SUPPORTED
+            else:
+                value = values[key]
+                metric.value = value / MIB if key.endswith("bytes_per_second") else value
+                metric.nvmlReturn = SUCCESS
+        return SUCCESS
