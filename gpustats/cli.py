@@ -13,7 +13,7 @@ import time
 from typing import Sequence
 
 from gpustats import __version__, sdnotify
-from gpustats.config import Config, ConfigError, build_arg_parser, resolve
+from gpustats.config import Config, ConfigError, build_arg_parser, reload_changes, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
@@ -36,6 +36,7 @@ from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
+from gpustats.serving import Listeners
 from gpustats.sources.pci import PciScanner
 from gpustats.web.app import WebSettings, create_app
 
@@ -49,6 +50,30 @@ class _SimulatedBus:
 
     def scan(self) -> tuple[str, ...]:
         return ("simulated",)
+
+
+class _ReportedSweeper:
+    """A device sweeper whose every sweep marks the ``nvml`` source working or failing."""
+
+    def __init__(self, sweeper: DeviceSweeper, errors: CollectionErrors):
+        self._sweeper = sweeper
+        self._errors = errors
+
+    @property
+    def calls(self) -> int:
+        return self._sweeper.calls
+
+    def sweep(self):
+        try:
+            readings = self._sweeper.sweep()
+        except DriverGone as exc:
+            self._errors.failed("nvml", "driver_gone", f"NVML session lost: {exc}")
+            raise
+        self._errors.succeeded("nvml")
+        return readings
+
+    def close(self) -> None:
+        self._sweeper.close()
 
 
 class Daemon:
@@ -75,19 +100,23 @@ class Daemon:
         self.counters = EnergyCounters()
         self.counters.load(config.state_dir)
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
-        self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
+        self.persister = Persister(self.counters, config.state_dir, config.persist_interval,
+                                   report=self._persisted)
+        cgroups = CgroupReader(self.roots, errors=self.errors)
         self.collector = Collector(
-            node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
+            node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
+            gpus=self.gpus,
             errors=self.errors, store=self.store,
-            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters),
+            energy=EnergyAccountant(lambda uuid: self.config.idle_power_watts.for_uuid(uuid),
+                                    self.counters),
             counters=self.counters, persister=self.persister,
             containers=ContainerTracker(
-                CgroupReader(self.roots), ProcReader(self.roots), self.counters,
-                pod_resources=PodResourcesClient(config.pod_resources_socket)
+                cgroups, ProcReader(self.roots, cgroups.report_unsafe), self.counters,
+                pod_resources=PodResourcesClient(config.pod_resources_socket, errors=self.errors)
                 if config.pod_resources_socket else None,
-                runtime=RuntimeNamesClient(config.runtime_socket)
+                runtime=RuntimeNamesClient(config.runtime_socket, errors=self.errors)
                 if config.runtime_socket else None),
-            mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
+            mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)
@@ -107,13 +136,39 @@ class Daemon:
         try:
             session = NvmlSession.open(self.errors)
         except NvmlUnavailable as exc:
-            self.errors.record("nvml", f"load_{exc.reason}")
+            self.errors.failed("nvml", f"load_{exc.reason}", f"NVML cannot be loaded: {exc}")
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
-        return DeviceSweeper(session), session.driver_version
+        return _ReportedSweeper(DeviceSweeper(session), self.errors), session.driver_version
 
-    def create_app(self):
-        return create_app(self.store, WebSettings(self.config.housekeeping_interval),
-                          metrics_renderer=MetricsRenderer(self.store))
+    def _persisted(self, ok: bool) -> None:
+        if ok:
+            self.errors.succeeded("persistence")
+        else:
+            self.errors.failed("persistence", "write_failed",
+                               f"energy counters cannot be written to {self.config.state_dir}")
+
+    def create_app(self, probes_only: bool = False):
+        settings = WebSettings(self.config.housekeeping_interval,
+                               watchdog_intervals=self.config.tick_watchdog_intervals)
+        return create_app(self.store, settings, metrics_renderer=MetricsRenderer(self.store),
+                          probes_only=probes_only)
+
+    def reload(self, args) -> None:
+        """SIGHUP: persist the counters now, then re-read the config file and apply what can be
+        applied live (``config.RELOADABLE``); options that need a restart are named."""
+        persisted = self.persister.persist_now()
+        try:
+            new = resolve(args, os.environ)
+        except ConfigError as exc:
+            log.error("SIGHUP: counters %s; config NOT reloaded, the running one stays: %s",
+                      "persisted" if persisted else "NOT persisted", exc)
+            return
+        self.config, applied, restart = reload_changes(self.config, new)
+        logging.getLogger().setLevel(self.config.log_level)
+        log.info("SIGHUP: counters %s; config %s reloaded: %s%s",
+                 "persisted" if persisted else "NOT persisted", new.config_file or "(none)",
+                 ", ".join(applied) + " applied" if applied else "nothing changed",
+                 f"; changed but needing a restart: {', '.join(restart)}" if restart else "")
 
     def start(self) -> None:
         self.health.start()
@@ -150,15 +205,11 @@ class _Stop(Exception):
     pass
 
 
-def serve(daemon: Daemon) -> int:
-    from waitress import create_server
-
-    host, port = daemon.config.listen
-    # asyncore_loop_timeout: how often the idle server wakes up to expire channels; the
-    # default (1 s) is most of a dormant daemon's CPU. Signals still stop it at once.
-    server = create_server(daemon.create_app(), host=host, port=port, threads=8,
-                           ident="gpustats", clear_untrusted_proxy_headers=True,
-                           asyncore_loop_timeout=30, channel_timeout=120)
+def serve(daemon: Daemon, args=None) -> int:
+    config = daemon.config
+    listeners = Listeners(daemon.create_app(), config.listen,
+                          daemon.create_app(probes_only=True) if config.health_listen else None,
+                          config.health_listen)
 
     stopping = False
 
@@ -171,19 +222,30 @@ def serve(daemon: Daemon) -> int:
         stopping = True
         raise _Stop(signum)
 
+    def _on_hup(_signum: int, _frame) -> None:
+        # Off the signal frame: persisting and re-reading take locks the interrupted code
+        # may hold.
+        if args is not None and not stopping:
+            threading.Thread(target=daemon.reload, args=(args,), name="reload",
+                             daemon=True).start()
+
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGHUP, _on_hup)
     daemon.start()
-    log.info("gpustats %s serving on http://%s:%s (node %s)", __version__, host,
-             getattr(server, "effective_port", port), daemon.node_name)
+    host, port = config.listen
+    log.info("gpustats %s serving on http://%s:%s (node %s)%s", __version__, host,
+             Listeners.port_of(listeners.data), daemon.node_name,
+             f"; health on http://{config.health_listen[0]}:"
+             f"{Listeners.port_of(listeners.health)}" if listeners.health else "")
     try:
-        server.run()
+        listeners.run()
     except _Stop as stop:
         log.info("received %s; shutting down", signal.Signals(stop.args[0]).name)
     finally:
         stopper = threading.Thread(target=daemon.close, daemon=True)
         stopper.start()
-        server.close()
+        listeners.close()
         stopper.join(SHUTDOWN_BUDGET_SECONDS)
     return 0
 
@@ -209,4 +271,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_once(daemon)
         finally:
             daemon.close()
-    return serve(daemon)
+    return serve(daemon, args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 import yaml
@@ -35,6 +35,17 @@ def parse_listen(value: Any) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ValueError(f"port {port} is out of range 0-65535")
     return host, port
+
+
+def _optional_listen(value: Any) -> tuple[str, int] | None:
+    return parse_listen(value) if str(value).strip() else None
+
+
+def _intervals(value: Any) -> float:
+    count = float(value)
+    if not 2.0 <= count < 1e6:
+        raise ValueError(f"must be a number of intervals >= 2, got {value!r}")
+    return count
 
 
 def _positive_seconds(value: Any) -> float:
@@ -190,6 +201,12 @@ OPTIONS: tuple[Option, ...] = (
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
            "seconds between writes of the energy counters to the state dir", "SECONDS"),
+    Option("health_listen", _optional_listen, None,
+           "also serve /healthz and /readyz on this address, apart from the data port "
+           "(empty: off)", "HOST:PORT"),
+    Option("tick_watchdog_intervals", _intervals, 12.0,
+           "/healthz answers 503 when no snapshot was published for this many intervals",
+           "N"),
 )
 
 OPTION_NAMES = frozenset(o.name for o in OPTIONS)
@@ -215,6 +232,8 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    health_listen: tuple[str, int] | None = None
+    tick_watchdog_intervals: float = 12.0
     config_file: str | None = field(default=None)
 
 
@@ -282,3 +301,18 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
 
 def config_field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Config))
+
+
+# Options a running daemon takes over from a re-read config file (SIGHUP); the rest need a
+# restart, which the reload says by name.
+RELOADABLE = ("log_level", "idle_power_watts")
+
+
+def reload_changes(old: Config, new: Config) -> tuple[Config, tuple[str, ...], tuple[str, ...]]:
+    """(the config to run with, options applied, options changed that need a restart)."""
+    changed = [f.name for f in fields(Config)
+               if f.name != "config_file" and getattr(old, f.name) != getattr(new, f.name)]
+    applied = tuple(n for n in changed if n in RELOADABLE)
+    restart = tuple(n for n in changed if n not in RELOADABLE)
+    merged = replace(old, **{n: getattr(new, n) for n in applied})
+    return merged, applied, restart

@@ -1,13 +1,18 @@
 """Injectable host roots and small read helpers that turn vanished files into ``None``.
 
 sysfs, procfs and cgroupfs entries can disappear between listing and reading (a container
-exits, a process ends); every reader here returns ``None`` for that instead of raising.
+exits, a process ends); every reader here returns ``None`` for that instead of raising. The
+trees are untrusted too: only regular files are read, non-blocking, up to a size cap and a
+deadline (``read_regular``), so a FIFO or a huge sparse file cannot stall or bloat a tick.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -27,38 +32,83 @@ class HostRoots:
 
 
 _CHUNK = 65536
+MAX_FILE_BYTES = 4 * 1024 * 1024      # a cgroup or proc file is a few KB; more is not one
+DEFAULT_DEADLINE_SECONDS = 1.0
+
+# Why a bounded read gave up (the ``reason`` of UnsafeFile), as counted in collection errors.
+NOT_REGULAR = "not_regular_file"
+TOO_LARGE = "too_large"
+DEADLINE = "deadline"
 
 
-def read_text(path: str) -> str | None:
-    """File contents, or ``None`` when it does not exist (any more) or cannot be read.
+class UnsafeFile(Exception):
+    """A file that must not be read as data: not a regular file, too large, or too slow."""
 
-    Plain ``os.read`` rather than a text-mode ``open``: kernel files are small and read every
-    tick, and the buffered text layer costs more than the read itself.
+    def __init__(self, path: str, reason: str, detail: str):
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.reason = reason
+
+
+def read_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES,
+                 deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> bytes:
+    """The bytes of a regular file, read with every bound a hostile tree needs.
+
+    Opened non-blocking (a FIFO does not wait for a writer) and checked with ``fstat`` to be a
+    regular file before a byte is read (FIFOs, sockets, devices: ``UnsafeFile``); at most
+    ``max_bytes`` are read (more: ``UnsafeFile``, whatever the file's real or sparse size); a
+    read still going after ``deadline_seconds`` gives up (``UnsafeFile``). A missing or
+    unreadable file raises the ``OSError``. Kernel files (sysfs, procfs, cgroupfs) are regular
+    files whose size reads as 0 or 4096, so the size is never trusted.
     """
+    deadline = clock() + deadline_seconds
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks = []
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFile(path, NOT_REGULAR, "not a regular file")
+        chunks, size = [], 0
         while True:
-            chunk = os.read(fd, _CHUNK)
+            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
-            if len(chunk) < _CHUNK:
-                break
-    except OSError:
-        # ENODEV/ESRCH and friends from kernel files whose object went away mid-read.
-        return None
+            size += len(chunk)
+            if size > max_bytes:
+                raise UnsafeFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
+            if clock() > deadline:
+                raise UnsafeFile(path, DEADLINE, f"still reading after {deadline_seconds} s")
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    return b"".join(chunks)
 
 
-def read_int(path: str) -> int | None:
+Reporter = Callable[[UnsafeFile], None]
+
+
+def read_text(path: str, report: Reporter | None = None, *,
+              max_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """File contents, or ``None`` when it does not exist (any more) or cannot be read.
+
+    Plain ``os.read`` rather than a text-mode ``open``: kernel files are small and read every
+    tick, and the buffered text layer costs more than the read itself. A file that is not safe
+    to read (see ``read_regular``) is ``None`` too, and handed to ``report`` when given.
+    """
+    try:
+        data = read_regular(path, max_bytes=max_bytes)
+    except UnsafeFile as exc:
+        if report is not None:
+            report(exc)
+        return None
+    except OSError:
+        # Vanished, or ENODEV/ESRCH and friends from kernel files whose object went away.
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def read_int(path: str, report: Reporter | None = None) -> int | None:
     """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
-    text = read_text(path)
+    text = read_text(path, report, max_bytes=4096)
     if text is None:
         return None
     try:

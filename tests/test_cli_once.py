@@ -40,6 +40,9 @@ def test_a_failing_source_gives_a_partial_snapshot(caplog):
             return None, None
 
     class Errors:
+        def states(self):
+            return ()
+
         def totals(self):
             return ()
 

@@ -20,12 +20,13 @@ RULES = {
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},
+    "serving": set(),   # the HTTP listeners (waitress), handed the apps by cli
     "cli": None,   # wires everything
     "__main__": None,
     "__init__": set(),
 }
 THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.", "flask": "web",
-                      "waitress": "cli", "prometheus_client": ("export", "sources.dcgm")}
+                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm")}
 
 
 def _layer(module: str) -> str:

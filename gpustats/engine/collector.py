@@ -41,6 +41,8 @@ class DeviceSource(Protocol):
 class ErrorTotals(Protocol):
     def totals(self) -> tuple[tuple[str, str, int], ...]: ...
 
+    def states(self) -> tuple: ...
+
 
 class ActivitySource(Protocol):
     def activity(self) -> dict[tuple[str, int], float] | None: ...
@@ -50,11 +52,13 @@ class Persister:
     """Writes the counters every ``interval`` seconds (and on demand at shutdown)."""
 
     def __init__(self, counters: EnergyCounters, state_dir: str, interval: float,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic,
+                 report: Callable[[bool], None] | None = None):
         self._counters = counters
         self._state_dir = state_dir
         self._interval = interval
         self._monotonic = monotonic
+        self._report = report          # each write's outcome, for the source states
         self._next = monotonic() + interval
 
     def maybe_persist(self) -> None:
@@ -62,10 +66,13 @@ class Persister:
         if now >= self._next:
             self._next = now + self._interval
             self._counters.expire()
-            self._counters.persist(self._state_dir)
+            self.persist_now()
 
     def persist_now(self) -> bool:
-        return self._counters.persist(self._state_dir)
+        ok = self._counters.persist(self._state_dir)
+        if self._report is not None:
+            self._report(ok)
+        return ok
 
 
 class Collector:
@@ -152,6 +159,7 @@ class Collector:
                 nvml_calls_last_tick=gpu_status.calls_last_tick,
                 tick_duration_seconds=time.perf_counter() - started,
                 collection_errors=self._errors.totals(),
+                sources=self._errors.states(),
             ),
         )
         self._store.publish(snapshot)

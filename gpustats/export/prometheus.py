@@ -184,6 +184,10 @@ def _daemon(out: _Families, snapshot: Snapshot) -> None:
     status = snapshot.status
     for source, reason, count in status.collection_errors:
         out.add("gpustats_collection_errors", (source, reason), count)
+    for state in status.sources:
+        out.add("gpustats_source_last_success_timestamp_seconds", (state.source,),
+                state.last_success_time)
+        out.add("gpustats_source_failing", (state.source,), 1 if state.state == "failing" else 0)
     out.add("gpustats_tick_duration_seconds", (), status.tick_duration_seconds)
     out.add("gpustats_last_tick_timestamp_seconds", (), snapshot.taken_at)
     out.add("gpustats_nvml_loaded", (), 1 if status.nvml_loaded else 0)

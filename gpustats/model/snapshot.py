@@ -8,6 +8,7 @@ from gpustats.model.containers import ContainerUsage
 from gpustats.model.device import DeviceIdentity
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
+from gpustats.model.sources import SourceState
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class DaemonStatus:
     nvml_calls_last_tick: int | None = None
     # (source, reason) -> cumulative count of values that could not be collected
     collection_errors: tuple[tuple[str, str, int], ...] = ()
+    sources: tuple[SourceState, ...] = ()       # each data source's state, by name
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpustats.hostfs import HostRoots, read_int, read_text
+from gpustats.hostfs import HostRoots, UnsafeFile, read_int, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
     MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, CpuRateTracker, DeviceRules, memory_stats,
     parse_devices_list, parse_flat_keyed, parse_limit,
 )
-from gpustats.sources.errors import LogOnce
+from gpustats.sources.errors import CollectionErrors, LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,10 @@ WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
 MAX_DEPTH = 12
 CPU_STAT_KEYS = frozenset({"usage_usec"})
 LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize); re-read then
+# A hierarchy mounted after start (or a v1/v2 switch) is picked up within this many seconds;
+# while none is found at all, at every tick. One scandir of the cgroup root each time.
+LAYOUT_RECHECK_SECONDS = 30.0
+SOURCE = "cgroups"
 
 
 @dataclass(frozen=True)
@@ -93,12 +97,16 @@ def _walk(root: str, on_dir: Callable[[str], bool]) -> None:
 class CgroupReader:
     """Walks the cgroup hierarchies and reads per-container figures."""
 
-    def __init__(self, roots: HostRoots, *, wall: Callable[[], float] = time.time,
+    def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
+                 wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._roots = roots
+        self._errors = errors
         self._wall = wall
         self._monotonic = monotonic
         self._layout: Layout | None = None
+        self._layout_checked = 0.0
+        self._unsafe: list[UnsafeFile] = []      # files refused this tick
         self._cpu = CpuRateTracker()
         self._log_once = LogOnce(log, every_seconds=600.0)
         # Per-tick caches, pruned in end_tick to what was seen this tick.
@@ -113,12 +121,26 @@ class CgroupReader:
     @property
     def layout(self) -> Layout:
         if self._layout is None:
-            self._layout = detect_layout(self._roots.cgroup)
-            log.info("cgroup hierarchies: %s", ", ".join(
-                f"{name or 'v2'}={path}" for name, path in self._layout.hierarchies) or "none")
+            self._detect()
         return self._layout
 
+    def _detect(self) -> None:
+        layout = detect_layout(self._roots.cgroup)
+        self._layout_checked = self._monotonic()
+        if layout != self._layout:
+            log.info("cgroup hierarchies: %s", ", ".join(
+                f"{name or 'v2'}={path}" for name, path in layout.hierarchies) or "none")
+            self._layout = layout
+            self._dirs.clear()
+
+    def report_unsafe(self, exc: UnsafeFile) -> None:
+        """A file in the tree that was refused (FIFO, huge, too slow): counted at tick end."""
+        self._unsafe.append(exc)
+
     def discover(self) -> Discovery:
+        if self._layout is None or not self._layout.hierarchies \
+                or self._monotonic() - self._layout_checked >= LAYOUT_RECHECK_SECONDS:
+            self._detect()
         found = Discovery()
         paths: dict[str, dict[str, str]] = {}
         meta: dict[str, tuple] = {}
@@ -170,7 +192,7 @@ class CgroupReader:
         if rel is None:
             return None
         path = self._file("devices", rel, "devices.list")
-        text = read_text(path) if path else None
+        text = read_text(path, self.report_unsafe) if path else None
         if text is None:
             return None
         rules = parse_devices_list(text)
@@ -201,7 +223,7 @@ class CgroupReader:
         cached = self._limits.get(key)
         if cached is not None and now - cached[0] < LIMIT_REFRESH_SECONDS:
             return cached[1]
-        limit = parse_limit(read_text(path) if path else None, v2=v2)
+        limit = parse_limit(read_text(path, self.report_unsafe) if path else None, v2=v2)
         self._limits[key] = (now, limit)
         return limit
 
@@ -212,9 +234,10 @@ class CgroupReader:
         cpu_ns = v2_stat = None
         v2_rel = ref.path(V2)
         if ref.path("cpuacct") is not None:
-            cpu_ns = read_int(self._file("cpuacct", ref.path("cpuacct"), "cpuacct.usage"))
+            cpu_ns = read_int(self._file("cpuacct", ref.path("cpuacct"), "cpuacct.usage"),
+                              self.report_unsafe)
         if cpu_ns is None and v2_rel is not None:
-            text = read_text(self._file(V2, v2_rel, "cpu.stat"))
+            text = read_text(self._file(V2, v2_rel, "cpu.stat"), self.report_unsafe)
             if text is not None:
                 v2_stat = parse_flat_keyed(text, CPU_STAT_KEYS)
                 usec = v2_stat.get("usage_usec")
@@ -222,17 +245,18 @@ class CgroupReader:
         memory = None
         mem_rel = ref.path("memory")
         if mem_rel is not None:
-            usage = read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"))
-            stat = read_text(self._file("memory", mem_rel, "memory.stat"))
+            usage = read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"),
+                             self.report_unsafe)
+            stat = read_text(self._file("memory", mem_rel, "memory.stat"), self.report_unsafe)
             if usage is not None or stat is not None:
                 limit = self._limit(key, self._file("memory", mem_rel, "memory.limit_in_bytes"),
                                     v2=False, now=mono)
                 memory = memory_stats(now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V1),
                                       limit, v2=False)
         elif v2_rel is not None:
-            usage = read_int(self._file(V2, v2_rel, "memory.current"))
+            usage = read_int(self._file(V2, v2_rel, "memory.current"), self.report_unsafe)
             if usage is not None:
-                stat = read_text(self._file(V2, v2_rel, "memory.stat")) or ""
+                stat = read_text(self._file(V2, v2_rel, "memory.stat"), self.report_unsafe) or ""
                 limit = self._limit(key, self._file(V2, v2_rel, "memory.max"), v2=True,
                                     now=mono)
                 memory = memory_stats(now, usage, parse_flat_keyed(stat, MEMORY_STAT_KEYS_V2),
@@ -241,7 +265,8 @@ class CgroupReader:
                               cpu=self._cpu.stats(key, now, mono, cpu_ns), memory=memory)
 
     def end_tick(self) -> None:
-        """Forget what belongs to cgroups not seen this tick."""
+        """Forget what belongs to cgroups not seen this tick; report this tick's state."""
+        self._report_tick()
         self._cpu.end_tick()
         horizon = self._tick - 5
         for key in [k for k, t in self._key_ticks.items() if t < horizon]:
@@ -255,3 +280,20 @@ class CgroupReader:
             self._parsed_seen = set()
         if len(self._dirs) > 4 * max(1, len(self._parsed)) + 1024:
             self._dirs.clear()
+
+    def _report_tick(self) -> None:
+        unsafe, self._unsafe = self._unsafe, []
+        for exc in unsafe:
+            self._log_once(("unsafe", exc.path), logging.WARNING,
+                           "%s; left out (a cgroup file must be a small regular file)", exc)
+        if self._errors is None:
+            return
+        if unsafe:
+            first = unsafe[0]
+            more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
+            self._errors.failed(SOURCE, first.reason, f"{first}{more}")
+        elif self._layout is not None and not self._layout.hierarchies:
+            self._errors.failed(SOURCE, "no_hierarchy",
+                                f"no cgroup hierarchy under {self._roots.cgroup}")
+        else:
+            self._errors.succeeded(SOURCE)

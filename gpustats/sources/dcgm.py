@@ -5,28 +5,36 @@ instance, falling back per instance to ``DCGM_FI_PROF_SM_ACTIVE``. Series are ke
 ``UUID`` label (the parent GPU; ``uuid`` with the exporter's ``--use-old-namespace``) and
 ``GPU_I_ID`` (absent on a GPU without MIG: instance ``None``). Responses are cached for
 ``cache_seconds`` (``failure_backoff_seconds`` after a failure) and fetched by one caller at a
-time; a down, slow or garbage exporter yields ``None`` and one log line per kind of failure
-(rate-limited). Falling back to GPM or an equal split is the caller's job.
+time; a down, slow or garbage exporter yields ``None``, is counted and logged when it starts
+failing and when it recovers. Falling back to GPM or an equal split is the caller's job.
+
+One fetch never takes longer than ``timeout_seconds`` in all, connect and body together: the
+socket timeout is set to what is left of that deadline before every receive, so an exporter
+that drips a byte at a time is cut off at the deadline (not per chunk), and the body is capped
+at ``MAX_BODY_BYTES``.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
+import socket
 import threading
 import time
 from typing import Callable
+from urllib.parse import urlsplit
 
-import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpustats.sources.errors import LogOnce
+from gpustats.sources.errors import CollectionErrors, LogOnce
 
 log = logging.getLogger(__name__)
 
 PRIMARY = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 FALLBACK = "DCGM_FI_PROF_SM_ACTIVE"
 MAX_BODY_BYTES = 32 * 1024 * 1024
+SOURCE = "dcgm_exporter"
 
 Activity = dict[tuple[str, int | None], float]
 
@@ -91,15 +99,23 @@ def parse_dcgm_activity(text: str) -> Activity:
     return merged
 
 
+class _Deadline(Exception):
+    pass
+
+
 class DcgmExporterClient:
     def __init__(self, url: str, *, timeout_seconds: float = 1.0, cache_seconds: float = 2.0,
-                 failure_backoff_seconds: float = 10.0, session: requests.Session | None = None,
+                 failure_backoff_seconds: float = 10.0, errors: CollectionErrors | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
         self._url = url
+        self._parts = parts
         self._timeout = timeout_seconds
         self._cache_seconds = cache_seconds
         self._backoff_seconds = max(cache_seconds, failure_backoff_seconds)
-        self._session = session or requests.Session()
+        self._errors = errors or CollectionErrors()
         self._clock = clock
         self._lock = threading.Lock()
         self._cached: Activity | None = None
@@ -123,37 +139,63 @@ class DcgmExporterClient:
             self._lock.release()
 
     def _read_body(self) -> str:
-        deadline = self._clock() + self._timeout
-        with self._session.get(self._url, timeout=self._timeout, stream=True) as response:
-            response.raise_for_status()
+        """GET the URL within one total deadline (wall time, whatever the server's pace)."""
+        deadline = time.monotonic() + self._timeout
+
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline()
+            return remaining
+
+        parts = self._parts
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else \
+            http.client.HTTPConnection
+        conn = kind(parts.hostname, parts.port, timeout=left())
+        response = None
+        try:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            conn.request("GET", path, headers={"Accept": "text/plain"})
+            sock = conn.sock           # the response keeps reading it after the connection
+            sock.settimeout(left())    # lets go of it (Connection: close)
+            response = conn.getresponse()
+            if response.status >= 400:
+                raise http.client.HTTPException(f"HTTP {response.status} {response.reason}")
             chunks, size = [], 0
-            for chunk in response.iter_content(65536):
+            while True:
+                sock.settimeout(left())
+                chunk = response.read1(65536)
+                if not chunk:
+                    break
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
                     raise ValueError(f"body larger than {MAX_BODY_BYTES} bytes")
-                if self._clock() > deadline:
-                    raise requests.Timeout("body still arriving after the timeout")
                 chunks.append(chunk)
+        except (socket.timeout, TimeoutError):
+            raise _Deadline() from None
+        finally:
+            if response is not None:
+                response.close()
+            conn.close()
         return b"".join(chunks).decode("utf-8", errors="replace")
 
     def _fetch(self) -> Activity | None:
         self.requests += 1
         try:
             activity = parse_dcgm_activity(self._read_body())
-        except requests.Timeout:
-            self._log_once("timeout", logging.WARNING, "dcgm-exporter %s did not answer within "
-                           "%.1f s; MIG activity falls back", self._url, self._timeout)
+        except _Deadline:
+            self._errors.failed(SOURCE, "timeout", f"dcgm-exporter {self._url} did not answer "
+                                f"within {self._timeout:.1f} s; MIG activity falls back")
             return None
-        except requests.RequestException as exc:
-            self._log_once("down", logging.WARNING, "dcgm-exporter %s unreachable (%s); MIG "
-                           "activity falls back", self._url, exc)
+        except (OSError, http.client.HTTPException) as exc:
+            self._errors.failed(SOURCE, "down", f"dcgm-exporter {self._url} unreachable "
+                                f"({exc or type(exc).__name__}); MIG activity falls back")
             return None
         except ValueError as exc:
-            self._log_once("garbage", logging.WARNING, "dcgm-exporter %s answered garbage (%s); "
-                           "MIG activity falls back", self._url, exc)
+            self._errors.failed(SOURCE, "garbage", f"dcgm-exporter {self._url} answered garbage "
+                                f"({exc}); MIG activity falls back")
             return None
-        for kind in ("timeout", "down", "garbage"):
-            self._log_once.forget(kind)
+        self._errors.succeeded(SOURCE)
         if not activity:
             self._log_once("empty", logging.WARNING, "dcgm-exporter %s serves neither %s nor "
                            "%s (profiling metrics not enabled or not supported?); MIG "

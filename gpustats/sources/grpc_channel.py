@@ -1,8 +1,11 @@
 """A unix-socket gRPC channel that turns an absent socket and call failures into ``None``.
 
 Shared by the pod-resources and runtime clients: the socket is checked with one ``stat``
-before any connect (an absent socket is "source off", logged once, no retry storm); each
-failure kind is logged once per ``log_every`` seconds; the channel is reused across calls.
+before any connect (an absent socket is "source off", logged once, no retry storm); a failing
+call is counted and logged when the source starts failing and when it recovers; the channel
+is reused across calls. Replies are capped at ``MAX_RECEIVE_BYTES``: grpc refuses a larger
+message from its length prefix (RESOURCE_EXHAUSTED) before buffering it, so a huge reply
+costs neither memory nor a tick.
 grpc itself is imported only once a socket exists (it is ~20 MB of a daemon's memory, and
 bare-metal hosts have neither socket).
 """
@@ -14,20 +17,26 @@ import os
 import stat
 from typing import Any, Callable
 
-from gpustats.sources.errors import LogOnce
+from gpustats.sources.errors import CollectionErrors
 
-MAX_RECEIVE_BYTES = 64 * 1024 * 1024   # nodes with many pods exceed grpc's 4 MiB default
+# A pod-resources List for 1,000 pods of three containers holding 8 devices each is under 1 MB
+# on the wire; 8 MiB leaves room for CPU and memory assignments while keeping a hostile or
+# runaway reply (decoded, a reply costs several times its wire size in Python objects) far
+# from the daemon's memory limit.
+MAX_RECEIVE_BYTES = 8 * 1024 * 1024
 
 
 class UnixChannel:
     def __init__(self, socket_path: str, what: str, logger: logging.Logger, *,
-                 timeout_seconds: float, log_every: float = 300.0):
+                 timeout_seconds: float, source: str | None = None,
+                 errors: CollectionErrors | None = None):
         self.socket_path = socket_path
         self._what = what
+        self._source = source or what.replace(" ", "_").replace("-", "_")
         self._log = logger
         self.timeout = timeout_seconds
         self._channel: Any = None
-        self._log_once = LogOnce(logger, every_seconds=log_every)
+        self._errors = errors or CollectionErrors()
         self._was_present: bool | None = None
 
     def _present(self) -> bool:
@@ -49,6 +58,7 @@ class UnixChannel:
              invoke: Callable[[Any, float], Any]) -> Any | None:
         """``invoke(stub, timeout)``; ``None`` when the socket is absent or the call failed."""
         if not self._present():
+            self._errors.absent(self._source)
             return None
         import grpc
 
@@ -58,16 +68,19 @@ class UnixChannel:
                 options=[("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                          ("grpc.enable_retries", 0)])
         try:
-            return invoke(make_stub(self._channel), self.timeout)
+            reply = invoke(make_stub(self._channel), self.timeout)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             name = code.name if code is not None else "UNKNOWN"
-            self._log_once(name, logging.WARNING, "%s call on %s failed: %s (%s)", self._what,
-                           self.socket_path, name, exc.details() if hasattr(exc, "details")
-                           else exc)
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL):
+            details = exc.details() if hasattr(exc, "details") else exc
+            self._errors.failed(self._source, name.lower(), f"{self._what} call on "
+                                f"{self.socket_path} failed: {name} ({details})")
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED):
                 self.close()
             return None
+        self._errors.succeeded(self._source)
+        return reply
 
     def close(self) -> None:
         if self._channel is not None:

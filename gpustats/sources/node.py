@@ -6,8 +6,9 @@ import os
 import time
 from typing import Callable
 
-from gpustats.hostfs import HostRoots, read_text
+from gpustats.hostfs import HostRoots, UnsafeFile, read_text
 from gpustats.model.host import CpuStats, MemoryStats
+from gpustats.sources.errors import CollectionErrors
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -70,18 +71,35 @@ def memory_from_meminfo(meminfo: dict[str, int], vmstat: dict[str, int], now: fl
 class NodeReader:
     """Reads node CPU/memory; ``usageNanoCores`` comes from this reading and the previous one."""
 
-    def __init__(self, roots: HostRoots, *, wall: Callable[[], float] = time.time,
+    def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
+                 wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._roots = roots
+        self._errors = errors
+        self._unsafe: list[UnsafeFile] = []
         self._wall = wall
         self._monotonic = monotonic
         self._previous: tuple[float, int] | None = None   # (monotonic, core-ns)
         self.boot_time: float | None = None
 
     def read(self) -> tuple[CpuStats | None, MemoryStats | None]:
+        cpu, memory = self._read()
+        unsafe, self._unsafe = self._unsafe, []
+        if self._errors is not None:
+            if unsafe:
+                self._errors.failed("node", unsafe[0].reason, str(unsafe[0]))
+            elif cpu is None or memory is None:
+                self._errors.failed("node", "unreadable", f"{self._roots.proc_path('stat')} or "
+                                    f"{self._roots.proc_path('meminfo')} cannot be read")
+            else:
+                self._errors.succeeded("node")
+        return cpu, memory
+
+    def _read(self) -> tuple[CpuStats | None, MemoryStats | None]:
         now = self._wall()
         cpu = None
-        stat = read_text(self._roots.proc_path("stat"))
+        report = self._unsafe.append
+        stat = read_text(self._roots.proc_path("stat"), report)
         if stat is not None:
             busy, boot = parse_proc_stat(stat)
             if boot is not None:
@@ -95,9 +113,9 @@ class NodeReader:
                     rate = int((core_ns - self._previous[1]) / (mono - self._previous[0]))
                 self._previous = (mono, core_ns)
                 cpu = CpuStats(time=now, usage_core_nano_seconds=core_ns, usage_nano_cores=rate)
-        meminfo = read_text(self._roots.proc_path("meminfo"))
+        meminfo = read_text(self._roots.proc_path("meminfo"), report)
         memory = None
         if meminfo is not None:
-            vmstat = read_text(self._roots.proc_path("vmstat")) or ""
+            vmstat = read_text(self._roots.proc_path("vmstat"), report) or ""
             memory = memory_from_meminfo(parse_key_values(meminfo), parse_key_values(vmstat), now)
         return cpu, memory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpustats.hostfs import HostRoots, read_text
+from gpustats.hostfs import HostRoots, Reporter, read_text
 from gpustats.model.containers import CgroupRef
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
 
@@ -56,12 +56,14 @@ def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
 
 
 class ProcReader:
-    def __init__(self, roots: HostRoots):
+    def __init__(self, roots: HostRoots, report: Reporter | None = None):
         self._roots = roots
+        self._report = report          # a refused file (FIFO, huge) in a fake or hostile tree
 
     def container_of(self, pid: int) -> ProcessContainer | None:
         """``None`` when the process is gone or not in a container."""
-        text = read_text(self._roots.proc_path(str(pid), "cgroup"))
+        text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
+                         max_bytes=65536)
         if text is None:
             return None
         return container_from_paths(parse_proc_cgroup(text))

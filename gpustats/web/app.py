@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from flask import Blueprint, Flask, Response, current_app, json, request
@@ -11,6 +11,7 @@ from werkzeug.exceptions import BadRequest
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.gpus import gpus_json
+from gpustats.export.status import status_json
 from gpustats.export.summary import summary_json
 from gpustats.web.errors import json_error, register_error_handlers
 from gpustats.web.openapi import openapi_document
@@ -23,6 +24,9 @@ MetricsRenderer = Callable[[str | None], tuple[bytes, str]]
 class WebSettings:
     housekeeping_interval: float
     stale_after_intervals: float = 3.0
+    # /healthz turns 503 when no snapshot was published for this many intervals (a wedged tick)
+    watchdog_intervals: float = 12.0
+    started_monotonic: float = field(default_factory=time.monotonic)
 
 
 def _store() -> SnapshotStore:
@@ -63,6 +67,14 @@ def gpus() -> Response:
     return Response(rendered[1], mimetype="application/json")
 
 
+@api.route("/api/v1/status")
+def status() -> Response:
+    rendered = _store().render("status", status_json)
+    if rendered is None:
+        return json_error(503, "not_ready", "no collection tick has completed yet")
+    return Response(rendered[1], mimetype="application/json")
+
+
 @api.route("/openapi.json")
 def openapi() -> Response:
     body = current_app.extensions.setdefault("gpustats.openapi", json.dumps(openapi_document()))
@@ -74,6 +86,16 @@ probes = Blueprint("probes", __name__)
 
 @probes.route("/healthz")
 def healthz() -> Response:
+    """Alive unless the housekeeping loop is wedged: no snapshot for ``watchdog_intervals``."""
+    settings: WebSettings = current_app.extensions["gpustats.settings"]
+    snapshot = _store().latest()
+    since = snapshot.monotonic if snapshot is not None else settings.started_monotonic
+    age = time.monotonic() - since
+    limit = settings.housekeeping_interval * settings.watchdog_intervals
+    if age > limit:
+        return json_error(503, "tick_stalled",
+                          f"no snapshot published for {age:.1f} s (watchdog {limit:.1f} s): "
+                          "the collection tick is stuck")
     return Response(b'{"status":"ok"}', mimetype="application/json")
 
 
@@ -107,14 +129,20 @@ def metrics_view() -> Response:
 
 def create_app(store: SnapshotStore, settings: WebSettings,
                metrics_renderer: MetricsRenderer | None = None,
-               extra_blueprints: tuple[Blueprint, ...] = ()) -> Flask:
+               extra_blueprints: tuple[Blueprint, ...] = (), probes_only: bool = False) -> Flask:
+    """The app; ``probes_only``: just /healthz and /readyz (the separate health listener)."""
     app = Flask("gpustats")
     app.json.sort_keys = False
+    # No redirects at all: werkzeug builds their absolute Location from the Host header, so
+    # "//" merging or slash appending would send clients wherever a request's Host says.
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = False
     app.extensions["gpustats.store"] = store
     app.extensions["gpustats.settings"] = settings
     if metrics_renderer is not None:
         app.extensions["gpustats.metrics"] = metrics_renderer
-    for blueprint in (stats, api, probes, metrics, *extra_blueprints):
+    blueprints = (probes,) if probes_only else (stats, api, probes, metrics, *extra_blueprints)
+    for blueprint in blueprints:
         app.register_blueprint(blueprint)
     register_error_handlers(app)
     return app

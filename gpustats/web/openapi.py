@@ -131,6 +131,31 @@ _GPUS = {
 }
 
 
+_SOURCE = {
+    "type": "object", "required": ["name", "state", "since"],
+    "properties": {"name": {"type": "string"},
+                   "state": {"type": "string", "enum": ["ok", "failing", "absent"]},
+                   "since": _TIME, "lastSuccessTime": _TIME, "lastSuccessAgeSeconds": _NUM,
+                   "lastErrorReason": {"type": "string"}, "lastError": {"type": "string"},
+                   "lastErrorTime": _TIME},
+}
+_STATUS = {
+    "type": "object",
+    "required": ["nodeName", "snapshotSequence", "snapshotTime", "nvmlLoaded", "gpusOnPciBus",
+                 "sources", "collectionErrors"],
+    "properties": {
+        "nodeName": {"type": "string"}, "snapshotSequence": _U64, "snapshotTime": _TIME,
+        "nvmlLoaded": {"type": "boolean"}, "gpusOnPciBus": _U64,
+        "driverVersion": {"type": "string"}, "tickDurationSeconds": _NUM,
+        "sources": {"type": "array", "items": _SOURCE},
+        "collectionErrors": {"type": "array", "items": {
+            "type": "object", "required": ["source", "reason", "count"],
+            "properties": {"source": {"type": "string"}, "reason": {"type": "string"},
+                           "count": _U64}}},
+    },
+}
+
+
 def _json(schema: dict, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -156,9 +181,13 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/gpus": {"get": {"operationId": "listGpus", "responses": {
                 "200": _json(_GPUS, "identity, health and saturation per GPU"),
                 "503": _NOT_READY}}},
+            "/api/v1/status": {"get": {"operationId": "status", "responses": {
+                "200": _json(_STATUS, "each data source's state, last error and age"),
+                "503": _NOT_READY}}},
             "/healthz": {"get": {"operationId": "healthz", "responses": {
                 "200": _json({"type": "object", "required": ["status"],
-                              "properties": {"status": {"type": "string"}}}, "alive")}}},
+                              "properties": {"status": {"type": "string"}}}, "alive"),
+                "503": _json(_ERROR, "no snapshot for the watchdog's number of intervals")}}},
             "/readyz": {"get": {"operationId": "readyz", "responses": {
                 "200": _json({"type": "object", "required": ["status"],
                               "properties": {"status": {"type": "string"},

@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from gpustats.model.containers import DeviceRef, PodDeviceAllocation
+from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.grpc_channel import UnixChannel
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,11 @@ class PodResourcesClient:
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_seconds: float = 1.0,
                  cache_seconds: float = 15.0, stale_after_seconds: float = 300.0,
+                 errors: CollectionErrors | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
         self._channel = UnixChannel(socket_path, "pod-resources", log,
-                                    timeout_seconds=timeout_seconds)
+                                    timeout_seconds=timeout_seconds,
+                                    source="pod_resources", errors=errors)
         self._cache_seconds = cache_seconds
         self._stale_after = stale_after_seconds
         self._monotonic = monotonic

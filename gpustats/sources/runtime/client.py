@@ -13,6 +13,7 @@ import time
 from typing import Callable, Iterable
 
 from gpustats.model.containers import ContainerNames
+from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.grpc_channel import UnixChannel
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,11 @@ def _list(stub, timeout: float):
 class RuntimeNamesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout_seconds: float = 1.0,
                  min_interval_seconds: float = 10.0,
+                 errors: CollectionErrors | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
         self._channel = UnixChannel(socket_path, "container runtime", log,
-                                    timeout_seconds=timeout_seconds)
+                                    timeout_seconds=timeout_seconds,
+                                    source="runtime", errors=errors)
         self._min_interval = min_interval_seconds
         self._monotonic = monotonic
         self._cache: dict[str, ContainerNames | None] = {}

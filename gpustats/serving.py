@@ -1,0 +1,103 @@
+"""HTTP listeners: the data port, and an optional health port, both bounded against hostile peers.
+
+waitress's defaults suit a trusted network: 100 connections in all, idle connections kept
+120 s, request bodies up to 1 GiB spooled to temporary files. A node agent on a pod network
+gets none of that trust, so:
+
+- the connection limit is sized from the file-descriptor limit (raised to its hard limit where
+  needed), with ``poll`` instead of ``select`` so descriptors above 1024 work;
+- a connection idle for ``CHANNEL_TIMEOUT_SECONDS`` is closed (checked every
+  ``CLEANUP_SECONDS``), so idle and trickling sockets free their slot within seconds;
+- request bodies above ``MAX_BODY_BYTES`` are refused with 413 from their Content-Length (or
+  as soon as a chunked body passes the cap) and never reach a temporary file; headers are
+  capped at ``MAX_HEADER_BYTES`` (431);
+- ``/healthz`` and ``/readyz`` can also be served on a separate small listener with its own
+  thread and connection budget (``--health-listen``), so probes answer while the data port is
+  saturated.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import threading
+
+from waitress import create_server
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024          # the API takes no body; 16 KiB is far above any real one
+MAX_HEADER_BYTES = 16 * 1024
+CHANNEL_TIMEOUT_SECONDS = 5
+CLEANUP_SECONDS = 2
+MAX_CONNECTIONS = 1024              # ~10 KB of memory each when all are held open
+RESERVED_FDS = 64                   # cgroup, proc and state files, sockets to sources, logs
+HEALTH_CONNECTIONS = 64
+
+
+def connection_limit(wanted: int = MAX_CONNECTIONS, reserved: int = RESERVED_FDS) -> int:
+    """How many client connections the descriptor limit allows, raising the soft limit if needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + reserved
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(8, min(wanted, soft - reserved))
+
+
+def _server(app, host: str, port: int, *, threads: int, connections: int):
+    return create_server(
+        app, host=host, port=port, threads=threads, ident="gpustats",
+        clear_untrusted_proxy_headers=True, connection_limit=connections,
+        channel_timeout=CHANNEL_TIMEOUT_SECONDS, cleanup_interval=CLEANUP_SECONDS,
+        # The loop must wake up to expire idle channels; 2 s costs ~nothing when dormant.
+        asyncore_loop_timeout=CLEANUP_SECONDS, asyncore_use_poll=True,
+        max_request_body_size=MAX_BODY_BYTES, max_request_header_size=MAX_HEADER_BYTES,
+        # Responses stay in memory (a /metrics body is a few MB at most): a spilled one would
+        # land in /tmp, a small memory-backed volume in the DaemonSet.
+        outbuf_overflow=64 * 1024 * 1024)
+
+
+class Listeners:
+    """The data server (run in the calling thread) and the health server (its own thread)."""
+
+    def __init__(self, app, listen: tuple[str, int], health_app=None,
+                 health_listen: tuple[str, int] | None = None):
+        connections = connection_limit()
+        self.data = _server(app, *listen, threads=8, connections=connections)
+        self.health = None
+        if health_app is not None and health_listen is not None:
+            self.health = _server(health_app, *health_listen, threads=1,
+                                  connections=HEALTH_CONNECTIONS)
+        self._thread: threading.Thread | None = None
+        log.debug("serving with up to %d connections, idle timeout %d s", connections,
+                  CHANNEL_TIMEOUT_SECONDS)
+
+    @staticmethod
+    def port_of(server) -> int:
+        return server.effective_port
+
+    def run(self) -> None:
+        """Serve until a signal handler raises out of the data server's loop."""
+        if self.health is not None:
+            self._thread = threading.Thread(target=self._run_health, name="health-http",
+                                            daemon=True)
+            self._thread.start()
+        self.data.run()
+
+    def _run_health(self) -> None:
+        try:
+            self.health.run()
+        except (OSError, ValueError):      # closed under it at shutdown
+            pass
+
+    def close(self) -> None:
+        self.data.close()
+        if self.health is not None:
+            self.health.close()
