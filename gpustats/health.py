@@ -2,8 +2,9 @@
 
 One condition, ``NVMLReady``, in the NVSentinel model {type, status, reason, message,
 lastTransitionTime, source}. It turns False on a critical XID (any XID not on the ignore list,
-999 "unknown" included), a double-bit ECC error, or GPU_IS_LOST, and stays False until the
-NVML session is re-initialised (the driver does not heal these without a reset). Application
+999 "unknown" included), a double-bit ECC error, or GPU_IS_LOST. XID and ECC causes stay False
+until the NVML session is re-initialised (the driver does not heal these without a reset); a
+lost GPU that answers again turns True, with a new transition time. Application
 XIDs on the ignore list and single-bit ECC errors are counted and leave health unchanged.
 A GPU is healthy when every condition is True.
 """
@@ -79,4 +80,11 @@ def apply_event(health: DeviceHealth, event: HealthEvent,
         return _set(health, STATUS_FALSE, "GpuLost",
                     "GPU_IS_LOST: the GPU has fallen off the bus or is inaccessible",
                     event.time, event.source)
+    if event.kind == "gpu_answers":
+        # Lost is the one False that heals: NVML answers for the GPU again. A False from an
+        # XID or ECC error stays until the session is re-initialised.
+        ready = next((c for c in health.conditions if c.type == CONDITION_NVML_READY), None)
+        if ready is not None and ready.status == STATUS_FALSE and ready.reason == "GpuLost":
+            return _set(health, STATUS_TRUE, "NVMLReady", "NVML answers for this GPU again",
+                        event.time, event.source)
     return health

@@ -70,6 +70,10 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--health-listen", "nonsense"], {}, "--health-listen"),
+    ([], {"GPUSTATS_HEALTH_LISTEN": "127.0.0.1:70000"}, "GPUSTATS_HEALTH_LISTEN"),
+    (["--tick-watchdog-intervals", "1"], {}, "--tick-watchdog-intervals"),
+    (["--tick-watchdog-intervals", "x"], {}, "--tick-watchdog-intervals"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
@@ -124,3 +128,14 @@ def test_cli_version():
     result = subprocess.run([sys.executable, "-m", "gpustats", "--version"],
                             capture_output=True, text=True, cwd=str(REPO_ROOT), timeout=30)
     assert result.returncode == 0 and result.stdout.startswith("gpustats ")
+
+
+def test_reload_applies_what_it_can_and_names_the_rest():
+    from gpustats.config import reload_changes
+    old = _resolve(["--idle-power-watts", "100"], {})
+    new = _resolve(["--idle-power-watts", "250", "--log-level", "debug",
+                    "--listen", "127.0.0.1:1234"], {})
+    merged, applied, restart = reload_changes(old, new)
+    assert applied == ("idle_power_watts", "log_level") and restart == ("listen",)
+    assert merged.idle_power_watts.default_watts == 250 and merged.log_level == "DEBUG"
+    assert merged.listen == old.listen

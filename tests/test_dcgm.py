@@ -77,6 +77,7 @@ class Exporter:
         self.body = GOOD.encode()
         self.delay = 0.0
         self.status = 200
+        self.drip_seconds = 0.0          # > 0: the body goes out one byte at a time
         self.requests = 0
         handler = self._handler()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -97,7 +98,16 @@ class Exporter:
                 self.send_response(exporter.status)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()
-                self.wfile.write(exporter.body)
+                if not exporter.drip_seconds:
+                    self.wfile.write(exporter.body)
+                    return
+                for i in range(len(exporter.body)):
+                    try:
+                        self.wfile.write(exporter.body[i:i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return          # the client gave up
+                    time.sleep(exporter.drip_seconds)
 
             def log_message(self, *args):
                 pass
@@ -205,3 +215,31 @@ def test_single_flight(exporter):
     for t in threads:
         t.join()
     assert exporter.requests == 1
+
+
+def test_dripping_exporter_is_cut_off_at_the_total_deadline(exporter, caplog):
+    # One byte every 0.1 s: ~50 s for the body. A per-chunk timeout never fires on that.
+    exporter.drip_seconds = 0.1
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=0.5)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    assert time.monotonic() - started < 3.0          # the deadline, not the body's pace
+    assert "did not answer within 0.5 s" in caplog.text
+
+
+def test_failures_count_and_mark_the_source(exporter):
+    from gpustats.sources.errors import CollectionErrors
+    errors = CollectionErrors()
+    exporter.status = 500
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, failure_backoff_seconds=0,
+                                errors=errors)
+    assert client.activity() is None
+    (state,) = errors.states()
+    assert state.source == "dcgm_exporter" and state.state == "failing"
+    assert state.last_error_reason == "down" and "HTTP 500" in state.last_error
+    assert errors.totals() == (("dcgm_exporter", "down", 1),)
+    exporter.status = 200
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    (state,) = errors.states()
+    assert state.state == "ok" and state.last_success_time is not None

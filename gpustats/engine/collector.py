@@ -179,6 +179,8 @@ class Collector:
             for r in readings:
                 if r.lost:
                     self._health.note_gpu_lost(r.identity.uuid, now)
+                else:
+                    self._health.note_gpu_answers(r.identity.uuid, now)
             health = self._health.health_by_uuid()
         out = []
         for reading, device in zip(readings, devices):

@@ -70,6 +70,12 @@ class HealthMonitor:
     def note_gpu_lost(self, uuid: str, when: float) -> None:
         self._apply(HealthEvent(uuid, "gpu_lost", when, source="nvml-sweep"))
 
+    def note_gpu_answers(self, uuid: str, when: float) -> None:
+        """The sweep read the GPU: a GPU that was lost is ready again (logged once)."""
+        current = self._health.get(uuid)
+        if current is not None and not current.healthy:
+            self._apply(HealthEvent(uuid, "gpu_answers", when, source="nvml-sweep"))
+
     def health_by_uuid(self) -> Mapping[str, DeviceHealth]:
         return self._health          # replaced, never mutated: safe to read without the lock
 
@@ -98,11 +104,19 @@ class HealthMonitor:
             if event.kind == "xid":
                 self._xid_times.setdefault(event.device_uuid, deque(maxlen=10000)).append(
                     event.time)
-            if updated != current:
+            changed = updated != current
+            if changed:
                 health = dict(self._health)
                 health[event.device_uuid] = updated
                 self._health = health
-        if event.kind != "single_bit_ecc":
+        if event.kind in ("gpu_lost", "gpu_answers"):
+            # States seen by every sweep: logged once per transition, not once per tick.
+            if changed:
+                log.log(logging.WARNING if event.kind == "gpu_lost" else logging.INFO,
+                        "GPU %s: %s", event.device_uuid,
+                        "lost (GPU_IS_LOST)" if event.kind == "gpu_lost"
+                        else "answers again; NVMLReady is True")
+        elif event.kind != "single_bit_ecc":
             log.warning("GPU %s: %s%s", event.device_uuid, event.kind,
                         f" {event.code}" if event.code is not None else "")
 

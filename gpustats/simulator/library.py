@@ -176,6 +176,9 @@ class SimulatedNvml(EventCalls, GpmCalls):
 
     def _wrap(self, impl):
         def call(*args):
+            delay = self._scenario.call_delay_seconds
+            if delay > 0:
+                time.sleep(delay)          # outside the lock: a slow driver, not a dead one
             with self._lock:
                 self._calls += 1
                 self._maybe_reload()

@@ -7,6 +7,8 @@ Top level (every key optional except ``devices``):
 - ``missing_functions`` (list of C symbol names): absent from the fake library, so pynvml raises
   FunctionNotFound (read when the simulator is installed)
 - ``driver_reloads`` (int): when it grows on a reload, every energy counter restarts at 0
+- ``call_delay_seconds`` (number, default 0): every NVML call takes this long before it
+  answers (a driver that hangs on a GPU in trouble)
 - ``devices`` (list), ``processes`` (list), ``xid_events`` (list), as below.
 
 Device keys: ``uuid`` (required, unique), ``name`` (default ``NVIDIA Simulated GPU``),
@@ -133,6 +135,7 @@ class Scenario:
     init_failures: int = 0
     missing_functions: frozenset[str] = frozenset()
     driver_reloads: int = 0
+    call_delay_seconds: float = 0.0
 
     def device(self, uuid: str) -> SimDevice | None:
         for device in self.devices:
@@ -329,6 +332,7 @@ def parse_scenario(data: Any) -> Scenario:
         init_failures=_number(data, "init_failures", "scenario", 0, integer=True),
         missing_functions=frozenset(str(m) for m in missing),
         driver_reloads=_number(data, "driver_reloads", "scenario", 0, integer=True),
+        call_delay_seconds=min(_number(data, "call_delay_seconds", "scenario", 0.0) or 0.0, 60.0),
     )
 
 
