@@ -6,8 +6,11 @@
 32 client threads hit /stats/summary and /metrics in turn; containers are created and removed
 at ``--churn`` per second (real cgroup v2 groups under /sys/fs/cgroup/unified where this user
 may create them, a fake cgroup tree otherwise); the simulated GPUs' power and utilization
-change every second. Reported: requests, 5xx and errors, RSS after warm-up and at the end,
-thread count over time.
+change every second. Beside them, unless ``--no-attackers``: 200 idle sockets, 100 sockets
+trickling a header byte a second, and a stream of POSTs declaring 300 MB bodies
+(``bench/attackers.py``), while probes time /healthz and /stats/summary on fresh connections
+(1 s timeout) on the data port and on the separate health port. Reported: requests, 5xx and
+errors, RSS after warm-up and at the end, thread count over time, and the attack figures.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from bench.run import DaemonProc
+from bench import attackers as attack
+from bench.run import DaemonProc, _free_port
 from bench.scenarios import node_scenario
 
 REAL_V2 = Path("/sys/fs/cgroup/unified")
@@ -102,7 +106,7 @@ class Churn:
 
 
 def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
-             warmup: float = 5.0, workdir: Path | None = None) -> dict:
+             warmup: float = 5.0, workdir: Path | None = None, attackers: bool = True) -> dict:
     own_tmp = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="gpustats-soak-")) if own_tmp else workdir
     real = _can_use_real_cgroups()
@@ -125,9 +129,11 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         tmp.replace(scenario_path)
 
     write_scenario(0)
+    health_port = _free_port()
     daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
                          "--housekeeping-interval", "1", "--pod-resources-socket", "",
-                         "--runtime-socket", "", "--idle-power-watts", "100"], workdir)
+                         "--runtime-socket", "", "--idle-power-watts", "100",
+                         "--health-listen", f"127.0.0.1:{health_port}"], workdir)
     churner = Churn(base, churn, fake=not real)
     stop = threading.Event()
     counts = {"requests": 0, "5xx": 0, "errors": 0}
@@ -157,6 +163,9 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     proc = psutil.Process(daemon.proc.pid)
     samples = []
+    attack_stop = threading.Event()
+    attacks = attack.start_all(daemon.port, daemon.proc.pid, attack_stop, health_port) \
+        if attackers else None
     try:
         churner.start()
         for t in threads:
@@ -176,6 +185,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
                 rss_warm = sample["rss_mb"]
     finally:
         stop.set()
+        attack_stop.set()
         for t in threads:
             t.join(15)
         churner.stop()
@@ -192,6 +202,8 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         "threads_min": min(s["threads"] for s in after_warm),
         "threads_max": max(s["threads"] for s in after_warm),
     }
+    if attacks is not None:
+        result["attack"] = attack.report(attacks)
     if own_tmp:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
@@ -203,13 +215,22 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--churn", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=60.0)
+    parser.add_argument("--no-attackers", action="store_true",
+                        help="clients and churn only: no idle, trickling or large-POST peers")
     args = parser.parse_args()
-    result = run_soak(args.seconds, args.clients, args.churn, args.warmup)
+    result = run_soak(args.seconds, args.clients, args.churn, args.warmup,
+                      attackers=not args.no_attackers)
     print(json.dumps(result, indent=2))
     ok = (result["http_5xx"] == 0 and (result["rss_growth_ratio"] or 0) < 0.05
           and result["threads_min"] == result["threads_max"])
+    if "attack" in result:
+        a = result["attack"]
+        ok = ok and a["spooled_files_max"] == 0 and a["large_posts_other"] == 0 \
+            and a["probe_healthz_health_port"]["failures"] == 0
     print("targets:", "met" if ok else "NOT met",
-          "(zero 5xx, RSS growth < 5% after warm-up, thread count constant)")
+          "(zero 5xx, RSS growth < 5% after warm-up, thread count constant; with attackers: "
+          "every large POST refused with 413, nothing spooled, every /healthz probe on the "
+          "health port answered within 1 s)")
     return 0 if ok else 1
 
 

@@ -1,0 +1,211 @@
+"""Hostile peers for the soak: idle sockets, trickling sockets, large POSTs, and a probe.
+
+Each attacker is a thread bounded by a stop event; sockets the server closes are re-opened, so
+the pressure holds for the whole run. The probe times ``/healthz`` (and ``/readyz``) on fresh
+connections twice a second, the way the kubelet does, with a 1 s timeout.
+"""
+
+from __future__ import annotations
+
+import abc
+import http.client
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+
+class _Attacker(abc.ABC):
+    def __init__(self, port: int, stop: threading.Event):
+        self.port = port
+        self.stop = stop
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def connect(self) -> socket.socket | None:
+        try:
+            return socket.create_connection(("127.0.0.1", self.port), timeout=2)
+        except OSError:
+            return None
+
+    @abc.abstractmethod
+    def run(self) -> None: ...
+
+
+class IdleSockets(_Attacker):
+    """``count`` connections that never send a byte; re-opened when the server drops them."""
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 200):
+        super().__init__(port, stop)
+        self.count = count
+        self.reopened = 0
+
+    def run(self) -> None:
+        socks = [self.connect() for _ in range(self.count)]
+        while not self.stop.wait(1.0):
+            for i, s in enumerate(socks):
+                dropped = s is None
+                if s is not None:
+                    s.setblocking(False)
+                    try:
+                        dropped = s.recv(1) == b""
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        dropped = True
+                if dropped:
+                    if s is not None:
+                        s.close()
+                    socks[i] = self.connect()
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
+
+class TricklingSockets(_Attacker):
+    """``count`` connections sending one header byte each every ``every`` seconds."""
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 100, every: float = 1.0):
+        super().__init__(port, stop)
+        self.count = count
+        self.every = every
+        self.reopened = 0
+
+    def run(self) -> None:
+        header = b"GET /stats/summary HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100_000
+        socks = [self.connect() for _ in range(self.count)]
+        offsets = [0] * self.count
+        while not self.stop.wait(self.every):
+            for i, s in enumerate(socks):
+                try:
+                    if s is None:
+                        raise OSError
+                    s.send(header[offsets[i]:offsets[i] + 1])
+                    offsets[i] = (offsets[i] + 1) % len(header)
+                except OSError:
+                    if s is not None:
+                        s.close()
+                    socks[i] = self.connect()
+                    offsets[i] = 0
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
+
+class LargePosts(_Attacker):
+    """POSTs declaring 300 MB bodies and streaming them as fast as the server takes them."""
+
+    def __init__(self, port: int, stop: threading.Event, pid: int):
+        super().__init__(port, stop)
+        self.pid = pid
+        self.sent = 0
+        self.refused_413 = 0
+        self.other = 0
+        self.max_deleted_files = 0
+
+    def run(self) -> None:
+        chunk = b"\0" * (1 << 20)
+        while not self.stop.is_set():
+            s = self.connect()
+            if s is None:
+                self.stop.wait(0.5)
+                continue
+            try:
+                s.sendall(b"POST /stats/summary HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: 300000000\r\n\r\n")
+                self.sent += 1
+                try:
+                    for _ in range(16):
+                        s.sendall(chunk)
+                except OSError:
+                    pass
+                reply = s.recv(64)
+                if reply.startswith(b"HTTP/1.1 413"):
+                    self.refused_413 += 1
+                else:
+                    self.other += 1
+            except OSError:
+                self.other += 1
+            finally:
+                s.close()
+            self.max_deleted_files = max(self.max_deleted_files, deleted_files(self.pid))
+            self.stop.wait(0.2)
+
+
+def deleted_files(pid: int) -> int:
+    """Open files of ``pid`` that were deleted (a spooled request body is one)."""
+    count = 0
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            count += os.readlink(fd).endswith("(deleted)")
+        except OSError:
+            continue
+    return count
+
+
+class Probe(_Attacker):
+    """Times ``path`` on a fresh connection every 0.5 s with a 1 s timeout, as a kubelet would."""
+
+    def __init__(self, port: int, stop: threading.Event, path: str = "/healthz"):
+        super().__init__(port, stop)
+        self.path = path
+        self.latencies: list[float] = []
+        self.failures = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            began = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+            try:
+                conn.request("GET", self.path)
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status != 200:
+                    self.failures += 1
+                else:
+                    self.latencies.append(time.monotonic() - began)
+            except (OSError, http.client.HTTPException):
+                self.failures += 1
+            finally:
+                conn.close()
+
+    def figures(self) -> dict:
+        values = sorted(self.latencies)
+        p99 = values[min(len(values) - 1, int(0.99 * len(values)))] if values else None
+        return {"probes": len(values) + self.failures, "failures": self.failures,
+                "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
+                "max_ms": round(values[-1] * 1000, 1) if values else None}
+
+
+def start_all(port: int, pid: int, stop: threading.Event, health_port: int | None = None):
+    """Every attacker and the probes, started; returns them for ``report``."""
+    found = {"idle": IdleSockets(port, stop), "trickle": TricklingSockets(port, stop),
+             "posts": LargePosts(port, stop, pid),
+             "healthz": Probe(port, stop, "/healthz"), "summary": Probe(port, stop,
+                                                                       "/stats/summary")}
+    if health_port is not None:
+        found["healthz_health_port"] = Probe(health_port, stop, "/healthz")
+    for attacker in found.values():
+        attacker.thread.start()
+    return found
+
+
+def report(found: dict) -> dict:
+    for attacker in found.values():
+        attacker.thread.join(10)
+    posts = found["posts"]
+    out = {"idle_sockets": found["idle"].count, "idle_reopened": found["idle"].reopened,
+           "trickling_sockets": found["trickle"].count,
+           "trickling_reopened": found["trickle"].reopened,
+           "large_posts": posts.sent, "large_posts_413": posts.refused_413,
+           "large_posts_other": posts.other, "spooled_files_max": posts.max_deleted_files}
+    for name in ("healthz", "summary", "healthz_health_port"):
+        if name in found:
+            out[f"probe_{name}"] = found[name].figures()
+    return out
