@@ -22,7 +22,7 @@ import logging
 import resource
 import threading
 
-from waitress import create_server
+from waitress import create_server, wasyncore
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ MAX_BODY_BYTES = 16 * 1024          # the API takes no body; 16 KiB is far above
 MAX_HEADER_BYTES = 16 * 1024
 CHANNEL_TIMEOUT_SECONDS = 5
 CLEANUP_SECONDS = 2
+IDLE_WAKE_SECONDS = 30              # no client connection: nothing to expire, sleep long
 MAX_CONNECTIONS = 1024              # ~10 KB of memory each when all are held open
 RESERVED_FDS = 64                   # cgroup, proc and state files, sockets to sources, logs
 HEALTH_CONNECTIONS = 64
@@ -51,12 +52,25 @@ def connection_limit(wanted: int = MAX_CONNECTIONS, reserved: int = RESERVED_FDS
     return max(8, min(wanted, soft - reserved))
 
 
+def _run(server) -> None:
+    """waitress's ``server.run()``, waking every ``CLEANUP_SECONDS`` only while clients are
+    connected (idle channels must be expired); with none, every ``IDLE_WAKE_SECONDS``, which
+    keeps a dormant daemon's CPU near zero. Signals interrupt the wait either way."""
+    sockets = server._map
+    base = len(sockets)                  # the listening socket and the wake-up pipe
+    try:
+        while sockets:
+            wasyncore.poll2(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS,
+                            sockets)
+    except (SystemExit, KeyboardInterrupt):
+        server.task_dispatcher.shutdown()
+
+
 def _server(app, host: str, port: int, *, threads: int, connections: int):
     return create_server(
         app, host=host, port=port, threads=threads, ident="gpustats",
         clear_untrusted_proxy_headers=True, connection_limit=connections,
         channel_timeout=CHANNEL_TIMEOUT_SECONDS, cleanup_interval=CLEANUP_SECONDS,
-        # The loop must wake up to expire idle channels; 2 s costs ~nothing when dormant.
         asyncore_loop_timeout=CLEANUP_SECONDS, asyncore_use_poll=True,
         max_request_body_size=MAX_BODY_BYTES, max_request_header_size=MAX_HEADER_BYTES,
         # Responses stay in memory (a /metrics body is a few MB at most): a spilled one would
@@ -89,11 +103,11 @@ class Listeners:
             self._thread = threading.Thread(target=self._run_health, name="health-http",
                                             daemon=True)
             self._thread.start()
-        self.data.run()
+        _run(self.data)
 
     def _run_health(self) -> None:
         try:
-            self.health.run()
+            _run(self.health)
         except (OSError, ValueError):      # closed under it at shutdown
             pass
 

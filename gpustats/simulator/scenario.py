@@ -202,7 +202,7 @@ def _clocks(value: Any, where: str) -> int:
         return value
     mask = 0
     for name in _list(value, where):
-        if name not in CLOCKS_EVENT_BITS:
+        if not isinstance(name, str) or name not in CLOCKS_EVENT_BITS:
             raise ValueError(f"{where}: unknown reason {name!r}")
         mask |= CLOCKS_EVENT_BITS[name]
     return mask
