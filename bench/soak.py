@@ -199,6 +199,9 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         "client_errors": counts["errors"],
         "rss_mb_after_warmup": rss_warm, "rss_mb_end": rss_end,
         "rss_growth_ratio": round(rss_end / rss_warm - 1, 4) if rss_warm else None,
+        # RSS at each tenth of the run after warm-up: a plateau or a slope
+        "rss_mb_trajectory": [after_warm[min(len(after_warm) - 1, i * len(after_warm) // 10)]
+                              ["rss_mb"] for i in range(11)],
         "threads_min": min(s["threads"] for s in after_warm),
         "threads_max": max(s["threads"] for s in after_warm),
     }
