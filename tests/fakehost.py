@@ -19,6 +19,7 @@ def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path
     """``placement``: pid -> (pod number, container number). Returns (cgroup root, proc root)."""
     cgroup, proc = root / "cgroup", root / "proc"
     cgroup.mkdir(parents=True, exist_ok=True)
+    proc.mkdir(parents=True, exist_ok=True)
     (cgroup / "cgroup.controllers").write_text("cpu memory\n")
     for pid, (pod, container) in placement.items():
         rel = (f"kubepods.slice/kubepods-pod{pod_uid(pod).replace('-', '_')}.slice/"
@@ -33,6 +34,9 @@ def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path
         (p / "cgroup").write_text(f"0::/{rel}\n")
     for name in ("stat", "meminfo", "vmstat"):
         (proc / name).write_text(Path(f"/proc/{name}").read_text())
+    boot_id = proc / "sys" / "kernel" / "random" / "boot_id"
+    boot_id.parent.mkdir(parents=True, exist_ok=True)
+    boot_id.write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
     return cgroup, proc
 
 
