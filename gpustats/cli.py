@@ -47,8 +47,11 @@ SHUTDOWN_BUDGET_SECONDS = 2.0
 class _SimulatedBus:
     """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
 
+    def __init__(self, simulator):
+        self._simulator = simulator
+
     def scan(self) -> tuple[str, ...]:
-        return ("simulated",)
+        return tuple(d.pci_bus_id for d in self._simulator.scenario.devices)
 
 
 class Daemon:
@@ -65,7 +68,7 @@ class Daemon:
             from gpustats.simulator import SimulatedNvml
             self.simulator = SimulatedNvml(config.simulate)
             self.simulator.install()
-            scanner = _SimulatedBus()
+            scanner = _SimulatedBus(self.simulator)
         else:
             scanner = PciScanner(self.roots)
         self.gpus = GpuSource(scanner, self._open_nvml,

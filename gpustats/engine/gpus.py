@@ -59,6 +59,7 @@ class GpuSource:
         self._rescan_interval = rescan_interval
         self._monotonic = monotonic
         self._gpus_on_bus = 0
+        self._scanned = False
         self._next_scan = 0.0
         self._next_attempt = 0.0
         self._sweeper: Sweeper | None = None
@@ -110,13 +111,14 @@ class GpuSource:
 
     def _rescan(self, now: float) -> None:
         found = len(self._scanner.scan())
-        if found != self._gpus_on_bus:
+        if found != self._gpus_on_bus or not self._scanned:   # said at start, then on change
             if found:
                 log.info("%d NVIDIA GPU(s) on the PCI bus", found)
             else:
                 log.info("no NVIDIA GPU on the PCI bus; NVML stays unloaded "
                          "(rescanning every %.0f s)", self._rescan_interval)
         self._gpus_on_bus = found
+        self._scanned = True
         self._next_scan = now + self._rescan_interval
 
     def _try_open(self, now: float) -> None:
