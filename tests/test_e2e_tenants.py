@@ -1,10 +1,18 @@
 """Identities users bill by, end to end through the real daemon: MIG tenants see their own MIG
 device, a share-method change keeps the process counter's series, nameless pods stay out of
-``pods[]`` until a name source names them (and metrics-server 0.5 keeps every named pod)."""
+``pods[]`` until a name source names them (and metrics-server 0.5 keeps every named pod), and
+the summary decodes as the kubelet's Go types."""
 
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
 from concurrent import futures
+from pathlib import Path
 
 import grpc
+import pytest
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
@@ -226,3 +234,62 @@ def test_metrics_server_rule_drops_a_pod_missing_figures():
     pod["containers"][0]["memory"]["workingSetBytes"] = 1
     assert metrics_server_05_pods({"pods": [pod]}) == {("n", "p")}
 
+
+
+# ------------------------------------------------------------------ the kubelet's Go types
+
+@pytest.fixture
+def kubelet_decoder(tmp_path):
+    """A tiny Go program (standard library only) that decodes a body into the kubelet's
+    Summary types as a Go client does; skipped without a Go toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain (Debian: golang-go)")
+    source = Path(__file__).parent / "kubelet_decode" / "main.go"
+    binary = tmp_path / "kubelet-decode"
+    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), GOPATH=str(tmp_path / "gopath"),
+               GOPROXY="off", GO111MODULE="off", GOFLAGS="", CGO_ENABLED="0")
+    built = subprocess.run([go, "build", "-o", str(binary), str(source)], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+
+    def decode(body: bytes) -> dict:
+        result = subprocess.run([str(binary)], input=body, capture_output=True, timeout=30)
+        assert result.returncode == 0, result.stderr.decode()
+        return json.loads(result.stdout)
+    return decode
+
+
+def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubelet_decoder):
+    socket_path = tmp_path / "containerd.sock"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), server)
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    exporter = Exporter()
+    exporter.body = ("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n"
+                     f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{UUID="{GPU}",GPU_I_ID="7"}} 0.8\n').encode()
+    try:
+        daemon, _ = start(start_daemon, tmp_path, mig_scenario(gpm=True),
+                          {101: (1, 1), 102: (2, 2)}, "--dcgm-exporter-url", exporter.url,
+                          runtime_socket=str(socket_path))
+        daemon.wait_for(lambda s: len(s["pods"]) == 1 and "dutyCycle" in
+                        s["pods"][0]["containers"][0].get("accelerators", [{}])[0])
+        for query in ("", "?only_cpu_and_memory=true"):
+            with urllib.request.urlopen(daemon.base + "/stats/summary" + query,
+                                        timeout=5) as resp:
+                seen = kubelet_decoder(resp.read())
+            assert seen["node"]["nodeName"]
+            assert [p["podRef"] for p in seen["pods"]] == [
+                {"name": "trainer-0", "namespace": "ml", "uid": pod_uid(1)}]
+            container = seen["pods"][0]["containers"][0]
+            assert container["name"] == "trainer" and container["cpu"]["usageCoreNanoSeconds"]
+            if query:
+                assert "accelerators" not in container
+            else:
+                assert container["accelerators"] == [{
+                    "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
+                    "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
+    finally:
+        exporter.close()
+        server.stop(0)
