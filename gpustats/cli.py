@@ -173,6 +173,8 @@ def serve(daemon: Daemon) -> int:
                                ident="gpustats", clear_untrusted_proxy_headers=True,
                                asyncore_loop_timeout=30, channel_timeout=120)
     except OSError as exc:      # address in use, not an address of this host, no permission
+        # Nothing has started and nothing is persisted: the state dir stays as found (it may
+        # be the one of the gpustats already on this port).
         print(f"gpustats: cannot listen on {host}:{port}: {exc.strerror or exc} "
               "(choose another with --listen HOST:PORT)", file=sys.stderr)
         return 2
