@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
+from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
@@ -175,9 +177,16 @@ def serve(daemon: Daemon) -> int:
     host, port = daemon.config.listen
     # asyncore_loop_timeout: how often the idle server wakes up to expire channels; the
     # default (1 s) is most of a dormant daemon's CPU. Signals still stop it at once.
-    server = create_server(daemon.create_app(), host=host, port=port, threads=8,
-                           ident="gpustats", clear_untrusted_proxy_headers=True,
-                           asyncore_loop_timeout=30, channel_timeout=120)
+    try:
+        server = create_server(daemon.create_app(), host=host, port=port, threads=8,
+                               ident="gpustats", clear_untrusted_proxy_headers=True,
+                               asyncore_loop_timeout=30, channel_timeout=120)
+    except OSError as exc:      # address in use, not an address of this host, no permission
+        # Nothing has started and nothing is persisted: the state dir stays as found (it may
+        # be the one of the gpustats already on this port).
+        print(f"gpustats: cannot listen on {host}:{port}: {exc.strerror or exc} "
+              "(choose another with --listen HOST:PORT)", file=sys.stderr)
+        return 2
 
     stopping = False
 
@@ -218,6 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpustats: {exc}", file=sys.stderr)
         return 2
     _setup_logging(config.log_level)
+    try:
+        state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
+                                 environ=os.environ)
+    except StateDirError as exc:
+        print(f"gpustats: {exc}", file=sys.stderr)
+        return 2
+    if state.note is not None:
+        log.warning("%s", state.note)
+        config = dataclasses.replace(config, state_dir=state.path)
     try:
         daemon = Daemon(config)
     except NewerStateVersion as exc:

@@ -47,5 +47,17 @@ def write_scenario(path: Path, scenario: dict) -> None:
 
 
 def containers_by_id(summary: dict) -> dict[str, dict]:
-    return {c_id: c for p in summary["pods"] for c in p["containers"]
-            for c_id in [c["name"]]}
+    """Every container of the summary by its ID: in named pods a container nothing names is
+    called by its ID; nameless pods' containers are listed at the top level with ``id``."""
+    out = {c["name"]: c for p in summary["pods"] for c in p["containers"]}
+    out.update({c["id"]: c for c in summary.get("containers", ())})
+    return out
+
+
+def metric_value(text: str, sample_name: str, /, **labels: str) -> float | None:
+    """The value of the one sample named so whose labels include ``labels`` (None: none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    found = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+             if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) <= 1, (sample_name, labels, found)
+    return found[0] if found else None
