@@ -202,19 +202,13 @@ class EnergyCounters:
         file is kept aside); a file from a newer gpustats raises ``NewerStateVersion``.
         """
         self._files = files
-        document, journal = files.load(check_version)
+        parsed, journal = files.load(parse_state_document)
         loaded: dict[Key, float] = {}
         seen: dict[Owner, float] = {}
         devices: dict[str, DeviceRecord] = {}
         sequence = 0
-        if document is not None:
-            try:
-                loaded, seen, devices, sequence = parse_state_document(document)
-            except ValueError as exc:
-                log.error("energy counter state %s is corrupt (%s); starting from zero and "
-                          "replacing it", files.state_path, exc)
-                files.keep_aside(files.state_path, ".corrupt-")
-                document = None
+        if parsed is not None:
+            loaded, seen, devices, sequence = parsed
         replayed = 0
         for entry in journal:
             try:
@@ -245,7 +239,7 @@ class EnergyCounters:
             log.info("loaded %d energy counters and %d GPU records from %s (%d journal "
                      "entr%s replayed)", len(loaded), len(devices), files.directory, replayed,
                      "y" if replayed == 1 else "ies")
-        return document is not None or replayed > 0
+        return parsed is not None or replayed > 0
 
 
 def check_version(document: object) -> None:
