@@ -361,3 +361,21 @@ def test_no_served_counter_is_ever_lower_after_a_crash(tmp_path_factory, steps):
             counters.load(StateFiles(str(state)))
             for k, v in served.items():
                 assert counters.value(k) is not None and counters.value(k) >= v - 1e-9
+
+
+def test_changes_a_failed_write_could_not_keep_go_into_the_next_line(tmp_path, monkeypatch):
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path)))
+    counters.advance(("device", "GPU-a"), 5.0)
+    real_write = os.write
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    assert not counters.journal()
+    monkeypatch.setattr(os, "write", real_write)
+    assert counters.journal()                         # the same change, written now
+    reloaded = EnergyCounters()
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 5.0
