@@ -86,14 +86,17 @@ def read_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES,
 Reporter = Callable[[UnsafeFile], None]
 
 
-def read_text(path: str, report: Reporter | None = None, *,
+def read_text(path: str | None, report: Reporter | None = None, *,
               max_bytes: int = MAX_FILE_BYTES) -> str | None:
     """File contents, or ``None`` when it does not exist (any more) or cannot be read.
 
     Plain ``os.read`` rather than a text-mode ``open``: kernel files are small and read every
     tick, and the buffered text layer costs more than the read itself. A file that is not safe
-    to read (see ``read_regular``) is ``None`` too, and handed to ``report`` when given.
+    to read (see ``read_regular``) is ``None`` too, and handed to ``report`` when given. No
+    path (a hierarchy that is not mounted) reads as ``None``.
     """
+    if path is None:
+        return None
     try:
         data = read_regular(path, max_bytes=max_bytes)
     except UnsafeFile as exc:
@@ -106,7 +109,7 @@ def read_text(path: str, report: Reporter | None = None, *,
     return data.decode("utf-8", errors="replace")
 
 
-def read_int(path: str, report: Reporter | None = None) -> int | None:
+def read_int(path: str | None, report: Reporter | None = None) -> int | None:
     """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
     text = read_text(path, report, max_bytes=4096)
     if text is None:

@@ -78,17 +78,32 @@ def _server(app, host: str, port: int, *, threads: int, connections: int):
         outbuf_overflow=64 * 1024 * 1024)
 
 
+class ListenError(Exception):
+    """An address that cannot be listened on (in use, not this host's, not permitted)."""
+
+    def __init__(self, address: tuple[str, int], flag: str, exc: OSError):
+        super().__init__(f"cannot listen on {address[0]}:{address[1]}: "
+                         f"{exc.strerror or exc} (choose another with {flag} HOST:PORT)")
+
+
 class Listeners:
     """The data server (run in the calling thread) and the health server (its own thread)."""
 
     def __init__(self, app, listen: tuple[str, int], health_app=None,
                  health_listen: tuple[str, int] | None = None):
         connections = connection_limit()
-        self.data = _server(app, *listen, threads=8, connections=connections)
+        try:
+            self.data = _server(app, *listen, threads=8, connections=connections)
+        except OSError as exc:
+            raise ListenError(listen, "--listen", exc) from exc
         self.health = None
         if health_app is not None and health_listen is not None:
-            self.health = _server(health_app, *health_listen, threads=1,
-                                  connections=HEALTH_CONNECTIONS)
+            try:
+                self.health = _server(health_app, *health_listen, threads=1,
+                                      connections=HEALTH_CONNECTIONS)
+            except OSError as exc:
+                self.data.close()
+                raise ListenError(health_listen, "--health-listen", exc) from exc
         self._thread: threading.Thread | None = None
         log.debug("serving with up to %d connections, idle timeout %d s", connections,
                   CHANNEL_TIMEOUT_SECONDS)

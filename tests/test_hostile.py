@@ -77,6 +77,13 @@ def rss_mb(daemon) -> float:
     return psutil.Process(daemon.proc.pid).memory_info().rss / 2**20
 
 
+def all_containers(summary: dict) -> dict[str, dict]:
+    """Containers by ID: in named pods (by name, which is the ID here) and outside them."""
+    out = {c["name"]: c for p in summary["pods"] for c in p["containers"]}
+    out.update({c["id"]: c for c in summary.get("containers", [])})
+    return out
+
+
 def sequence(daemon) -> int:
     return daemon.get("/readyz")[1]["snapshotSequence"]
 
@@ -262,8 +269,7 @@ def test_fifo_cgroup_file_costs_nothing_and_is_visible(start_daemon, tmp_path):
     first = sequence(daemon)
     time.sleep(1.5)
     assert sequence(daemon) >= first + 4
-    summary = daemon.get("/stats/summary")[1]
-    names = {c["name"]: c for p in summary["pods"] for c in p["containers"]}
+    names = all_containers(daemon.get("/stats/summary")[1])
     assert "memory" not in names[container_id(2)] and "cpu" in names[container_id(2)]
     assert "memory" in names[container_id(1)]
     assert daemon.log().count("cgroups failing") == 1
@@ -422,8 +428,10 @@ def test_cgroup_hierarchy_mounted_after_start_is_picked_up(start_daemon, tmp_pat
     # The hierarchy appears (as a mount would): the same tree, now under the configured root.
     for entry in cgroup.iterdir():
         entry.rename(empty / entry.name)
-    daemon.wait_for(lambda s: any(c["name"] == container_id(1)
-                                  for p in s["pods"] for c in p["containers"]), timeout=10)
+    before = all_containers(daemon.get("/stats/summary")[1]).get(container_id(1), {})
+    assert "memory" not in before              # known from /proc at most, no cgroup files
+    daemon.wait_for(lambda s: "memory" in all_containers(s).get(container_id(1), {}),
+                    timeout=10)
     wait_source(daemon, "cgroups", "ok")
     assert "cgroup hierarchies: v2=" in daemon.log()
 
