@@ -16,6 +16,7 @@ from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
+from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
@@ -27,7 +28,9 @@ from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.cdi import CdiSpecs
 from gpustats.sources.cgroups import CgroupReader
+from gpustats.sources.mig_caps import MigCapabilities
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
@@ -86,7 +89,9 @@ class Daemon:
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
-                if config.runtime_socket else None),
+                if config.runtime_socket else None,
+                claims=ClaimResolver(CdiSpecs(config.cdi_spec_dirs), MigCapabilities(self.roots))
+                if config.cdi_spec_dirs else None),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

@@ -72,6 +72,20 @@ def _url(value: Any) -> str | None:
     return text
 
 
+def _path_list(value: Any) -> tuple[str, ...]:
+    """Absolute directories, comma-separated (or a YAML list); empty turns the feature off."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    paths = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        if not text.startswith("/") or "\0" in text:
+            raise ValueError(f"expected absolute paths, got {text!r}")
+        paths.append(text)
+    return tuple(dict.fromkeys(paths))
+
+
 def _log_level(value: Any) -> str:
     level = str(value).strip().upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -170,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
            "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
     Option("runtime_socket", _optional_text, "/run/containerd/containerd.sock",
            "container runtime CRI socket for container names (empty: off)", "PATH"),
+    Option("cdi_spec_dirs", _path_list, "/etc/cdi,/var/run/cdi",
+           "CDI spec directories, for GPUs allocated through DRA claims (empty: off)",
+           "DIR,..."),
     Option("dcgm_exporter_url", _url, None,
            "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
     Option("state_dir", _text, "/var/lib/gpustats",
@@ -205,6 +222,7 @@ class Config:
     cgroup_root: str
     pod_resources_socket: str | None
     runtime_socket: str | None
+    cdi_spec_dirs: tuple[str, ...]
     dcgm_exporter_url: str | None
     state_dir: str
     node_name: str | None

@@ -13,8 +13,8 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 
 GPU = ("gpu", "gpu_uuid")
 CONTAINER = ("container_id", "container", "pod", "namespace", "gpu", "gpu_uuid",
-             "gpu_instance_id")
-POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid")
+             "gpu_instance_id", "claim", "claim_namespace")
+POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid", "claim", "claim_namespace")
 PROCESS = ("pid", "gpu", "gpu_uuid", "gpu_instance_id", "container_id", "share_method")
 MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
@@ -107,6 +107,10 @@ FAMILIES: tuple[Family, ...] = (
            "GPU memory held by the container's processes.", CONTAINER, "bytes"),
     Family("gpustats_container_gpu_compute_utilization_ratio", GAUGE,
            "Share of SM time the container's processes had over the tick.", CONTAINER, "ratio"),
+    Family("gpustats_container_gpu_claim_unresolved", GAUGE,
+           "1 for each DRA claim device a container holds that is not resolved to a GPU.",
+           ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
+            "driver", "pool", "device", "reason")),
     Family("gpustats_pod_gpu_watts", GAUGE, "Active GPU power attributed to a pod.", POD,
            "watts"),
     Family("gpustats_pod_gpu_joules", COUNTER,
