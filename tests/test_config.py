@@ -70,6 +70,8 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--cdi-spec-dirs", "/etc/cdi,relative/cdi"], {}, "--cdi-spec-dirs"),
+    ([], {"GPUSTATS_CDI_SPEC_DIRS": "cdi"}, "absolute"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:

@@ -105,7 +105,7 @@ def test_resolves(resolver, cdi, driver, expected):
 ])
 def test_unresolved_nvidia_claims_have_a_reason_and_one_log_line(resolver, caplog, cdi, reason):
     devices = Lookups(reading(GPU0, 0), reading(GPU1, 1, mig=MIG7))
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         for _ in range(3):
             resolver.begin_tick()
             assert resolver.resolve(claim(cdi=cdi), devices) == ((), reason)
@@ -125,7 +125,7 @@ def test_other_drivers_are_ignored_unless_their_nodes_are_gpus(resolver, caplog)
 def test_claim_coming_back_logs_again(resolver, caplog):
     devices = Lookups(reading(GPU0, 0))
     gone = claim(cdi=["k8s.gpu.nvidia.com/claim=gone"])
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         resolver.begin_tick()
         resolver.resolve(gone, devices)
         resolver.begin_tick()                  # a tick where it is not listed
@@ -337,3 +337,33 @@ def test_proto_field_numbers_match_the_kubelet():
                                        "device_name": 4, "share_id": 5}
     share = api.DESCRIPTOR.message_types_by_name["ClaimResource"].fields_by_name["share_id"]
     assert share.has_presence                       # proto3 optional: absent is not ""
+
+
+# ------------------------------------------------------------------ option and manifest
+
+def test_cdi_spec_dirs_option_forms(tmp_path):
+    from gpustats.config import build_arg_parser, resolve
+
+    def dirs(argv=(), env=None):
+        return resolve(build_arg_parser().parse_args(list(argv)), env or {}).cdi_spec_dirs
+
+    assert dirs() == ("/etc/cdi", "/var/run/cdi")
+    assert dirs(["--cdi-spec-dirs", " /a , /b,/a "]) == ("/a", "/b")
+    assert dirs(["--cdi-spec-dirs", ""]) == ()                 # off
+    config = tmp_path / "c.yaml"
+    config.write_text("cdi_spec_dirs: [/x, /y]\n")
+    assert dirs(["--config", str(config)]) == ("/x", "/y")
+    assert dirs(["--config", str(config)], {"GPUSTATS_CDI_SPEC_DIRS": "/z"}) == ("/z",)
+
+
+def test_daemonset_mounts_cdi_dirs_read_only():
+    import yaml
+    from tests.conftest import REPO_ROOT
+
+    docs = yaml.safe_load_all((REPO_ROOT / "manifests" / "daemonset.yaml").read_text())
+    pod = next(d for d in docs if d and d.get("kind") == "DaemonSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    for path in ("/etc/cdi", "/var/run/cdi"):
+        assert mounts[path]["readOnly"] is True
+        assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path

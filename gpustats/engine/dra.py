@@ -129,9 +129,11 @@ class ClaimResolver:
         if key in self._logged:
             return
         self._logged.add(key)
-        log.warning("DRA claim %s/%s device %s (driver %s, CDI %s) is not resolved to a GPU: %s",
-                    claim.claim_namespace, claim.claim_name, claim.device_name,
-                    claim.driver_name, ", ".join(claim.cdi_devices) or "none", reason)
+        # A spec missing for a listed claim is mostly the unprepare race: worth a line, no more.
+        level = logging.INFO if reason == UNRESOLVED_SPEC_NOT_FOUND else logging.WARNING
+        log.log(level, "DRA claim %s/%s device %s (driver %s, CDI %s) is not resolved to a "
+                "GPU: %s", claim.claim_namespace, claim.claim_name, claim.device_name,
+                claim.driver_name, ", ".join(claim.cdi_devices) or "none", reason)
 
 
 def _from_uuids(uuids: Iterable[str], devices: GpuLookups) -> list[GpuKey]:
