@@ -79,6 +79,7 @@ class Daemon:
         self.counters.load(config.state_dir)
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
+        self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
             errors=self.errors, store=self.store,
@@ -90,8 +91,8 @@ class Daemon:
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
                 if config.runtime_socket else None,
-                claims=ClaimResolver(CdiSpecs(config.cdi_spec_dirs), MigCapabilities(self.roots))
-                if config.cdi_spec_dirs else None),
+                claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
+                if self.cdi_specs is not None else None),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

@@ -31,6 +31,7 @@ class FakeSpecs:
     def __init__(self, table):
         self.table = table
         self.refreshes = 0
+        self.generation = 0
 
     def refresh(self):
         self.refreshes += 1
@@ -132,6 +133,31 @@ def test_claim_coming_back_logs_again(resolver, caplog):
         resolver.begin_tick()
         resolver.resolve(gone, devices)
     assert len(caplog.records) == 2
+
+
+def test_answers_kept_until_specs_or_gpus_change():
+    specs = FakeSpecs(dict(SPECS))
+    lookups = []
+    real = specs.lookup
+    specs.lookup = lambda name: lookups.append(name) or real(name)
+    resolver = ClaimResolver(specs, FakeCaps(CAPS))
+    devices = Lookups(reading(GPU0, 0), reading(GPU1, 1))
+    for _ in range(5):
+        resolver.begin_tick()
+        assert resolver.resolve(claim(), devices) == (((GPU0, None),), None)
+        assert resolver.resolve(claim(), Lookups(reading(GPU0, 0), reading(GPU1, 1))) == \
+            (((GPU0, None),), None)            # a new tick's lookups with the same GPUs
+    assert len(lookups) == 1
+    specs.table["k8s.gpu.nvidia.com/claim=u-gpu-0"] = CdiDeviceNodes(gpu_minors=(1,))
+    specs.generation += 1
+    assert resolver.resolve(claim(), devices) == (((GPU1, None),), None)
+    swapped = Lookups(reading(GPU1, 0), reading(GPU0, 1))      # minors changed hands
+    assert resolver.resolve(claim(), swapped) == (((GPU0, None),), None)
+    # Unresolved answers are worked out again each time (a spec may appear any tick).
+    gone = claim(cdi=["k8s.gpu.nvidia.com/claim=later"])
+    assert resolver.resolve(gone, swapped)[1] == "cdi-spec-not-found"
+    specs.table["k8s.gpu.nvidia.com/claim=later"] = CdiDeviceNodes(gpu_minors=(0,))
+    assert resolver.resolve(gone, swapped) == (((GPU1, None),), None)
 
 
 # ------------------------------------------------------------------ the tracker

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Protocol
 
 from gpustats.engine.counters import EnergyCounters
@@ -278,9 +278,7 @@ class ContainerTracker:
                                        key=lambda kv: (kv[0][0], kv[0][1] or -1)):
                 acc, energy, power = self._accelerator(cid, key, reasons, devices,
                                                        by_container.get(cid, []), tick_energy,
-                                                       attributions)
-                if key in held:
-                    acc = replace(acc, claim=held[key])
+                                                       attributions, held.get(key))
                 accelerators.append(acc)
                 pod_uid = identity.pod_uid or (n.pod_uid if n else None)
                 if pod_uid is not None and key in held:
@@ -333,7 +331,7 @@ class ContainerTracker:
         return cached
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
-                     attributions):
+                     attributions, claim: ClaimDevice | None = None):
         uuid, gi = key
         mine = [p for p in procs if p.device_uuid == uuid and (gi is None
                                                                or p.gpu_instance_id == gi)]
@@ -357,7 +355,7 @@ class ContainerTracker:
             device_uuid=uuid, reasons=tuple(sorted(reasons)), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
-            attributed_power_watts=power, attributed_energy_joules=total)
+            attributed_power_watts=power, attributed_energy_joules=total, claim=claim)
         return acc, energy, power
 
     def _pod_accelerators(self, uid: str, tick: dict[str, tuple[float, float]],

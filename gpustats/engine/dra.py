@@ -32,6 +32,8 @@ _NOT_OURS = frozenset({UNRESOLVED_NO_CDI_DEVICE, UNRESOLVED_SPEC_NOT_FOUND,
 
 
 class CdiSource(Protocol):
+    generation: int                       # changes whenever the set of CDI devices does
+
     def refresh(self) -> None: ...
 
     def lookup(self, name: str) -> CdiDeviceNodes | None: ...
@@ -50,13 +52,20 @@ class GpuLookups(Protocol):
 
 
 class ClaimResolver:
-    """``begin_tick()`` once per tick that has claims, then ``resolve`` each claim device."""
+    """``begin_tick()`` once per tick that has claims, then ``resolve`` each claim device.
+
+    Answers are kept while the CDI devices and this node's GPUs stay the same (a tick costs a
+    dictionary look-up per claim); unresolved claims are worked out again every tick.
+    """
 
     def __init__(self, specs: CdiSource, capabilities: MigCapabilitySource):
         self._specs = specs
         self._caps = capabilities
         self._logged: set[tuple[str, str, str]] = set()
         self._seen: set[tuple[str, str, str]] = set()
+        self._answers: dict[ClaimDevice, tuple[GpuKey, ...]] = {}
+        self._valid_for: tuple | None = None
+        self._devices: GpuLookups | None = None
 
     def begin_tick(self) -> None:
         self._specs.refresh()
@@ -67,6 +76,27 @@ class ClaimResolver:
     def resolve(self, claim: ClaimDevice,
                 devices: GpuLookups) -> tuple[tuple[GpuKey, ...], str | None]:
         """(GPU keys, None) when resolved; ((), reason) when not; ((), None) when not a GPU."""
+        if devices is not self._devices:
+            self._devices = devices
+            valid_for = (self._specs.generation, _signature(devices))
+            if valid_for != self._valid_for:
+                self._valid_for = valid_for
+                self._answers = {}
+        elif self._valid_for is not None and self._valid_for[0] != self._specs.generation:
+            self._valid_for = (self._specs.generation, self._valid_for[1])
+            self._answers = {}
+        known = self._answers.get(claim)
+        if known is not None:
+            return known, None
+        keys, reason = self._work_out(claim, devices)
+        if reason is None:
+            if len(self._answers) > 65536:
+                self._answers = {}
+            self._answers[claim] = keys
+        return keys, reason
+
+    def _work_out(self, claim: ClaimDevice,
+                  devices: GpuLookups) -> tuple[tuple[GpuKey, ...], str | None]:
         ours = claim.driver_name in NVIDIA_GPU_DRIVERS
         keys: dict[GpuKey, None] = {}
         reasons = []
@@ -134,6 +164,12 @@ class ClaimResolver:
         log.log(level, "DRA claim %s/%s device %s (driver %s, CDI %s) is not resolved to a "
                 "GPU: %s", claim.claim_namespace, claim.claim_name, claim.device_name,
                 claim.driver_name, ", ".join(claim.cdi_devices) or "none", reason)
+
+
+def _signature(devices: GpuLookups) -> tuple:
+    """What resolution depends on: minors, UUIDs, MIG instances."""
+    return (tuple(sorted(devices.by_minor.items())), tuple(sorted(devices.mig_by_uuid.items())),
+            tuple(sorted(u for u, r in devices.by_uuid.items() if r.mig_instances)))
 
 
 def _from_uuids(uuids: Iterable[str], devices: GpuLookups) -> list[GpuKey]:

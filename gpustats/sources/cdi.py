@@ -181,6 +181,7 @@ class CdiSpecs:
         self._checked_at: float | None = None
         self._log = LogOnce(log)
         self.parses = 0                   # files parsed since start (benchmarks read this)
+        self.generation = 0               # bumped whenever the device index changes
 
     def lookup(self, name: str) -> CdiDeviceNodes | None:
         return self._index.get(name)
@@ -225,6 +226,7 @@ class CdiSpecs:
                 if entry is not None:
                     index.update(entry.devices)
             self._index = index
+            self.generation += 1
 
     def _load(self, path: str, key: FileKey) -> _File | None:
         if key[1] > MAX_SPEC_BYTES:
