@@ -121,9 +121,9 @@ class ContainerTracker:
         self._pod_resources = pod_resources
         self._runtime = runtime
         self._claim_source = claims
-        # pid -> its container (or None: in no container), for processes seen last tick: a GPU
-        # process does not change cgroup, and a PID is not reused while it stays in NVML's list.
-        self._pid_owner: dict[int, object] = {}
+        # (pid, start time) -> its container (or None: in no container), for processes seen
+        # last tick: a GPU process does not change cgroup.
+        self._pid_owner: dict[tuple[int, int | None], object] = {}
         self._ticks = 0
         # Containers and pods without a GPU have their CPU/memory re-read every
         # ``idle_refresh_ticks`` ticks (each figure carries its own time); GPU users every tick.
@@ -144,12 +144,18 @@ class ContainerTracker:
             pods: dict[str, CgroupRef] = dict(discovery.pods)
             devices = _Devices.of(readings)
             mappings: dict[str, dict[GpuKey, set[str]]] = {}
-            pid_to_container = self._map_processes(readings, containers, mappings)
+            starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
+            pid_to_container = self._map_processes(readings, containers, mappings, starts)
             self._map_devices_lists(containers, devices, mappings)
             names = self._runtime.names(containers) if self._runtime is not None else {}
             names = dict(names)
             claims = _Claims()
             self._map_pod_resources(devices, containers, names, mappings, claims)
+            _fold_parents_into_instances(mappings)
+            self._counters.mark_alive([("container", cid) for cid in containers]
+                                      + [("pod", uid) for uid in pods]
+                                      + [("pod", c.pod_uid) for c in containers.values()
+                                         if c.pod_uid])
             return self._build(containers, pods, names, mappings, devices, attributions,
                                processes, pid_to_container, claims)
         finally:
@@ -157,16 +163,18 @@ class ContainerTracker:
 
     # ------------------------------------------------------------ mapping sources
 
-    def _map_processes(self, readings, containers, mappings) -> dict[tuple[str, int], str]:
+    def _map_processes(self, readings, containers, mappings, starts) -> dict[tuple[str, int], str]:
         pid_to_container = {}
-        owner_of_pid: dict[int, object] = {}
+        owner_of_pid: dict[tuple[int, int | None], object] = {}
         previous = self._pid_owner
         for reading in readings:
             for p in reading.processes:
-                if p.pid not in owner_of_pid:
-                    owner_of_pid[p.pid] = previous[p.pid] if p.pid in previous \
+                # A process is its PID and start time: a reused PID is looked up afresh.
+                process = (p.pid, starts.get((reading.identity.uuid, p.pid)))
+                if process not in owner_of_pid:
+                    owner_of_pid[process] = previous[process] if process in previous \
                         else self._procs.container_of(p.pid)
-                found = owner_of_pid[p.pid]
+                found = owner_of_pid[process]
                 if found is None:
                     continue      # gone, or not in a container: stays at process level
                 cid = found.info.container_id
@@ -276,16 +284,18 @@ class ContainerTracker:
             held = claims.by_key.get(cid, {})
             for key, reasons in sorted(mappings.get(cid, {}).items(),
                                        key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+                # A claim on the parent GPU also covers instances it was folded into.
+                claim = held.get(key) or held.get((key[0], None))
                 acc, energy, power = self._accelerator(cid, key, reasons, devices,
                                                        by_container.get(cid, []), tick_energy,
-                                                       attributions, held.get(key))
+                                                       attributions, claim)
                 accelerators.append(acc)
                 pod_uid = identity.pod_uid or (n.pod_uid if n else None)
-                if pod_uid is not None and key in held:
+                if pod_uid is not None and claim is not None:
                     shown = pod_claims.setdefault(pod_uid, {})
                     first = shown.get(key[0])
-                    if first is None or _claim_order(held[key]) < _claim_order(first):
-                        shown[key[0]] = held[key]
+                    if first is None or _claim_order(claim) < _claim_order(first):
+                        shown[key[0]] = claim
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
@@ -338,10 +348,12 @@ class ContainerTracker:
         reading = devices.by_uuid.get(uuid)
         memory = None
         if reading is not None and not reading.lost \
-                and "processes" not in reading.unsupported_fields:
-            memory = sum(p.memory_used_bytes or 0 for p in mine)
+                and "processes" not in reading.unsupported_fields \
+                and all(p.memory_used_bytes is not None for p in mine):
+            memory = sum(p.memory_used_bytes for p in mine)   # 0: read, and none of theirs
         utils = [p.compute_utilization_percent for p in mine]
-        utilization = sum(u for u in utils if u is not None) \
+        # The container's share of SM time: MPS clients' percentages can add up past 100.
+        utilization = min(100.0, sum(utils)) \
             if utils and all(u is not None for u in utils) else None
         energy = power = None
         attribution = attributions.get(uuid)
@@ -374,6 +386,23 @@ class ContainerTracker:
 
 def _claim_order(claim: ClaimDevice) -> tuple[str, str, str]:
     return claim.claim_namespace, claim.claim_name, claim.device_name or ""
+
+
+def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) -> None:
+    """A container holding MIG instances of a GPU is attributed through them only.
+
+    On cgroup v1 its ``devices.list`` names the parent GPU (``c 195:<minor>``) beside the MIG
+    capability nodes; a separate parent entry would count its instances' energy twice. The
+    parent's reasons move onto the instance entries.
+    """
+    for keys in mappings.values():
+        parents = {uuid for uuid, gi in keys if gi is None}
+        for uuid in parents:
+            instances = [k for k in keys if k[0] == uuid and k[1] is not None]
+            if instances:
+                reasons = keys.pop((uuid, None))
+                for key in instances:
+                    keys[key] |= reasons
 
 
 def _tick_energy_by_pid(attributions: Mapping[str, DeviceAttribution]) -> dict:
