@@ -232,6 +232,23 @@ def test_mig_claim_maps_to_its_instance_and_unresolved_is_listed(resolver):
         [("lost", "cdi-spec-not-found")]
 
 
+def test_claim_on_parent_gpu_follows_the_instance_it_is_folded_into():
+    specs = FakeSpecs({"k8s.gpu.nvidia.com/claim=u-env-parent":
+                       CdiDeviceNodes(visible_device_uuids=(GPU1,))})
+    path = f"/k/pod{UID}/{A}"
+    names = FakeNames({A: ContainerNames("p", "ml", UID, "a")})
+    tracker = ContainerTracker(
+        FakeCgroups({A: ident(A, path)}), FakeProcs({101: path}), EnergyCounters(),
+        pod_resources=FakeAllocations((claim_alloc("p", "a", claim(
+            cdi=["k8s.gpu.nvidia.com/claim=u-env-parent"])),)),
+        runtime=names, claims=ClaimResolver(specs, FakeCaps({})))
+    device = reading(GPU1, 1, [ProcessReading(pid=101, gpu_instance_id=7)], mig=MIG7)
+    view = tracker.tick((device,), {}, ())
+    [acc] = view.pods[0].containers[0].accelerators
+    assert (acc.gpu_instance_id, set(acc.reasons)) == (7, {"dra", "nvml-process"})
+    assert acc.claim.claim_name == "gpu-claim"
+
+
 def test_no_claim_source_no_cost():
     specs = FakeSpecs(SPECS)
     resolver = ClaimResolver(specs, FakeCaps(CAPS))
