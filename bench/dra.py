@@ -1,11 +1,16 @@
 """The DRA benchmark node: one transient CDI spec per claim, and in-process kubelet
-pod-resources and CRI runtime servers that list the claims and name the containers."""
+pod-resources and CRI runtime servers that list the claims and name the containers.
+
+With ``dra=False`` the same pods hold the same GPUs through device-plugin time-slicing
+replicas instead: the control that shows what the claims themselves cost."""
 
 from __future__ import annotations
 
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.scenarios import gpu_uuid
 
 DRIVER = "gpu.nvidia.com"
 
@@ -45,7 +50,7 @@ class Servers:
 
 
 def serve_kubelet_and_runtime(workdir: Path, pods: int, containers_per_pod: int,
-                              gpus: int) -> Servers:
+                              gpus: int, dra: bool = True) -> Servers:
     import grpc
 
     from gpustats.sources.podresources import podresources_api_pb2 as api
@@ -53,14 +58,19 @@ def serve_kubelet_and_runtime(workdir: Path, pods: int, containers_per_pod: int,
     from gpustats.sources.runtime import cri_api_pb2 as cri
     from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 
+    def holding(p: int, k: int):
+        if not dra:
+            return api.ContainerResources(name=f"c{k}", devices=[api.ContainerDevices(
+                resource_name="nvidia.com/gpu", device_ids=[f"{gpu_uuid(p % gpus)}::{p}"])])
+        return api.ContainerResources(name=f"c{k}", dynamic_resources=[api.DynamicResource(
+            claim_name=f"claim-{p}", claim_namespace="bench", claim_resources=[
+                api.ClaimResource(cdi_devices=[api.CDIDevice(name=cdi_name(p, p % gpus))],
+                                  driver_name=DRIVER, pool_name="node",
+                                  device_name=f"gpu-{p % gpus}", share_id=f"share-{p}")])])
+
     listed = api.ListPodResourcesResponse(pod_resources=[
-        api.PodResources(name=pod_name(p), namespace="bench", containers=[
-            api.ContainerResources(name=f"c{k}", dynamic_resources=[api.DynamicResource(
-                claim_name=f"claim-{p}", claim_namespace="bench", claim_resources=[
-                    api.ClaimResource(cdi_devices=[api.CDIDevice(name=cdi_name(p, p % gpus))],
-                                      driver_name=DRIVER, pool_name="node",
-                                      device_name=f"gpu-{p % gpus}", share_id=f"share-{p}")])])
-            for k in range(containers_per_pod)])
+        api.PodResources(name=pod_name(p), namespace="bench",
+                         containers=[holding(p, k) for k in range(containers_per_pod)])
         for p in range(pods)])
     containers = cri.ListContainersResponse(containers=[
         cri.Container(id=f"{i:064x}", labels={

@@ -107,10 +107,11 @@ def _container_scale(name: str, gpus: int, mig: int, processes: int, containers:
 
 
 def _dra_scale(name: str, gpus: int, pods: int, containers_per_pod: int, processes: int,
-               workdir: Path, ticks: int) -> dict:
+               workdir: Path, ticks: int, dra: bool = True) -> dict:
     """Pods whose every container holds the pod's DRA claim (a shared device, ``share_id`` set)
     on one of ``gpus`` GPUs: an in-process kubelet pod-resources server and CRI runtime, one
-    transient CDI spec per claim. Ticks include CDI look-ups; specs are parsed once."""
+    transient CDI spec per claim. Ticks include CDI look-ups; specs are parsed once.
+    ``dra=False``: the same GPUs held through device-plugin replicas (the control)."""
     scenario = node_scenario(gpus, processes)
     containers = pods * containers_per_pod
     pids = [p["pid"] for p in scenario["processes"]]
@@ -119,13 +120,16 @@ def _dra_scale(name: str, gpus: int, pods: int, containers_per_pod: int, process
     cdi.mkdir()
     for pod in range(pods):
         write_scenario(cdi / f"k8s.gpu.nvidia.com-claim_{pod:08x}.yaml", dra_spec(pod, gpus))
-    servers = serve_kubelet_and_runtime(workdir, pods, containers_per_pod, gpus)
+    servers = serve_kubelet_and_runtime(workdir, pods, containers_per_pod, gpus, dra)
     try:
         def inspect(daemon, snapshot):
+            held = sum(len(c.accelerators) for p in snapshot.pods for c in p.containers)
+            if not dra:
+                return {"held_accelerators": held}
             claimed = sum(1 for p in snapshot.pods for c in p.containers
                           for a in c.accelerators if a.claim is not None)
             return {"cdi_spec_files": pods, "cdi_parses": daemon.cdi_specs.parses,
-                    "claimed_accelerators": claimed}
+                    "claimed_accelerators": claimed, "held_accelerators": held}
 
         result = measure_ticks(name, scenario, workdir, ticks, (
             "--cgroup-root", cgroup, "--proc-root", proc, "--cdi-spec-dirs", str(cdi),
@@ -322,6 +326,10 @@ def evaluate_targets(report: dict) -> list[dict]:
     tdra = dra.get("tick_cpu_ms_median")
     add("tick <= 15 ms CPU with DRA claims (8 GPUs, 110 pods, 330 containers)", tdra,
         tdra is not None and tdra <= 15)
+    control = scales.get("8gpu-devplugin-110p", {}).get("tick_cpu_ms_median")
+    add("DRA claims cost <= 10% over the same GPUs held by device plugin (ratio)",
+        round(tdra / control, 2) if tdra and control else None,
+        tdra is not None and control is not None and tdra <= 1.1 * control)
     parses = dra.get("cdi_parses")
     add("CDI spec files parsed once each, not per tick (parses / files)",
         None if parses is None else round(parses / dra["cdi_spec_files"], 2),
@@ -372,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
         report["scales"].append(_container_scale("8gpu-7mig-3000c", 8, 7, 64, 3000, workdir,
                                                  ticks))
+        report["scales"].append(_dra_scale("8gpu-devplugin-110p", 8, 110, 3, 64, workdir, ticks,
+                                           dra=False))
         report["scales"].append(_dra_scale("8gpu-dra-110p", 8, 110, 3, 64, workdir, ticks))
         by_name = {s["scale"]: s for s in report["scales"]}
         report["growth_ratio_3000c_over_300c"] = round(
