@@ -17,7 +17,6 @@ from gpustats.model.device import MigInstanceReading, ProcessReading
 from gpustats.model.dra import CdiDeviceNodes, ClaimDevice, MigCapability
 from gpustats.model.snapshot import ProcessStats
 from gpustats.sources.podresources import podresources_api_pb2 as api
-from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
 from gpustats.sources.podresources.client import PodResourcesClient
 from tests.test_container_tracker import (
     UID, A, B, FakeAllocations, FakeCgroups, FakeNames, FakeProcs, ident, reading,
