@@ -72,6 +72,17 @@ def _url(value: Any) -> str | None:
     return text
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def _log_level(value: Any) -> str:
     level = str(value).strip().upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -146,6 +157,7 @@ class Option:
     default: Any
     help: str
     metavar: str | None = None
+    switch: bool = False            # a bare flag means true (``--name`` or ``--name=false``)
 
     @property
     def flag(self) -> str:
@@ -190,6 +202,9 @@ OPTIONS: tuple[Option, ...] = (
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
            "seconds between writes of the energy counters to the state dir", "SECONDS"),
+    Option("dcgm_compat", _bool, False,
+           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL",
+           switch=True),
 )
 
 OPTION_NAMES = frozenset(o.name for o in OPTIONS)
@@ -215,6 +230,7 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    dcgm_compat: bool = False
     config_file: str | None = field(default=None)
 
 
@@ -227,8 +243,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         help="YAML config file (env GPUSTATS_CONFIG)")
     for option in OPTIONS:
         default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
+        extra = {"nargs": "?", "const": "true"} if option.switch else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
-                            help=f"{option.help} [env {option.env}; default {default_text}]")
+                            help=f"{option.help} [env {option.env}; default {default_text}]",
+                            **extra)
     parser.add_argument("--once", action="store_true",
                         help="run two ticks a short interval apart, print the summary JSON, exit")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
