@@ -116,7 +116,7 @@ def test_dashboard_uses_declared_metrics_only():
         exposed.add(f.name + ("_info" if f.kind == INFO else "_total" if f.kind == COUNTER else ""))
     used = set()
     for panel in dashboard["panels"]:
-        for target in panel["targets"]:
+        for target in panel.get("targets", ()):
             used |= set(re.findall(r"\b(gpustats_[a-z_]+)\b", target["expr"]))
     assert used and used <= exposed, used - exposed
 
