@@ -185,6 +185,17 @@ def test_shared_gpu_gets_no_pod_labels_and_unknown_labels_are_left_out():
     assert '=""' not in text
 
 
+def test_unnamed_pod_and_bare_container_hold_without_labels():
+    snap = _snapshot()
+    unnamed = replace(snap.pods[1], name=None, namespace=None)
+    text = render_dcgm(replace(snap, pods=(snap.pods[0], unnamed))).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
+    assert "pod" not in labels and "pod_uid" not in labels and "container" not in labels
+    bare = ContainerStats("4" * 64, "x", accelerators=(ContainerAccelerator(A),))
+    text = render_dcgm(replace(snap, containers=(bare,))).decode()
+    assert "pod" not in _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
+
+
 def test_no_xid_yet_reads_zero_no_error():
     text = render_dcgm(_snapshot(xid=None)).decode()
     labels, value = _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")

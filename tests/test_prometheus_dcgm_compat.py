@@ -18,11 +18,13 @@ from concurrent import futures
 import pytest
 
 from tests.conftest import REPO_ROOT, DaemonProcess, free_port
-from tests.fakehost import build, pod_uid, write_scenario
+from tests.fakehost import build, container_id, pod_uid, write_scenario
 
 grpc = pytest.importorskip("grpc")
 from gpustats.sources.podresources import podresources_api_pb2 as api  # noqa: E402
 from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc  # noqa: E402
+from gpustats.sources.runtime import cri_api_pb2 as cri  # noqa: E402
+from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="prometheus not installed")
@@ -68,6 +70,8 @@ SCENARIO = {
     "processes": [
         {"pid": 101, "device": GPU0, "sm_util_percent": 60, "memory_used_bytes": 4 * GIB},
         {"pid": 102, "device": GPU1, "gpu_instance_id": 7, "memory_used_bytes": 3 * GIB},
+        # A container of a pod the kubelet does not list: it holds GI 8 without pod labels.
+        {"pid": 103, "device": GPU1, "gpu_instance_id": 8, "memory_used_bytes": GIB},
     ],
     "xid_events": [{"device": GPU0, "xid": 48, "after_seconds": 0}],
 }
@@ -84,6 +88,19 @@ class _Kubelet(api_grpc.PodResourcesListerServicer):
                     api.ContainerDevices(resource_name="nvidia.com/mig-1g.10gb",
                                          device_ids=[MIG7])])]),
         ])
+
+
+class _Runtime(cri_grpc.RuntimeServiceServicer):
+    """containerd's CRI: names by container ID (the third container carries no labels)."""
+
+    def ListContainers(self, request, context):
+        def named(n, pod, namespace, container):
+            return cri.Container(id=container_id(n), labels={
+                "io.kubernetes.pod.name": pod, "io.kubernetes.pod.namespace": namespace,
+                "io.kubernetes.pod.uid": pod_uid(n), "io.kubernetes.container.name": container})
+        return cri.ListContainersResponse(containers=[
+            named(1, "train-0", "ml", "trainer"), named(2, "embed-0", "serving", "server"),
+            cri.Container(id=container_id(3), labels={})])
 
 
 class _Prometheus:
@@ -144,12 +161,18 @@ def node(tmp_path_factory):
     socket_path = workdir / "kubelet.sock"
     kubelet.add_insecure_port(f"unix://{socket_path}")
     kubelet.start()
-    cgroup, proc = build(workdir / "host", {101: (1, 1), 102: (2, 2)})
+    runtime = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), runtime)
+    runtime_socket = workdir / "containerd.sock"
+    runtime.add_insecure_port(f"unix://{runtime_socket}")
+    runtime.start()
+    cgroup, proc = build(workdir / "host", {101: (1, 1), 102: (2, 2), 103: (3, 3)})
     scenario = workdir / "scenario.yaml"
     write_scenario(scenario, SCENARIO)
     daemon = DaemonProcess(["--simulate", str(scenario), "--housekeeping-interval", "0.5",
                             "--cgroup-root", str(cgroup), "--proc-root", str(proc),
-                            "--pod-resources-socket", str(socket_path), "--runtime-socket", "",
+                            "--pod-resources-socket", str(socket_path),
+                            "--runtime-socket", str(runtime_socket),
                             "--node-name", NODE, "--saturation-window", "5",
                             "--dcgm-compat"], workdir)
     prometheus = None
@@ -168,6 +191,7 @@ def node(tmp_path_factory):
             prometheus.stop()
         daemon.stop()
         kubelet.stop(0)
+        runtime.stop(0)
 
 
 def _one(result: list[dict], **labels) -> dict:
@@ -209,16 +233,18 @@ OPENCOST_EXPRESSIONS = (
 
 
 def _all(prometheus: _Prometheus, metric_selector: str, label: str) -> str:
-    """Grafana's "All" for a multi-value variable: a regex alternation of every value."""
+    """Grafana's "All" for a multi-value variable: a regex alternation of every value, regex
+    characters escaped as Grafana escapes them inside a PromQL string."""
     values = prometheus.api(f"label/{label}/values", **{"match[]": metric_selector})
     assert values, (metric_selector, label)
-    return "(" + "|".join(re.escape(v) for v in values) + ")"
+    return "(" + "|".join(re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", v)
+                          for v in values) + ")"
 
 
 def test_dcgm_exporter_dashboard_returns_series(node):
     _, prometheus = node
     hostname = _all(prometheus, "DCGM_FI_DEV_FB_FREE", "Hostname")
-    assert hostname == f"({re.escape(NODE)})"
+    assert hostname == f"({NODE})"
     gpu = _all(prometheus, f'DCGM_FI_DEV_FB_FREE{{Hostname=~"{hostname}"}}', "gpu")
     assert gpu == "(0|1)"
     for expr in DCGM_DASHBOARD_EXPRESSIONS:

@@ -40,25 +40,29 @@ def _labels(*pairs: tuple[str, object]) -> Labels:
     return tuple((k, str(v)) for k, v in pairs if v is not None and str(v) != "")
 
 
-def _kubernetes_labels(pod: PodStats, container: ContainerStats) -> Labels:
-    """dcgm-exporter's pod attributes (sorted, as its template prints map keys).
+def _kubernetes_labels(pod: PodStats, container: ContainerStats) -> Labels | None:
+    """dcgm-exporter's pod attributes (sorted, as its template prints map keys); None for a pod
+    the kubelet has not named (known by its cgroup only).
 
     DRA claim labels (``dra_claim_name``, ``dra_claim_namespace``, ``dra_driver_name``,
     ``dra_pool_name``, ``dra_device_name``, ...) belong here once the snapshot carries claims.
     """
+    if not pod.name or not pod.namespace:
+        return None
     return _labels(("container", container.name), ("namespace", pod.namespace),
                    ("pod", pod.name), ("pod_uid", pod.uid))
 
 
 def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], Labels]:
-    """(GPU UUID, GPU instance id) → Kubernetes labels, where one pod container alone holds it."""
+    """(GPU UUID, GPU instance id) → Kubernetes labels, where one named pod container alone
+    holds it. Containers outside pods and unnamed pods hold GPUs too, without labels."""
     seen: dict[tuple[str, int | None], list[Labels | None]] = {}
     for pod in snapshot.pods:
         for c in pod.containers:
             for a in c.accelerators:
                 seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(
                     _kubernetes_labels(pod, c))
-    for c in snapshot.containers:               # outside any pod: holds, but has no pod labels
+    for c in snapshot.containers:
         for a in c.accelerators:
             seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(None)
     return {key: owners[0] for key, owners in seen.items()
