@@ -21,7 +21,7 @@ from gpustats.model.health import XID_DESCRIPTIONS
 from gpustats.model.snapshot import ContainerStats, DeviceStats, PodStats, Snapshot
 
 Labels = tuple[tuple[str, str], ...]
-Sample = tuple[Labels, float | int]
+Sample = tuple[str, float | int]              # (rendered label set, value)
 
 NO_XID_MESSAGE = "No Error"
 _FB_FREE, _FB_USED = (next(f for f in DEVICE_FIELDS if f.name == name)
@@ -69,13 +69,22 @@ def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], Labels]:
             if len(owners) == 1 and owners[0] is not None}
 
 
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _render_labels(labels: Labels) -> str:
+    """``{k="v",...}``, rendered once per label set and shared by its samples."""
+    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels) + "}"
+
+
 class _Families:
     """Samples per family name, in table order."""
 
     def __init__(self) -> None:
         self.samples: dict[str, list[Sample]] = {}
 
-    def add(self, field: DcgmField, labels: Labels, raw: object) -> None:
+    def add(self, field: DcgmField, labels: str, raw: object) -> None:
         if raw is None:
             return
         value = field.convert(raw)
@@ -92,7 +101,7 @@ def _device_samples(out: _Families, d: DeviceStats, tail: Labels,
                     if ident.minor_number is not None else None),
                    ("modelName", ident.name))
     k8s = kubernetes.get((ident.uuid, None), ())
-    labels = base + tail + k8s
+    labels = _render_labels(base + tail + k8s)
     reading = d.reading
     if reading is not None and not reading.lost:
         for field in DEVICE_FIELDS:
@@ -107,23 +116,19 @@ def _device_samples(out: _Families, d: DeviceStats, tail: Labels,
         message = NO_XID_MESSAGE if code is None else \
             XID_DESCRIPTIONS.get(code, "Unknown XID error")
         extra = (("err_code", str(code or 0)), ("err_msg", message))
-        out.add(XID, base + tail + tuple(sorted(k8s + extra)), code or 0)
+        out.add(XID, _render_labels(base + tail + tuple(sorted(k8s + extra))), code or 0)
 
 
 def _instance_samples(out: _Families, inst: MigInstanceReading, base: Labels, tail: Labels,
                       k8s: Labels) -> None:
-    labels = base + _labels(("GPU_I_PROFILE", inst.profile),
-                            ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s
+    labels = _render_labels(base + _labels(("GPU_I_PROFILE", inst.profile),
+                                           ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s)
     for field in PROF_FIELDS:
         out.add(field, labels, _get(inst.gpm, field.path))
     used, total = inst.memory_used_bytes, inst.memory_total_bytes
     out.add(_FB_USED, labels, used)
     if used is not None and total is not None and total >= used:
         out.add(_FB_FREE, labels, total - used)
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _format(value: float | int) -> str:
@@ -137,8 +142,7 @@ def _lines(families: _Families) -> Iterator[str]:
             continue
         yield f"# HELP {field.name} {field.help}\n# TYPE {field.name} {field.kind}\n"
         for labels, value in samples:
-            text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels)
-            yield f"{field.name}{{{text}}} {_format(value)}\n"
+            yield f"{field.name}{labels} {_format(value)}\n"
 
 
 def render_dcgm(snapshot: Snapshot, node_name: str | None = None) -> bytes:
