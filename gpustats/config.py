@@ -72,13 +72,14 @@ def _url(value: Any) -> str | None:
     return text
 
 
-def _bool(value: Any) -> bool:
+def parse_bool(value: Any) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case), or a YAML boolean."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
+    if text in ("true", "yes", "on", "1"):
         return True
-    if text in {"0", "false", "no", "off"}:
+    if text in ("false", "no", "off", "0"):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
 
@@ -157,7 +158,6 @@ class Option:
     default: Any
     help: str
     metavar: str | None = None
-    switch: bool = False            # a bare flag means true (``--name`` or ``--name=false``)
 
     @property
     def flag(self) -> str:
@@ -201,10 +201,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("xid_ignore", _xid_list, (13, 31, 43, 45, 68, 109),
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
-           "seconds between writes of the energy counters to the state dir", "SECONDS"),
-    Option("dcgm_compat", _bool, False,
-           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL",
-           switch=True),
+           "seconds between compactions of the energy counters in the state dir (changes are "
+           "journaled every tick)", "SECONDS"),
+    Option("counter_retention", _positive_seconds, 3600.0,
+           "seconds a counter is kept after its process, container, pod or GPU is gone",
+           "SECONDS"),
+    Option("state_reset", parse_bool, False,
+           "start counters from zero, moving the state files aside (needed to start over a "
+           "state written by a newer gpustats)", "BOOL"),
+    Option("dcgm_compat", parse_bool, False,
+           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
 )
 
 OPTION_NAMES = frozenset(o.name for o in OPTIONS)
@@ -230,7 +236,9 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
-    dcgm_compat: bool = False
+    counter_retention: float
+    state_reset: bool
+    dcgm_compat: bool
     config_file: str | None = field(default=None)
 
 
@@ -243,7 +251,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         help="YAML config file (env GPUSTATS_CONFIG)")
     for option in OPTIONS:
         default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
-        extra = {"nargs": "?", "const": "true"} if option.switch else {}
+        extra = {"nargs": "?", "const": "true"} if isinstance(option.default, bool) else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
                             help=f"{option.help} [env {option.env}; default {default_text}]",
                             **extra)
