@@ -409,3 +409,37 @@ def test_daemonset_mounts_cdi_dirs_read_only():
     for path in ("/etc/cdi", "/var/run/cdi"):
         assert mounts[path]["readOnly"] is True
         assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path
+
+
+# ------------------------------------------------------------------ --dcgm-compat
+
+def test_dcgm_compat_series_carry_dra_labels_in_dcgm_exporter_order():
+    from dataclasses import replace
+
+    from gpustats.export.dcgm import render_dcgm
+    from tests.test_dcgm_export import _one, _snapshot
+
+    snapshot = _snapshot()
+    full, mig = claim(name="train", share="s-1"), claim(name="embed", namespace="serving",
+                                                        device="gpu-1-mig-7")
+    pods = []
+    for pod in snapshot.pods:
+        containers = tuple(replace(c, accelerators=tuple(
+            replace(a, claim=full if a.gpu_instance_id is None else mig,
+                    mig_profile=None if a.gpu_instance_id is None else "1g.10gb")
+            for a in c.accelerators)) for c in pod.containers)
+        pods.append(replace(pod, containers=containers))
+    text = render_dcgm(replace(snapshot, pods=tuple(pods))).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert {k: v for k, v in labels.items() if k.startswith("dra_")} == {
+        "dra_claim_name": "train", "dra_claim_namespace": "ml", "dra_driver_name": NV,
+        "dra_pool_name": "node-1", "dra_device_name": "gpu-0"}
+    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    keys = [kv.split("=")[0] for kv in line[line.index("{") + 1:line.index("}")].split(",")]
+    assert keys[keys.index("DCGM_FI_DRIVER_VERSION") + 1:] == [
+        "container", "dra_claim_name", "dra_claim_namespace", "dra_device_name",
+        "dra_driver_name", "dra_pool_name", "namespace", "pod", "pod_uid"]
+    instance, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
+    assert (instance["dra_claim_name"], instance["dra_mig_profile"],
+            instance["dra_mig_device_uuid"]) == ("embed", "1g.10gb", "MIG-7")
+    assert "dra_claim_name" not in _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")[0]

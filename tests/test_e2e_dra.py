@@ -88,7 +88,7 @@ def cdi_name(claim_uid, name):
     return f"k8s.gpu.nvidia.com/claim={claim_uid}-{name}"
 
 
-def start(start_daemon, tmp_path, node, kubelet_adder, devices, placement, processes):
+def start(start_daemon, tmp_path, node, kubelet_adder, devices, placement, processes, *extra):
     cgroup, proc = build(tmp_path / "host", placement)
     make_caps(proc, {(1, 7, None): 66, (1, 7, 0): 67, (1, 8, None): 75, (1, 8, 0): 76})
     scenario = tmp_path / "s.yaml"
@@ -99,7 +99,7 @@ def start(start_daemon, tmp_path, node, kubelet_adder, devices, placement, proce
     daemon = start_daemon("--simulate", str(scenario), "--cgroup-root", str(cgroup),
                           "--proc-root", str(proc), "--pod-resources-socket", pod_resources,
                           "--runtime-socket", runtime, "--cdi-spec-dirs",
-                          f"{tmp_path / 'etc-cdi'},{tmp_path / 'run-cdi'}", *ARGS)
+                          f"{tmp_path / 'etc-cdi'},{tmp_path / 'run-cdi'}", *ARGS, *extra)
     daemon.wait_ready()
     return daemon
 
@@ -243,7 +243,7 @@ def test_vanished_and_malformed_specs_stay_unresolved_then_recover(start_daemon,
     assert "Traceback" not in log and daemon.proc.poll() is None
 
 
-def test_older_kubelet_without_share_id(start_daemon, tmp_path, node):
+def test_older_kubelet_without_share_id_and_dcgm_labels(start_daemon, tmp_path, node):
     run = tmp_path / "run-cdi"
     run.mkdir()
     (run / "claim.yaml").write_text(spec("u", ("gpu-0", ["/dev/nvidia0"])))
@@ -255,7 +255,7 @@ def test_older_kubelet_without_share_id(start_daemon, tmp_path, node):
     daemon = start(start_daemon, tmp_path, node,
                    lambda s: s.add_generic_rpc_handlers((handler,)),
                    [{"uuid": FULL, "minor": 0, "power_watts": 300}], {101: (1, 1)},
-                   [{"pid": 101, "device": FULL}])
+                   [{"pid": 101, "device": FULL}], "--dcgm-compat")
     summary = daemon.wait_for(lambda s: energy(s, "train-0") > 0)
     acc = pods_by_name(summary)["train-0"]["containers"][0]["accelerators"][0]
     assert acc["claim"] == {"name": "gpu", "namespace": "ml"} and acc["device"] == "gpu-0"
@@ -263,3 +263,7 @@ def test_older_kubelet_without_share_id(start_daemon, tmp_path, node):
     _, text = daemon.get("/metrics")
     assert {s.labels["claim"] for s in samples(text, "gpustats_container_gpu_joules_total")} == \
         {"gpu"}
+    [power] = samples(text, "DCGM_FI_DEV_POWER_USAGE")
+    assert {k: v for k, v in power.labels.items() if k.startswith("dra_") or k == "pod"} == {
+        "pod": "train-0", "dra_claim_name": "gpu", "dra_claim_namespace": "ml",
+        "dra_driver_name": NV, "dra_pool_name": "node-1", "dra_device_name": "gpu-0"}
