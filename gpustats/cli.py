@@ -17,6 +17,7 @@ from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, reload_changes, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
+from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
@@ -31,7 +32,9 @@ from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.cdi import CdiSpecs
 from gpustats.sources.cgroups import CgroupReader
+from gpustats.sources.mig_caps import MigCapabilities
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
@@ -119,6 +122,7 @@ class Daemon:
                                    report=self._persisted)
         cgroups = CgroupReader(self.roots, errors=self.errors)
         procs = ProcReader(self.roots, cgroups.report_unsafe)
+        self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
             gpus=self.gpus,
@@ -131,7 +135,9 @@ class Daemon:
                 pod_resources=PodResourcesClient(config.pod_resources_socket, errors=self.errors)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket, errors=self.errors)
-                if config.runtime_socket else None),
+                if config.runtime_socket else None,
+                claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
+                if self.cdi_specs is not None else None),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,
@@ -166,7 +172,8 @@ class Daemon:
     def create_app(self, probes_only: bool = False):
         settings = WebSettings(self.config.housekeeping_interval,
                                watchdog_intervals=self.config.tick_watchdog_intervals)
-        return create_app(self.store, settings, metrics_renderer=MetricsRenderer(self.store),
+        return create_app(self.store, settings,
+                          metrics_renderer=MetricsRenderer(self.store, self.config.dcgm_compat),
                           probes_only=probes_only)
 
     def reload(self, args) -> None:

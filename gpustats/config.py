@@ -82,6 +82,20 @@ def _url(value: Any) -> str | None:
     return text
 
 
+def _path_list(value: Any) -> tuple[str, ...]:
+    """Absolute directories, comma-separated (or a YAML list); empty turns the feature off."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    paths = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        if not text.startswith("/") or "\0" in text:
+            raise ValueError(f"expected absolute paths, got {text!r}")
+        paths.append(text)
+    return tuple(dict.fromkeys(paths))
+
+
 def parse_bool(value: Any) -> bool:
     """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case), or a YAML boolean."""
     if isinstance(value, bool):
@@ -192,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
            "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
     Option("runtime_socket", _optional_text, "/run/containerd/containerd.sock",
            "container runtime CRI socket for container names (empty: off)", "PATH"),
+    Option("cdi_spec_dirs", _path_list, "/etc/cdi,/var/run/cdi",
+           "CDI spec directories, for GPUs allocated through DRA claims (empty: off)",
+           "DIR,..."),
     Option("dcgm_exporter_url", _url, None,
            "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
     Option("state_dir", _text, "/var/lib/gpustats",
@@ -221,6 +238,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_reset", parse_bool, False,
            "start counters from zero, moving the state files aside (needed to start over a "
            "state written by a newer gpustats)", "BOOL"),
+    Option("dcgm_compat", parse_bool, False,
+           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
     Option("health_listen", _optional_listen, None,
            "also serve /healthz and /readyz on this address, apart from the data port "
            "(empty: off)", "HOST:PORT"),
@@ -242,6 +261,7 @@ class Config:
     cgroup_root: str
     pod_resources_socket: str | None
     runtime_socket: str | None
+    cdi_spec_dirs: tuple[str, ...]
     dcgm_exporter_url: str | None
     state_dir: str
     node_name: str | None
@@ -254,6 +274,7 @@ class Config:
     persist_interval: float
     counter_retention: float
     state_reset: bool
+    dcgm_compat: bool
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     config_file: str | None = field(default=None)

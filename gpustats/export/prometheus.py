@@ -19,7 +19,9 @@ from prometheus_client.registry import CollectorRegistry
 from gpustats import __version__
 from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
+from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
+from gpustats.model.dra import ClaimDevice
 from gpustats.model.snapshot import Snapshot
 
 
@@ -157,9 +159,15 @@ def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -
     owners = [(pod.name, pod.namespace, c) for pod in snapshot.pods for c in pod.containers]
     owners += [(None, None, c) for c in snapshot.containers]
     for pod_name, namespace, c in owners:
+        for u in c.unresolved_claims:
+            claim = u.claim
+            out.add("gpustats_container_gpu_claim_unresolved",
+                    (c.container_id, c.name, pod_name, namespace, claim.claim_name,
+                     claim.claim_namespace, claim.driver_name, claim.pool_name,
+                     claim.device_name, u.reason), 1)
         for a in c.accelerators:
             labels = (c.container_id, c.name, pod_name, namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid, a.gpu_instance_id)
+                      a.device_uuid, a.gpu_instance_id, *_claim_labels(a.claim))
             out.add("gpustats_container_gpu_watts", labels, a.attributed_power_watts)
             out.add("gpustats_container_gpu_joules", labels, a.attributed_energy_joules)
             out.add("gpustats_container_gpu_memory_used_bytes", labels,
@@ -181,9 +189,13 @@ def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -
     for pod in snapshot.pods:
         for a in pod.accelerators:
             labels = (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid)
+                      a.device_uuid, *_claim_labels(a.claim))
             out.add("gpustats_pod_gpu_watts", labels, a.attributed_power_watts)
             out.add("gpustats_pod_gpu_joules", labels, a.attributed_energy_joules)
+
+
+def _claim_labels(claim: ClaimDevice | None) -> tuple[str | None, str | None]:
+    return (claim.claim_name, claim.claim_namespace) if claim is not None else (None, None)
 
 
 def _daemon(out: _Families, snapshot: Snapshot) -> None:
@@ -202,24 +214,38 @@ def _daemon(out: _Families, snapshot: Snapshot) -> None:
     out.add("gpustats_snapshot_sequence", (), snapshot.sequence)
 
 
-def render(snapshot: Snapshot, accept: str | None) -> tuple[bytes, str]:
-    """The exposition of one snapshot in the format the Accept header negotiates."""
+_OPENMETRICS_EOF = b"# EOF\n"
+
+
+def render(snapshot: Snapshot, accept: str | None,
+           dcgm_compat: bool = False) -> tuple[bytes, str]:
+    """The exposition of one snapshot in the format the Accept header negotiates; with
+    ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``)."""
     encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: snapshot))
-    return encoder(registry), content_type
+    body = encoder(registry)
+    if dcgm_compat:
+        dcgm = render_dcgm(snapshot)
+        if body.endswith(_OPENMETRICS_EOF):
+            body = body[:-len(_OPENMETRICS_EOF)] + dcgm + _OPENMETRICS_EOF
+        else:
+            body += dcgm
+    return body, content_type
 
 
 class MetricsRenderer:
     """``renderer(accept) -> (body, content type)``, rendered once per snapshot and format."""
 
-    def __init__(self, store: SnapshotStore):
+    def __init__(self, store: SnapshotStore, dcgm_compat: bool = False):
         self._store = store
+        self._dcgm_compat = dcgm_compat
 
     def __call__(self, accept: str | None) -> tuple[bytes, str]:
         _, content_type = choose_encoder(accept or "")
-        rendered = self._store.render(("metrics", content_type),
-                                      lambda snapshot: render(snapshot, accept))
+        rendered = self._store.render(
+            ("metrics", content_type),
+            lambda snapshot: render(snapshot, accept, self._dcgm_compat))
         if rendered is None:
             return b"", content_type
         return rendered[1]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpustats.model.containers import ContainerUsage
-from gpustats.model.device import DeviceIdentity
+from gpustats.model.device import DeviceIdentity, DeviceReading
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
 from gpustats.model.sources import SourceState
@@ -42,6 +43,9 @@ class DeviceStats:
     mig_instances: tuple[MigInstanceStats, ...] = ()
     health: DeviceHealth | None = None
     saturation: Saturation | None = None
+    # The sweep these figures came from: raw NVML values for views that speak NVML's or
+    # DCGM's vocabulary. None for a GPU kept from before an NVML outage.
+    reading: DeviceReading | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class ContainerAccelerator:
     compute_utilization_percent: float | None = None
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
+    claim: ClaimDevice | None = None                # the DRA claim that allocated it
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class ContainerStats:
     pod_uid: str | None = None
     usage: ContainerUsage = ContainerUsage()
     accelerators: tuple[ContainerAccelerator, ...] = ()
+    unresolved_claims: tuple[UnresolvedClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class PodAccelerator:
     device_uuid: str
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative, includes gone containers
+    claim: ClaimDevice | None = None
 
 
 @dataclass(frozen=True)
