@@ -28,6 +28,7 @@ from gpustats.hostfs import HostRoots
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cgroups import CgroupReader
+from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
@@ -86,7 +87,9 @@ class Daemon:
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
-                if config.runtime_socket else None),
+                if config.runtime_socket else None,
+                names=(KubeletLogNames(config.log_root, errors=self.errors),)
+                if config.log_root else ()),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

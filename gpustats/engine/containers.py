@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
@@ -98,12 +98,15 @@ class _Devices:
 class ContainerTracker:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
-                 runtime: NamesSource | None = None):
+                 runtime: NamesSource | None = None,
+                 names: Sequence[NamesSource] = ()):
         self._cgroups = cgroups
         self._procs = procs
         self._counters = counters
         self._pod_resources = pod_resources
-        self._runtime = runtime
+        # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
+        # layout), then the runtime's CRI labels.
+        self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
         # pid -> its container (or None: in no container), for processes seen last tick: a GPU
         # process does not change cgroup, and a PID is not reused while it stays in NVML's list.
         self._pid_owner: dict[int, object] = {}
@@ -129,13 +132,25 @@ class ContainerTracker:
             mappings: dict[str, dict[GpuKey, set[str]]] = {}
             pid_to_container = self._map_processes(readings, containers, mappings)
             self._map_devices_lists(containers, devices, mappings)
-            names = self._runtime.names(containers) if self._runtime is not None else {}
-            names = dict(names)
+            names = self._names(containers)
             self._map_pod_resources(devices, containers, names, mappings)
             return self._build(containers, pods, names, mappings, devices, attributions,
                                processes, pid_to_container)
         finally:
             self._cgroups.end_tick()
+
+    def _names(self, containers: Mapping[str, ContainerIdentity]) -> dict[str, ContainerNames]:
+        """Each name source in trust order names what those before it left without a name."""
+        names: dict[str, ContainerNames] = {}
+        for source in self._name_sources:
+            wanted = {cid: identity for cid, identity in containers.items()
+                      if cid not in names or names[cid].container_name is None}
+            if not wanted:
+                break
+            for cid, found in source.names(wanted).items():
+                if cid in wanted and (cid not in names or found.container_name is not None):
+                    names[cid] = found
+        return names
 
     # ------------------------------------------------------------ mapping sources
 
