@@ -155,6 +155,8 @@ class KubeletLogNames:
         self._by_uid: dict[str, PodLogDir] = {}
         self._by_id: dict[str, list[tuple[str, ContainerLogLink]]] = {}
         self._resolved: dict[str, ContainerNames] = {}
+        self._pod_memo: dict[str, PodLogDir | None] = {}
+        self._link_memo: dict[str, ContainerLogLink | None] = {}
         # Entry names in the last listings that did not parse (each counted once, when new).
         self.skipped_pod_dirs: frozenset[str] = frozenset()
         self.skipped_links: frozenset[str] = frozenset()
@@ -219,29 +221,28 @@ class KubeletLogNames:
         return found[0] if len(found) == 1 else None   # two UIDs (a re-created pod): unknown
 
     def _refresh(self) -> None:
+        # Names parsed in an earlier listing are not parsed again: a re-listing after one pod
+        # started costs the directory read and the new names only.
         if self._pods.refresh():
-            by_uid, skipped = {}, set()
-            for name in self._pods.names:
-                try:
-                    pod = parse_pod_dir(name)
-                except ValueError:
-                    skipped.add(name)
-                    continue
-                by_uid[pod.uid] = pod
+            self._pod_memo = _parse_all(self._pods.names, parse_pod_dir, self._pod_memo)
+            skipped = frozenset(n for n, p in self._pod_memo.items() if p is None)
             self._count("pod_dir", skipped - self.skipped_pod_dirs)
-            self._by_uid, self.skipped_pod_dirs = by_uid, frozenset(skipped)
-            self._resolved.clear()
+            self.skipped_pod_dirs = skipped
+            self._by_uid = {p.uid: p for p in self._pod_memo.values() if p is not None}
+            # Names stay valid while their pod's directory does; the rest are worked out again.
+            self._resolved = {cid: n for cid, n in self._resolved.items()
+                              if n.pod_uid in self._by_uid}
         if self._links.refresh():
-            by_id, skipped = {}, set()
-            for name in self._links.names:
-                try:
-                    link = parse_container_link(name)
-                except ValueError:
-                    skipped.add(name)
-                    continue
-                by_id.setdefault(link.container_id, []).append((name, link))
+            self._link_memo = _parse_all(self._links.names, parse_container_link,
+                                         self._link_memo)
+            skipped = frozenset(n for n, p in self._link_memo.items() if p is None)
             self._count("container_link", skipped - self.skipped_links)
-            self._by_id, self.skipped_links = by_id, frozenset(skipped)
+            self.skipped_links = skipped
+            by_id: dict[str, list[tuple[str, ContainerLogLink]]] = {}
+            for name, link in self._link_memo.items():
+                if link is not None:
+                    by_id.setdefault(link.container_id, []).append((name, link))
+            self._by_id = by_id
             self._resolved = {cid: n for cid, n in self._resolved.items() if cid in by_id}
 
     def _count(self, kind: str, new: set[str]) -> None:
@@ -251,3 +252,17 @@ class KubeletLogNames:
                   self._root, kind.replace("_", " "))
         if self._errors is not None:
             self._errors.record("kubelet_logs", f"unparseable_{kind}", len(new))
+
+
+def _parse_all(names: tuple[str, ...], parse: Callable, memo: dict) -> dict:
+    """``name -> parse(name)`` (None where it does not parse), reusing ``memo``'s answers."""
+    out = {}
+    for name in names:
+        if name in memo:
+            out[name] = memo[name]
+            continue
+        try:
+            out[name] = parse(name)
+        except ValueError:
+            out[name] = None
+    return out
