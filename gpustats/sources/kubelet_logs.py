@@ -174,9 +174,10 @@ class KubeletLogNames:
             if names is None:
                 pod = self._by_uid.get(getattr(identity, "pod_uid", None) or "")
                 if pod is not None:
-                    # The pod's directory names the pod. The kubelet links every container it
-                    # creates before starting it (so before its cgroup exists); the one
-                    # container of a known pod without a link is the pod's sandbox.
+                    # The pod's directory names the pod. The kubelet links every container
+                    # right after creating it, before starting it; a container of a known pod
+                    # without a link is the pod's sandbox (or, for the few milliseconds
+                    # between create and link, a container its next tick will name).
                     names = ContainerNames(pod.name, pod.namespace, pod.uid, None,
                                            is_sandbox=True)
             if names is not None:
