@@ -70,6 +70,8 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--log-root", "var/log"], {}, "--log-root"),
+    ([], {"GPUSTATS_LOG_ROOT": "relative"}, "absolute directory"),
     (["--counter-retention", "0"], {}, "--counter-retention"),
     ([], {"GPUSTATS_COUNTER_RETENTION": "forever"}, "GPUSTATS_COUNTER_RETENTION"),
     (["--state-reset", "maybe"], {}, "--state-reset"),
