@@ -35,6 +35,7 @@ from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cdi import CdiSpecs
 from gpustats.sources.cgroups import CgroupReader
 from gpustats.sources.mig_caps import MigCapabilities
+from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
@@ -137,7 +138,9 @@ class Daemon:
                 runtime=RuntimeNamesClient(config.runtime_socket, errors=self.errors)
                 if config.runtime_socket else None,
                 claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
-                if self.cdi_specs is not None else None),
+                if self.cdi_specs is not None else None,
+                names=(KubeletLogNames(config.log_root, errors=self.errors),)
+                if config.log_root else ()),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

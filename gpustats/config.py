@@ -73,6 +73,15 @@ def _optional_text(value: Any) -> str | None:
     return text or None
 
 
+def _optional_directory(value: Any) -> str | None:
+    text = str(value).strip()
+    if not text:
+        return None
+    if not text.startswith("/") or "\0" in text:
+        raise ValueError(f"expected an absolute directory path, got {text!r}")
+    return text.rstrip("/") or "/"
+
+
 def _url(value: Any) -> str | None:
     text = str(value).strip()
     if not text:
@@ -204,8 +213,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("cgroup_root", _text, "/sys/fs/cgroup", "where the cgroup hierarchies are mounted", "PATH"),
     Option("pod_resources_socket", _optional_text, "/var/lib/kubelet/pod-resources/kubelet.sock",
            "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
-    Option("runtime_socket", _optional_text, "/run/containerd/containerd.sock",
-           "container runtime CRI socket for container names (empty: off)", "PATH"),
+    Option("runtime_socket", _optional_text, None,
+           "container runtime CRI socket for container names, opt-in for hosts without the "
+           "kubelet's log layout (e.g. /run/containerd/containerd.sock; empty: off)", "PATH"),
+    Option("log_root", _optional_directory, "/var/log",
+           "directory holding the kubelet's pods/ and containers/ log layout, read for names "
+           "(empty: off)", "PATH"),
     Option("cdi_spec_dirs", _path_list, "/etc/cdi,/var/run/cdi",
            "CDI spec directories, for GPUs allocated through DRA claims (empty: off)",
            "DIR,..."),
@@ -261,6 +274,7 @@ class Config:
     cgroup_root: str
     pod_resources_socket: str | None
     runtime_socket: str | None
+    log_root: str | None
     cdi_spec_dirs: tuple[str, ...]
     dcgm_exporter_url: str | None
     state_dir: str

@@ -74,6 +74,8 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_HEALTH_LISTEN": "127.0.0.1:70000"}, "GPUSTATS_HEALTH_LISTEN"),
     (["--tick-watchdog-intervals", "1"], {}, "--tick-watchdog-intervals"),
     (["--tick-watchdog-intervals", "x"], {}, "--tick-watchdog-intervals"),
+    (["--log-root", "var/log"], {}, "--log-root"),
+    ([], {"GPUSTATS_LOG_ROOT": "relative"}, "absolute directory"),
     (["--counter-retention", "0"], {}, "--counter-retention"),
     ([], {"GPUSTATS_COUNTER_RETENTION": "forever"}, "GPUSTATS_COUNTER_RETENTION"),
     (["--state-reset", "maybe"], {}, "--state-reset"),

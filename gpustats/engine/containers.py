@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
@@ -114,13 +114,16 @@ class _Devices:
 class ContainerTracker:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
-                 runtime: NamesSource | None = None, claims: ClaimSource | None = None):
+                 runtime: NamesSource | None = None, claims: ClaimSource | None = None,
+                 names: Sequence[NamesSource] = ()):
         self._cgroups = cgroups
         self._procs = procs
         self._counters = counters
         self._pod_resources = pod_resources
-        self._runtime = runtime
         self._claim_source = claims
+        # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
+        # layout), then the runtime's CRI labels.
+        self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
         # (pid, start time) -> its container (or None: in no container), for processes seen
         # last tick: a GPU process does not change cgroup.
         self._pid_owner: dict[tuple[int, int | None], object] = {}
@@ -147,8 +150,7 @@ class ContainerTracker:
             starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
             pid_to_container = self._map_processes(readings, containers, mappings, starts)
             self._map_devices_lists(containers, devices, mappings)
-            names = self._runtime.names(containers) if self._runtime is not None else {}
-            names = dict(names)
+            names = self._names(containers)
             claims = _Claims()
             self._map_pod_resources(devices, containers, names, mappings, claims)
             _fold_parents_into_instances(mappings)
@@ -160,6 +162,19 @@ class ContainerTracker:
                                processes, pid_to_container, claims)
         finally:
             self._cgroups.end_tick()
+
+    def _names(self, containers: Mapping[str, ContainerIdentity]) -> dict[str, ContainerNames]:
+        """Each name source in trust order names what those before it left without a name."""
+        names: dict[str, ContainerNames] = {}
+        for source in self._name_sources:
+            wanted = {cid: identity for cid, identity in containers.items()
+                      if cid not in names or names[cid].container_name is None}
+            if not wanted:
+                break
+            for cid, found in source.names(wanted).items():
+                if cid in wanted and (cid not in names or found.container_name is not None):
+                    names[cid] = found
+        return names
 
     # ------------------------------------------------------------ mapping sources
 
