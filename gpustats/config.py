@@ -113,6 +113,21 @@ def parse_idle_power(value: Any) -> "IdlePower":
     return IdlePower(default_watts=_watts(text))
 
 
+# A day of history at a one-second tick is the most the daemon will hold in memory.
+MAX_HISTORY_SECONDS = 86400
+
+
+def _history_seconds(value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not text.isascii():
+        raise ValueError(f"must be a whole number of seconds from 0 (off) to "
+                         f"{MAX_HISTORY_SECONDS}, got {value!r}")
+    seconds = int(text)
+    if seconds > MAX_HISTORY_SECONDS:
+        raise ValueError(f"must be at most {MAX_HISTORY_SECONDS} seconds, got {seconds}")
+    return seconds
+
+
 def _xid_list(value: Any) -> tuple[int, ...]:
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     xids = []
@@ -190,6 +205,9 @@ OPTIONS: tuple[Option, ...] = (
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
            "seconds between writes of the energy counters to the state dir", "SECONDS"),
+    Option("history_duration", _history_seconds, 600,
+           "seconds of history kept in memory for the page and /api/v1/history (0: off)",
+           "SECONDS"),
 )
 
 OPTION_NAMES = frozenset(o.name for o in OPTIONS)
@@ -215,6 +233,7 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    history_duration: int
     config_file: str | None = field(default=None)
 
 
