@@ -46,6 +46,7 @@ def scenario_at(base: dict, t: float) -> dict:
     s["processes"][1]["sm_util_percent"] = round(80 * (1 - share) * wave + 5)
     s["processes"][0]["memory_used_bytes"] = int((6 + 24 * wave) * 2**30)
     s["processes"][2]["memory_used_bytes"] = int((58 + 8 * burst) * 2**30)
+    s["processes"][2]["sm_util_percent"] = round(94 * burst)
     return s
 
 
@@ -53,7 +54,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--out", default=str(REPO / "docs" / "page.png"))
-    parser.add_argument("--window", default="1360,1640")
+    parser.add_argument("--window", default="1360,1200")
     args = parser.parse_args()
     browser = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
     if browser is None:

@@ -30,6 +30,11 @@ def _value(value: float | int | bool | None) -> float:
     return NAN if value is None else float(value)
 
 
+def _milli(value: float | None) -> float:
+    """Watts and joules are kept to a thousandth (mW, mJ), as the summary shows them."""
+    return NAN if value is None else round(value, 3)
+
+
 class _Series:
     """Identity of one series (a tuple, replaced when it changes) and its flat rows."""
 
@@ -78,14 +83,15 @@ class History:
             gpus.append((ident.uuid, (ident.index, ident.name, ident.memory_total_bytes,
                                       device.power_limit_watts),
                          (t, _value(device.duty_cycle_percent), _value(device.memory_used_bytes),
-                          _value(device.power_watts), _value(device.idle_power_watts),
-                          _value(device.active_power_watts),
+                          _milli(device.power_watts), _milli(device.idle_power_watts),
+                          _milli(device.active_power_watts),
                           _value(device.temperature_celsius), _value(healthy))))
             for mig in device.mig_instances:
                 migs.append(((ident.uuid, mig.gpu_instance_id),
                              (mig.uuid, mig.profile, mig.memory_total_bytes),
-                             (t, _value(mig.memory_used_bytes), _value(mig.activity_ratio),
-                              _value(mig.attributed_power_watts))))
+                             (t, _value(mig.memory_used_bytes),
+                              NAN if mig.activity_ratio is None else round(mig.activity_ratio, 4),
+                              _milli(mig.attributed_power_watts))))
         containers = []
         for pod in snapshot.pods:
             for container in pod.containers:
@@ -116,10 +122,11 @@ class History:
         for acc in container.accelerators:
             out.append(((container.container_id, acc.device_uuid, acc.gpu_instance_id),
                         (container.name, pod_name, pod_namespace, pod_uid),
-                        (t, _value(acc.attributed_power_watts),
-                         _value(acc.attributed_energy_joules),
+                        (t, _milli(acc.attributed_power_watts),
+                         _milli(acc.attributed_energy_joules),
                          _value(acc.process_memory_used_bytes),
-                         _value(acc.compute_utilization_percent))))
+                         NAN if acc.compute_utilization_percent is None
+                         else round(acc.compute_utilization_percent, 2))))
 
     @staticmethod
     def _trim(table: dict[Hashable, _Series], width: int, cutoff: float) -> None:

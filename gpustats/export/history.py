@@ -27,41 +27,45 @@ def _integer(value: float) -> str:
 
 
 def _number(value: float) -> str:
-    return repr(round(value, 3))
-
-
-def _ratio(value: float) -> str:
-    return repr(round(value, 4))
+    return repr(value)          # the history keeps figures already rounded
 
 
 def _boolean(value: float) -> str:
     return "true" if value else "false"
 
 
-# field name in the model -> (JSON key, formatter)
-_KEYS: dict[str, tuple[str, Formatter]] = {
-    "duty_cycle_percent": ("dutyCycle", _integer),
-    "memory_used_bytes": ("memoryUsed", _integer),
-    "power_watts": ("powerWatts", _number),
-    "idle_power_watts": ("idlePowerWatts", _number),
-    "active_power_watts": ("activePowerWatts", _number),
-    "temperature_celsius": ("temperatureCelsius", _integer),
-    "healthy": ("healthy", _boolean),
-    "activity_ratio": ("activityRatio", _ratio),
-    "attributed_power_watts": ("attributedPowerWatts", _number),
-    "attributed_energy_joules": ("attributedEnergyJoules", _number),
-    "process_memory_used_bytes": ("processMemoryUsed", _integer),
-    "compute_utilization_percent": ("computeUtilization", _number),
+# field name in the model -> (JSON key, formatter, printf conversion for the all-present row)
+_KEYS: dict[str, tuple[str, Formatter, str | None]] = {
+    "duty_cycle_percent": ("dutyCycle", _integer, "%d"),
+    "memory_used_bytes": ("memoryUsed", _integer, "%d"),
+    "power_watts": ("powerWatts", _number, "%r"),
+    "idle_power_watts": ("idlePowerWatts", _number, "%r"),
+    "active_power_watts": ("activePowerWatts", _number, "%r"),
+    "temperature_celsius": ("temperatureCelsius", _integer, "%d"),
+    "healthy": ("healthy", _boolean, None),
+    "activity_ratio": ("activityRatio", _number, "%r"),
+    "attributed_power_watts": ("attributedPowerWatts", _number, "%r"),
+    "attributed_energy_joules": ("attributedEnergyJoules", _number, "%r"),
+    "process_memory_used_bytes": ("processMemoryUsed", _integer, "%d"),
+    "compute_utilization_percent": ("computeUtilization", _number, "%r"),
 }
 
 
-def _layout(fields: tuple[str, ...]) -> tuple[tuple[str, Formatter], ...]:
-    return tuple((f',"{_KEYS[name][0]}":', _KEYS[name][1]) for name in fields)
+class _Layout:
+    """How the rows of one kind of series print: key by key, or in one go when all present."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.width = 1 + len(fields)
+        self.keys = tuple((f',"{_KEYS[name][0]}":', _KEYS[name][1]) for name in fields)
+        conversions = [_KEYS[name][2] for name in fields]
+        self.template = None if None in conversions else (
+            '{"time":"%s"' + "".join(f',"{_KEYS[name][0]}":{conv}'
+                                     for name, conv in zip(fields, conversions)) + "}")
 
 
-_GPU = _layout(GPU_FIELDS)
-_MIG = _layout(MIG_FIELDS)
-_CONTAINER = _layout(CONTAINER_FIELDS)
+_GPU = _Layout(GPU_FIELDS)
+_MIG = _Layout(MIG_FIELDS)
+_CONTAINER = _Layout(CONTAINER_FIELDS)
 
 
 class _Times:
@@ -80,14 +84,20 @@ class _Times:
         return text
 
 
-def _points(rows: array, layout: tuple[tuple[str, Formatter], ...], times: _Times) -> str:
-    width = 1 + len(layout)
+def _points(rows: array, layout: _Layout, times: _Times) -> str:
+    width, keys, template = layout.width, layout.keys, layout.template
     isfinite = math.isfinite
     out = []
-    for start in range(0, len(rows), width):
-        parts = ['{"time":"', times(rows[start]), '"']
-        for offset, (key, fmt) in enumerate(layout, 1):
-            value = rows[start + offset]
+    flat = rows.tolist()
+    for start in range(0, len(flat), width):
+        row = flat[start:start + width]
+        row[0] = times(row[0])
+        if template is not None and all(map(isfinite, row[1:])):
+            out.append(template % tuple(row))
+            continue
+        values = row[1:]
+        parts = ['{"time":"', row[0], '"']
+        for (key, fmt), value in zip(keys, values):
             if isfinite(value):          # NaN is absent; an infinity is never a reading
                 parts.append(key)
                 parts.append(fmt(value))

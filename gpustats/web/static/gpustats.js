@@ -75,7 +75,7 @@
       for (const [unit, size] of [["GJ", 1e9], ["MJ", 1e6], ["kJ", 1e3]]) {
         if (Math.abs(v) >= size) return (v / size).toFixed(2) + " " + unit;
       }
-      return v.toFixed(1) + " J";
+      return (v ? v.toFixed(1) : "0") + " J";
     },
   };
 
