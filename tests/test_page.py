@@ -230,3 +230,16 @@ def test_unknown_asset_is_404_json(node):
     for path in ("/assets/nope.js", "/assets/..%2fapp.py", "/assets/"):
         resp = client.get(path)
         assert resp.status_code == 404 and resp.get_json()["error"] == "not_found"
+
+
+def test_odd_spans_are_rendered_but_not_kept(node):
+    store, history, client = node
+    tick(store, history, 0)
+    from gpustats.web import history as web_history
+    for seconds in range(1, 30):
+        assert client.get(f"/api/v1/history?seconds={seconds}").status_code == 200
+    assert client.get("/api/v1/history").status_code == 200       # the whole window: kept
+    rendered = [c.cell_contents for c in
+                client.application.view_functions["history.history_view"].__closure__
+                if isinstance(c.cell_contents, web_history._Rendered)][0]
+    assert len(rendered._bodies) == web_history.KEPT_PER_TICK + 1

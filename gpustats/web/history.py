@@ -41,6 +41,11 @@ def parse_seconds(values: list[str], duration_seconds: float) -> int | None:
     return seconds
 
 
+# Bodies kept per tick: the whole window and the few spans pages ask for. Other spans are
+# rendered per request and not kept, so odd queries cannot fill memory.
+KEPT_PER_TICK = 4
+
+
 class _Rendered:
     """Bodies of the latest recorded tick, per ``seconds``; rebuilt at most once per tick."""
 
@@ -65,7 +70,8 @@ class _Rendered:
                     return None
                 body = Body(history_json(window), "application/json",
                             etag=f"{self._instance}-{window.sequence}-{seconds or 0}")
-                if window.sequence == sequence:
+                if window.sequence == sequence and (seconds is None
+                                                    or len(self._bodies) < KEPT_PER_TICK):
                     self._bodies[seconds] = body
             return body
 

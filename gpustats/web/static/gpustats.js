@@ -370,9 +370,13 @@
   async function tick() {
     try {
       if (windowSeconds > 0) {
-        // Ask for what was missed since the last answer (a hidden tab polls less often).
+        // The last few ticks, or what was missed since the last answer (a hidden tab polls
+        // less often), rounded up to a power of two so that all pages ask the same few spans
+        // and the server renders each once per tick.
         const behind = lastFetched ? (Date.now() - lastFetched) / 1000 + 2 * interval : windowSeconds;
-        await fetchHistory(Math.min(windowSeconds, Math.max(1, Math.ceil(behind))));
+        let seconds = Math.ceil(3 * interval);
+        while (seconds < behind) seconds *= 2;
+        await fetchHistory(Math.min(windowSeconds, seconds));
       }
       await refreshTables();
       render();
