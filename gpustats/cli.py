@@ -17,6 +17,7 @@ from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.history import History
@@ -25,7 +26,7 @@ from gpustats.engine.loop import Housekeeping
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
-from gpustats.hostfs import HostRoots
+from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cgroups import CgroupReader
@@ -75,17 +76,22 @@ class Daemon:
                               is_driver_gone=lambda exc: isinstance(exc, DriverGone),
                               retry_interval=config.nvml_retry_interval)
         self.node_name = config.node_name or socket.gethostname()
-        self.counters = EnergyCounters()
-        self.counters.load(config.state_dir)
+        self.counters = EnergyCounters(retention_seconds=config.counter_retention)
+        self.state_files = StateFiles(config.state_dir)
+        if config.state_reset:
+            self.state_files.reset()
+        self.counters.load(self.state_files)      # NewerStateVersion stops start-up
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
-        self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
+        self.persister = Persister(self.counters, config.persist_interval)
+        procs = ProcReader(self.roots)
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
             errors=self.errors, store=self.store,
-            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters),
-            counters=self.counters, persister=self.persister,
+            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters,
+                                    boot_id=read_boot_id(self.roots)),
+            counters=self.counters, persister=self.persister, process_start=procs.start_time,
             containers=ContainerTracker(
-                CgroupReader(self.roots), ProcReader(self.roots), self.counters,
+                CgroupReader(self.roots), procs, self.counters,
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
@@ -139,6 +145,7 @@ class Daemon:
         self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.persister.persist_now()
+        self.state_files.close()
         self.gpus.close()
         if self.simulator is not None:
             self.simulator.uninstall()
@@ -216,6 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(config.log_level)
     try:
         daemon = Daemon(config)
+    except NewerStateVersion as exc:
+        print(f"gpustats: the state in {config.state_dir} was written by a newer gpustats "
+              f"({exc}); run that version, or start over with --state-reset",
+              file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         print(f"gpustats: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -72,6 +72,18 @@ def _url(value: Any) -> str | None:
     return text
 
 
+def parse_bool(value: Any) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case), or a YAML boolean."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def _log_level(value: Any) -> str:
     level = str(value).strip().upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -204,7 +216,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("xid_ignore", _xid_list, (13, 31, 43, 45, 68, 109),
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
-           "seconds between writes of the energy counters to the state dir", "SECONDS"),
+           "seconds between compactions of the energy counters in the state dir (changes are "
+           "journaled every tick)", "SECONDS"),
+    Option("counter_retention", _positive_seconds, 3600.0,
+           "seconds a counter is kept after its process, container, pod or GPU is gone",
+           "SECONDS"),
+    Option("state_reset", parse_bool, False,
+           "start counters from zero, moving the state files aside (needed to start over a "
+           "state written by a newer gpustats)", "BOOL"),
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
@@ -233,6 +252,8 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    counter_retention: float
+    state_reset: bool
     history_duration: int
     config_file: str | None = field(default=None)
 
@@ -246,8 +267,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         help="YAML config file (env GPUSTATS_CONFIG)")
     for option in OPTIONS:
         default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
+        extra = {"nargs": "?", "const": "true"} if isinstance(option.default, bool) else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
-                            help=f"{option.help} [env {option.env}; default {default_text}]")
+                            help=f"{option.help} [env {option.env}; default {default_text}]",
+                            **extra)
     parser.add_argument("--once", action="store_true",
                         help="run two ticks a short interval apart, print the summary JSON, exit")
     parser.add_argument("--version", action="store_true", help="print the version and exit")

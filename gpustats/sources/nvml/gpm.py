@@ -2,7 +2,9 @@
 
 Two samples must be more than 100 ms apart (nvml.md §2.13); ticks are seconds apart, so each
 tick's sample pairs with the previous tick's. MIG instances are sampled through the parent
-handle with ``nvmlGpmMigSampleGet``.
+handle with ``nvmlGpmMigSampleGet``. Support is remembered per device and per MIG instance: an
+instance whose sample answers NOT_SUPPORTED loses GPM alone, the GPU and its other instances
+keep theirs; a metric a sample cannot give is absent from that reading only.
 """
 
 from __future__ import annotations
@@ -74,7 +76,10 @@ class GpmSampler:
         return known and not self._q.is_unsupported(uuid, "gpm")
 
     def _next(self, key: tuple[str, int | None], take: Callable[[Any], Any]) -> GpmReading | None:
-        uuid = key[0]
+        uuid, gpu_instance_id = key
+        field = "gpm" if gpu_instance_id is None else f"gpm_gi{gpu_instance_id}"
+        if self._q.is_unsupported(uuid, field):
+            return None
         buffers = self._buffers.get(key)
         if buffers is None:
             first = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc)
@@ -88,7 +93,7 @@ class GpmSampler:
         now = self._monotonic()
         if taken_at is not None and now - taken_at <= MIN_INTERVAL_SECONDS:
             return None            # too close to the last sample: keep it as the base
-        if self._q.read(uuid, "gpm", take, spare) is None:
+        if self._q.read(uuid, field, take, spare) is None:
             return None
         buffers[0], buffers[1], buffers[2] = spare, previous, now
         if taken_at is None:
