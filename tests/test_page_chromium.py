@@ -115,3 +115,26 @@ def test_docs_screenshot_is_committed_and_shown():
     assert width >= 1000 and height >= 800
     assert "docs/page.png" in (REPO_ROOT / "README.md").read_text()
     assert yaml.safe_load((REPO_ROOT / "examples" / "two-gpus.yaml").read_text())["devices"]
+
+
+def test_daemon_history_end_to_end(start_daemon, tmp_path):
+    """The history the real daemon records after each tick, as a client sees it."""
+    daemon, server = start_node(start_daemon, tmp_path, "--history-duration", "30")
+    try:
+        body = daemon.wait_for(
+            lambda b: all(len(c["points"]) >= 3 for c in b["containers"]) and b["containers"],
+            path="/api/v1/history")
+        assert [g["model"] for g in body["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
+        assert {c["pod"] for c in body["containers"]} == {n[0] for n in NAMES.values()}
+        trainer = next(c for c in body["containers"] if c["pod"] == "llm-train-0")
+        last = trainer["points"][-1]
+        assert last["attributedPowerWatts"] > 0 and last["processMemoryUsed"] == 2**30
+        energies = [p["attributedEnergyJoules"] for p in trainer["points"]
+                    if "attributedEnergyJoules" in p]        # absent before two readings
+        assert len(energies) >= 2 and energies == sorted(energies)   # a counter: never back
+        status, recent = daemon.get("/api/v1/history?seconds=1")
+        assert status == 200 and 1 <= len(recent["gpus"][0]["points"]) <= 3
+        status, error = daemon.get("/api/v1/history?seconds=31")
+        assert status == 400 and "1 to 30" in error["message"]
+    finally:
+        server.stop(0)

@@ -330,6 +330,7 @@
   }
 
   function render() {
+    if (windowSeconds <= 0) return;       // history off: the tables only
     for (const holder of document.querySelectorAll("[data-charts]")) {
       const key = holder.dataset.charts;
       if (key === "pods") podEnergyChart(holder);
