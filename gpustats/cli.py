@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,8 @@ from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.history import History
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
+from gpustats.engine.lost_gpus import LostGpuNamer
+from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
@@ -38,7 +41,8 @@ from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from gpustats.sources.pci import PciScanner
+from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
+from gpustats.sources.pci import PciGpu, PciScanner
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
@@ -51,8 +55,12 @@ SHUTDOWN_BUDGET_SECONDS = 2.0
 class _SimulatedBus:
     """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
 
-    def scan(self) -> tuple[str, ...]:
-        return ("simulated",)
+    def __init__(self, simulator):
+        self._simulator = simulator
+
+    def scan(self) -> tuple[PciGpu, ...]:
+        return tuple(PciGpu(address=normalize_bus_id(d.pci_bus_id))
+                     for d in self._simulator.scenario.devices)
 
 
 class Daemon:
@@ -67,20 +75,26 @@ class Daemon:
         self.simulator = None
         if config.simulate:
             from gpustats.simulator import SimulatedNvml
-            self.simulator = SimulatedNvml(config.simulate)
+            # The simulated driver keeps its energy counters across daemon restarts, as
+            # hardware does (it counts from the driver's load, not the daemon's start).
+            self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
+                config.state_dir, "simulated-driver.json"))
             self.simulator.install()
-            scanner = _SimulatedBus()
+            scanner = _SimulatedBus(self.simulator)
         else:
             scanner = PciScanner(self.roots)
-        self.gpus = GpuSource(scanner, self._open_nvml,
-                              is_driver_gone=lambda exc: isinstance(exc, DriverGone),
-                              retry_interval=config.nvml_retry_interval)
-        self.node_name = config.node_name or socket.gethostname()
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
         self.state_files = StateFiles(config.state_dir)
         if config.state_reset:
             self.state_files.reset()
         self.counters.load(self.state_files)      # NewerStateVersion stops start-up
+        lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
+                                  self.counters.devices, normalize_bus_id,
+                                  logging.getLogger("gpustats.engine.gpus").error)
+        self.gpus = GpuSource(scanner, self._open_nvml,
+                              is_driver_gone=lambda exc: isinstance(exc, DriverGone),
+                              retry_interval=config.nvml_retry_interval, lost_namer=lost_namer)
+        self.node_name = config.node_name or socket.gethostname()
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.persist_interval)
         procs = ProcReader(self.roots)
@@ -178,9 +192,16 @@ def serve(daemon: Daemon) -> int:
     host, port = daemon.config.listen
     # asyncore_loop_timeout: how often the idle server wakes up to expire channels; the
     # default (1 s) is most of a dormant daemon's CPU. Signals still stop it at once.
-    server = create_server(daemon.create_app(), host=host, port=port, threads=8,
-                           ident="gpustats", clear_untrusted_proxy_headers=True,
-                           asyncore_loop_timeout=30, channel_timeout=120)
+    try:
+        server = create_server(daemon.create_app(), host=host, port=port, threads=8,
+                               ident="gpustats", clear_untrusted_proxy_headers=True,
+                               asyncore_loop_timeout=30, channel_timeout=120)
+    except OSError as exc:      # address in use, not an address of this host, no permission
+        # Nothing has started and nothing is persisted: the state dir stays as found (it may
+        # be the one of the gpustats already on this port).
+        print(f"gpustats: cannot listen on {host}:{port}: {exc.strerror or exc} "
+              "(choose another with --listen HOST:PORT)", file=sys.stderr)
+        return 2
 
     stopping = False
 
@@ -221,6 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpustats: {exc}", file=sys.stderr)
         return 2
     _setup_logging(config.log_level)
+    try:
+        state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
+                                 environ=os.environ)
+    except StateDirError as exc:
+        print(f"gpustats: {exc}", file=sys.stderr)
+        return 2
+    if state.note is not None:
+        log.warning("%s", state.note)
+        config = dataclasses.replace(config, state_dir=state.path)
     try:
         daemon = Daemon(config)
     except NewerStateVersion as exc:

@@ -200,7 +200,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dcgm_exporter_url", _url, None,
            "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
     Option("state_dir", _text, "/var/lib/gpustats",
-           "directory for persisted energy counters", "PATH"),
+           "directory for persisted energy counters (the default falls back to "
+           "$XDG_STATE_HOME/gpustats or ~/.local/state/gpustats where it is not writable)",
+           "PATH"),
     Option("node_name", _optional_text, None,
            "node name reported in the summary and on every metric (default: hostname)", "NAME"),
     Option("idle_power_watts", parse_idle_power, IdlePower(),
@@ -256,6 +258,21 @@ class Config:
     state_reset: bool
     history_duration: int
     config_file: str | None = field(default=None)
+    # Options given by flag, environment or file (the rest took their default).
+    explicit: frozenset[str] = field(default=frozenset())
+
+
+def _shown_default(default: Any) -> str | None:
+    """A default as a user would type it; None where the help text says what absence means."""
+    if default is None or isinstance(default, IdlePower):
+        return None
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, (tuple, list)):
+        return ",".join(str(v) for v in default)
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return str(default)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -266,11 +283,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="YAML config file (env GPUSTATS_CONFIG)")
     for option in OPTIONS:
-        default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
+        shown = _shown_default(option.default)
+        default_text = f"; default {shown}" if shown is not None else ""
         extra = {"nargs": "?", "const": "true"} if isinstance(option.default, bool) else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
-                            help=f"{option.help} [env {option.env}; default {default_text}]",
-                            **extra)
+                            help=f"{option.help} [env {option.env}{default_text}]", **extra)
     parser.add_argument("--once", action="store_true",
                         help="run two ticks a short interval apart, print the summary JSON, exit")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -303,6 +320,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     config_path = args.config or environ.get("GPUSTATS_CONFIG") or None
     file_values = load_config_file(config_path) if config_path else {}
     values: dict[str, Any] = {}
+    explicit = set()
     for option in OPTIONS:
         flag_value = getattr(args, option.name, None)
         if flag_value is not None:
@@ -315,11 +333,12 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             default = option.default
             values[option.name] = option.parse(default) if isinstance(default, str) else default
             continue
+        explicit.add(option.name)
         try:
             values[option.name] = option.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"invalid {origin}: {exc}") from None
-    return Config(config_file=config_path, **values)
+    return Config(config_file=config_path, explicit=frozenset(explicit), **values)
 
 
 def config_field_names() -> tuple[str, ...]:

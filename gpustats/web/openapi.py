@@ -77,7 +77,9 @@ _CONTAINER_ACCELERATOR = {
     "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
                    "computeUtilization": _NUM, "attributedPowerWatts": _NUM,
                    "attributedEnergyJoules": _NUM, "gpuInstanceId": _U64,
-                   "migProfile": {"type": "string"}},
+                   "migProfile": {"type": "string"},
+                   # A MIG tenant's entry is its MIG device (id MIG-…); this is the GPU's UUID.
+                   "parentId": {"type": "string"}},
 }
 _CONTAINER = {
     "type": "object", "required": ["name", "startTime"],
@@ -88,6 +90,7 @@ _CONTAINER = {
 _LOOSE_CONTAINER = {
     "type": "object", "required": ["id", "startTime"],
     "properties": {"id": {"type": "string"}, "name": {"type": "string"},
+                   "podUid": {"type": "string"},     # in a pod no name source names (yet)
                    "runtime": {"type": "string"}, "cgroup": {"type": "string"},
                    "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
                    "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
@@ -96,7 +99,8 @@ _POD = {
     "type": "object", "required": ["podRef", "startTime", "containers"],
     "properties": {
         "podRef": {"type": "object", "required": ["name", "namespace", "uid"],
-                   "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                   "properties": {"name": {"type": "string", "minLength": 1},
+                                  "namespace": {"type": "string", "minLength": 1},
                                   "uid": {"type": "string"}}},
         "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
         "containers": {"type": "array", "items": _CONTAINER},
@@ -186,7 +190,8 @@ def _history_path(history_seconds: int) -> dict:
                "description": "how many seconds back (default: all the daemon keeps)"}
     return {"get": {"operationId": "getHistory", "parameters": [seconds], "responses": {
         "200": _json(_HISTORY, "per GPU, MIG instance and container, a point per tick"),
-        "400": _BAD_REQUEST, "503": _NOT_READY}}}
+        "400": _json(_ERROR, "seconds is not one integer from 1 to the history duration"),
+        "503": _NOT_READY}}}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -194,13 +199,14 @@ def _json(schema: dict, description: str) -> dict:
 
 
 _NOT_READY = _json(_ERROR, "no collection tick has completed yet")
-_BAD_REQUEST = _json(_ERROR, "a query parameter has a bad value")
 _ONLY_CPU = {"name": "only_cpu_and_memory", "in": "query", "required": False,
-             "schema": {"type": "string", "enum": ["true", "false"]},
-             "description": "true: node and pod CPU/memory only (no accelerators)"}
+             "schema": {"type": "string"},
+             "description": "exactly `true`, given once: node and pod CPU/memory only (no "
+                            "accelerators); any other value or a repetition is false, as the "
+                            "kubelet reads it"}
 _SUMMARY_OP = {"parameters": [_ONLY_CPU],
                "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape"),
-                             "400": _BAD_REQUEST, "503": _NOT_READY}}
+                             "503": _NOT_READY}}
 
 
 def openapi_document(history_seconds: int = 0) -> dict[str, Any]:

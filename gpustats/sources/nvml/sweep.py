@@ -111,6 +111,10 @@ class DeviceSweeper:
     def close(self) -> None:
         self._gpm.close()
 
+    def unidentified(self) -> tuple[int, ...]:
+        """Indices of GPUs lost before their identity could be read (named by the engine)."""
+        return tuple(d.index for d in self._session.devices if d.identity is None)
+
     def sweep(self) -> tuple[DeviceReading, ...]:
         """Read all devices; a lost device is reported as lost, the others as usual."""
         readings = []
