@@ -62,6 +62,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
                   extra_args: tuple[str, ...] = ()) -> dict:
     from gpustats.cli import Daemon
     from gpustats.config import build_arg_parser, resolve
+    from gpustats.export.prometheus import render
 
     path = write_scenario(workdir / f"{name}.yaml", scenario)
     args = build_arg_parser().parse_args(
@@ -71,12 +72,16 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
     try:
         for _ in range(3):
             daemon.collector.tick()
-        cpu_ms, calls = [], []
+        cpu_ms, calls, render_ms = [], [], []
         for _ in range(ticks):
             start = time.thread_time()
             snapshot = daemon.collector.tick()
             cpu_ms.append((time.thread_time() - start) * 1000.0)
             calls.append(snapshot.status.nvml_calls_last_tick or 0)
+            # /metrics is rendered once per snapshot (then served from memory): its cost.
+            start = time.thread_time()
+            render(snapshot, None, daemon.config.dcgm_compat)
+            render_ms.append((time.thread_time() - start) * 1000.0)
     finally:
         daemon.close()
     gpus = max(1, len(scenario["devices"]))
@@ -89,6 +94,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         "tick_cpu_ms_p95": round(cpu_ms[int(0.95 * (len(cpu_ms) - 1))], 3),
         "nvml_calls_per_tick": round(statistics.mean(calls), 1),
         "nvml_calls_per_gpu_per_tick": round(statistics.mean(calls) / gpus, 1),
+        "metrics_render_cpu_ms_median": round(statistics.median(render_ms), 3),
     }
 
 
@@ -324,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
         report["scales"].append(measure_ticks("8gpu", node_scenario(8), workdir, ticks))
         report["scales"].append(measure_ticks("8gpu-64proc", node_scenario(8, 64), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu-64proc-dcgm", node_scenario(8, 64), workdir,
+                                              ticks, ("--dcgm-compat",)))
         report["scales"].append(_container_scale("8gpu-300c", 8, 0, 64, 300, workdir, ticks))
         report["scales"].append(_container_scale("8gpu-3000c", 8, 0, 64, 3000, workdir, ticks))
         report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
@@ -363,6 +371,9 @@ def _print_figures(report: dict) -> None:
         print(f"{s['scale']:<18}{s['gpus']:>5}{s['processes']:>7}{s.get('containers', 0):>6}"
               f"{s['tick_cpu_ms_median']:>13}{s['tick_cpu_ms_p95']:>8}"
               f"{s['nvml_calls_per_tick']:>12}{s['nvml_calls_per_gpu_per_tick']:>11}")
+    print("/metrics render CPU ms per snapshot: " + ", ".join(
+        f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
+        if "metrics_render_cpu_ms_median" in s))
     if "growth_ratio_3000c_over_300c" in report:
         print(f"growth 3000 vs 300 containers: x{report['growth_ratio_3000c_over_300c']} "
               "(linear would be x10 or less)")

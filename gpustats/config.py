@@ -225,6 +225,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_reset", parse_bool, False,
            "start counters from zero, moving the state files aside (needed to start over a "
            "state written by a newer gpustats)", "BOOL"),
+    Option("dcgm_compat", parse_bool, False,
+           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
@@ -255,6 +257,7 @@ class Config:
     persist_interval: float
     counter_retention: float
     state_reset: bool
+    dcgm_compat: bool
     history_duration: int
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).

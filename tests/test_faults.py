@@ -106,16 +106,18 @@ def test_neither_power_nor_energy_leaves_active_and_attributed_energy_absent(mak
 
 
 def test_function_not_found(make_daemon, caplog):
+    # An old driver: no field values either, so energy has no other way in.
     daemon, _ = make_daemon({"devices": [device()],
                              "missing_functions": ["nvmlDeviceGetTotalEnergyConsumption",
-                                                   "nvmlDeviceGetTemperature"]})
+                                                   "nvmlDeviceGetTemperature",
+                                                   "nvmlDeviceGetFieldValues"]})
     with caplog.at_level(logging.INFO):
         for _ in range(3):
             snapshot = daemon.collector.tick()
     acc = accelerator(snapshot)
     assert "energyJoules" not in acc and "temperatureCelsius" not in acc
     assert acc["powerWatts"] == 300.0
-    assert ("nvml", "function_not_found", 2) in snapshot.status.collection_errors
+    assert ("nvml", "function_not_found", 3) in snapshot.status.collection_errors
     # Attribution falls back to integrated power.
     assert acc["activePowerWatts"] == 0.0 and acc["idlePowerWatts"] == 300.0
 

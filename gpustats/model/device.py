@@ -64,6 +64,17 @@ class GpmReading:
     pcie_rx_bytes_per_second: float | None = None
     nvlink_tx_bytes_per_second: float | None = None
     nvlink_rx_bytes_per_second: float | None = None
+    tensor_active_percent: float | None = None     # any tensor pipe active (DCGM PIPE_TENSOR)
+
+
+@dataclass(frozen=True)
+class RemappedRowsReading:
+    """Row remapping (Ampere+; nvmlDeviceGetRemappedRows or fields 142-145): cumulative counts."""
+
+    correctable: int | None = None         # rows remapped after correctable errors
+    uncorrectable: int | None = None       # rows remapped after uncorrectable errors
+    pending: bool | None = None            # a remapping waits for the next GPU reset
+    failure: bool | None = None            # a remapping failed (no spare row left)
 
 
 @dataclass(frozen=True)
@@ -101,4 +112,13 @@ class DeviceReading:
     gpm: GpmReading | None = None
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    memory_temperature_celsius: int | None = None   # HBM/GDDR sensor (field 82)
+    pcie_replay_count: int | None = None            # cumulative PCIe replays
+    encoder_utilization_percent: int | None = None
+    decoder_utilization_percent: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None        # driver reservation (nvmlMemory_v2)
+    remapped_rows: RemappedRowsReading | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_uint, c_ulonglong, c_void_p, cast
 from typing import Callable
 
@@ -27,6 +28,7 @@ from gpustats.simulator.abi import (
 )
 from gpustats.simulator.driver_state import load_driver_state, save_driver_state
 from gpustats.simulator.events import EventCalls
+from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
 from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
 
@@ -39,7 +41,7 @@ class _FakeLibrary:
     """Attributes are added per C symbol; ``getattr`` of a missing one raises AttributeError."""
 
 
-class SimulatedNvml(EventCalls, GpmCalls):
+class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
 
     def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
@@ -57,6 +59,7 @@ class SimulatedNvml(EventCalls, GpmCalls):
         self._refcount = 0
         self._init_attempts = 0
         self._calls = 0
+        self.calls_by_function: Counter[str] = Counter()
         # Per device UUID: accumulated energy (mJ) and violation time (ns), advanced lazily.
         self._energy_mj: dict[str, float] = {}
         self._violation_ns: dict[str, dict[str, float]] = {}
@@ -199,13 +202,14 @@ class SimulatedNvml(EventCalls, GpmCalls):
         for name, (restype, argtypes, impl) in self._functions().items():
             if name in missing:
                 continue
-            setattr(lib, name, CFUNCTYPE(restype, *argtypes)(self._wrap(impl)))
+            setattr(lib, name, CFUNCTYPE(restype, *argtypes)(self._wrap(name, impl)))
         return lib
 
-    def _wrap(self, impl):
+    def _wrap(self, name: str, impl):
         def call(*args):
             with self._lock:
                 self._calls += 1
+                self.calls_by_function[name] += 1
                 self._maybe_reload()
                 try:
                     return impl(*args)
@@ -255,6 +259,14 @@ class SimulatedNvml(EventCalls, GpmCalls):
             "nvmlDeviceGetViolationStatus": (c_int, [v, u, v],
                                              d(self._violation, field="violations")),
             "nvmlDeviceGetPcieThroughput": (c_int, [v, u, v], d(self._pcie, field="pcie")),
+            "nvmlDeviceGetFieldValues": (c_int, [v, c_int, v], d(self._field_values)),
+            "nvmlDeviceGetClockInfo": (c_int, [v, u, v], d(self._clock_info)),
+            "nvmlDeviceGetEncoderUtilization": (c_int, [v, v, v], d(self._encoder_utilization)),
+            "nvmlDeviceGetDecoderUtilization": (c_int, [v, v, v], d(self._decoder_utilization)),
+            "nvmlDeviceGetPcieReplayCounter": (c_int, [v, v],
+                                               d(self._pcie_replay_counter, field="pcie_replay")),
+            "nvmlDeviceGetRemappedRows": (c_int, [v, v, v, v, v],
+                                          d(self._remapped_rows, field="remapped_rows")),
             "nvmlDeviceGetComputeRunningProcesses_v3": (
                 c_int, [v, v, v], d(self._processes, mig=True, field="processes")),
             "nvmlDeviceGetMPSComputeRunningProcesses_v3": (
@@ -400,26 +412,31 @@ class SimulatedNvml(EventCalls, GpmCalls):
         set_out(out, c_uint, device.architecture)
         return SUCCESS
 
-    def _memory_figures(self, device, instance) -> tuple[int, int]:
+    def _memory_figures(self, device, instance) -> tuple[int, int, int]:
+        """(total, reserved, used excluding the reservation)."""
         if instance is None:
-            return device.memory_total_bytes, min(device.memory_used_bytes,
-                                                  device.memory_total_bytes)
+            total = device.memory_total_bytes
+            reserved = min(device.memory_reserved_bytes, total)
+            return total, reserved, min(device.memory_used_bytes, total - reserved)
         used = sum(p.memory_used_bytes or 0 for p in self._scenario.processes
                    if p.device == device.uuid and p.gpu_instance_id == instance.gpu_instance_id)
-        return instance.memory_total_bytes, min(used, instance.memory_total_bytes)
+        return instance.memory_total_bytes, 0, min(used, instance.memory_total_bytes)
 
     def _memory(self, device, instance, out) -> int:
-        total, used = self._memory_figures(device, instance)
+        total, reserved, used = self._memory_figures(device, instance)
         mem = struct_at(out, pynvml.c_nvmlMemory_t)
-        mem.total, mem.used, mem.free = total, used, total - used
+        # v1 counts the driver's reservation as used (nvml.md §2.3).
+        mem.total, mem.used, mem.free = total, used + reserved, total - used - reserved
         return SUCCESS
 
     def _memory_v2(self, device, instance, out) -> int:
         mem = struct_at(out, pynvml.c_nvmlMemory_v2_t)
         if mem.version != pynvml.nvmlMemory_v2:
             return ARGUMENT_VERSION_MISMATCH
-        total, used = self._memory_figures(device, instance)
-        mem.total, mem.reserved, mem.used, mem.free = total, 0, used, total - used
+        if "memory_reserved" in device.unsupported:
+            return NOT_SUPPORTED
+        total, reserved, used = self._memory_figures(device, instance)
+        mem.total, mem.reserved, mem.used, mem.free = total, reserved, used, total - used - reserved
         return SUCCESS
 
     def _utilization(self, device, instance, out) -> int:

@@ -15,10 +15,21 @@ position), ``pci_bus_id`` (default ``00000000:<index+1>:00.0``), ``memory_total_
 80 GiB), ``memory_used_bytes`` (default: the sum of its processes' memory), ``utilization_percent``
 and ``memory_utilization_percent`` (default 0), ``power_watts`` (default 70; the energy counter
 integrates it over real time), ``energy_counter_base_millijoules`` (default 0),
-``power_limit_watts`` (default 700), ``temperature_celsius`` (default 40), ``unsupported`` (list
-of: memory, utilization, power, energy, power_limit, temperature, processes,
-process_utilization, clocks_event_reasons, violations, pcie, gpm, events, ecc, mig,
-minor_number, pci_info — each answers NOT_SUPPORTED), ``lost`` (bool: every call for this GPU
+``power_limit_watts`` (default 700), ``temperature_celsius`` (default 40),
+``memory_temperature_celsius`` (default 45), ``sm_clock_mhz`` (default 1980),
+``memory_clock_mhz`` (default 2619), ``pcie_replay_count`` (cumulative, default 0),
+``encoder_utilization_percent`` and ``decoder_utilization_percent`` (default 0; NOT_SUPPORTED
+under MIG), ``memory_reserved_bytes`` (driver reservation, default 0: nvmlMemory_v2 reports it
+apart, v1 counts it as used), ``remapped_rows`` (``{correctable, uncorrectable, pending,
+failure}``, default 0/0/false/false; NOT_SUPPORTED under MIG), ``unsupported`` (list of:
+memory, utilization, power, energy, power_limit, temperature, memory_temperature, sm_clock,
+memory_clock, pcie_replay, encoder_utilization, decoder_utilization, memory_reserved,
+remapped_rows, processes, process_utilization, clocks_event_reasons, violations, pcie, gpm,
+events, ecc, mig, minor_number, pci_info — each answers NOT_SUPPORTED, through its own call and
+as a field of ``nvmlDeviceGetFieldValues``; ``memory_reserved`` makes nvmlMemory_v2 answer
+NOT_SUPPORTED; ``fields`` makes every field of ``nvmlDeviceGetFieldValues`` answer
+NOT_SUPPORTED while the single calls still answer, ``fields.<name>`` only that one, for power,
+energy, memory_temperature, violations, pcie_replay, remapped_rows), ``lost`` (bool: every call for this GPU
 answers GPU_IS_LOST), ``clocks_event_reasons`` (list of names — gpu_idle, applications_clocks,
 sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clock,
 board_limit, reliability — or an int bitmask; default none set), ``violations``
@@ -52,11 +63,17 @@ GIB = 1024 ** 3
 
 ARCHITECTURES = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7,
                  "ada": 8, "hopper": 9, "blackwell": 10}
+# Readings that nvmlDeviceGetFieldValues also gives (fields.<name> turns off only the field).
+FIELD_READINGS = ("power", "energy", "memory_temperature", "violations", "pcie_replay",
+                  "remapped_rows")
 UNSUPPORTABLE = frozenset({
     "memory", "utilization", "power", "energy", "power_limit", "temperature", "processes",
     "process_utilization", "clocks_event_reasons", "violations", "pcie", "gpm", "events", "ecc",
-    "mig", "minor_number", "pci_info",
+    "mig", "minor_number", "pci_info", "memory_temperature", "sm_clock", "memory_clock",
+    "pcie_replay", "encoder_utilization", "decoder_utilization", "memory_reserved",
+    "remapped_rows", "fields", *(f"fields.{name}" for name in FIELD_READINGS),
 })
+REMAPPED_ROWS_KEYS = ("correctable", "uncorrectable", "pending", "failure")
 CLOCKS_EVENT_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
     "sync_boost": 0x10, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80,
@@ -65,7 +82,7 @@ CLOCKS_EVENT_BITS = {
 VIOLATION_KEYS = ("power_percent", "thermal_percent", "sync_boost_percent", "board_limit_percent")
 GPM_KEYS = ("sm_active_percent", "sm_occupancy_percent", "dram_active_percent",
             "graphics_active_percent", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
-            "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
+            "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "tensor_active_percent")
 EVENT_TYPES = ("xid", "single_bit_ecc", "double_bit_ecc")
 
 
@@ -95,6 +112,14 @@ class SimDevice:
     energy_counter_base_millijoules: int
     power_limit_watts: float
     temperature_celsius: int
+    memory_temperature_celsius: int
+    sm_clock_mhz: int
+    memory_clock_mhz: int
+    pcie_replay_count: int
+    encoder_utilization_percent: int
+    decoder_utilization_percent: int
+    memory_reserved_bytes: int
+    remapped_rows: tuple[int, int, bool, bool]
     unsupported: frozenset[str]
     lost: bool
     clocks_event_reasons: int
@@ -205,6 +230,19 @@ def _clocks(value: Any, where: str) -> int:
     return mask
 
 
+def _remapped_rows(value: Any, where: str) -> tuple[int, int, bool, bool]:
+    data = _mapping(value or {}, where)
+    unknown = set(data) - set(REMAPPED_ROWS_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("pending", "failure"):
+        if not isinstance(data.get(key, False), bool):
+            raise ValueError(f"{where}.{key}: expected true or false")
+    return (_number(data, "correctable", where, 0, integer=True),
+            _number(data, "uncorrectable", where, 0, integer=True),
+            data.get("pending", False), data.get("failure", False))
+
+
 def _mig(value: Any, where: str, parent_uuid: str) -> SimMigInstance:
     data = _mapping(value, where)
     gi = _number(data, "gpu_instance_id", where, None, integer=True)
@@ -275,6 +313,15 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         power_limit_watts=_number(data, "power_limit_watts", where, 700.0),
         temperature_celsius=_number(data, "temperature_celsius", where, 40, integer=True,
                                     minimum=-273),
+        memory_temperature_celsius=_number(data, "memory_temperature_celsius", where, 45,
+                                           integer=True, minimum=-273),
+        sm_clock_mhz=_number(data, "sm_clock_mhz", where, 1980, integer=True),
+        memory_clock_mhz=_number(data, "memory_clock_mhz", where, 2619, integer=True),
+        pcie_replay_count=_number(data, "pcie_replay_count", where, 0, integer=True),
+        encoder_utilization_percent=int(_percent(data, "encoder_utilization_percent", where, 0)),
+        decoder_utilization_percent=int(_percent(data, "decoder_utilization_percent", where, 0)),
+        memory_reserved_bytes=_number(data, "memory_reserved_bytes", where, 0, integer=True),
+        remapped_rows=_remapped_rows(data.get("remapped_rows"), f"{where}.remapped_rows"),
         unsupported=unsupported,
         lost=bool(data.get("lost", False)),
         clocks_event_reasons=_clocks(data.get("clocks_event_reasons"),

@@ -32,6 +32,7 @@ _METRICS = (
     ("pcie_rx_bytes_per_second", pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _MIB),
     ("nvlink_tx_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _MIB),
     ("nvlink_rx_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _MIB),
+    ("tensor_active_percent", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, 1.0),
 )
 
 

@@ -9,7 +9,7 @@ anything else makes that one value absent and is counted.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pynvml
 
@@ -33,6 +33,23 @@ _UNSUPPORTED_CODES = frozenset({
 
 
 _LIBRARY_MISMATCH = getattr(pynvml, "NVMLLibraryMismatchError", ())
+
+
+_FIELD_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+def _field_value(entry: Any) -> int | float | None:
+    """The union member ``valueType`` names; ``None`` for a type this code does not know."""
+    member = _FIELD_VALUE_MEMBERS.get(int(entry.valueType))
+    return getattr(entry.value, member) if member is not None else None
 
 
 class DeviceLost(Exception):
@@ -111,14 +128,53 @@ class Querier:
                                     else "function_not_found")
                 log.info("GPU %s: %s is not available (%s); not asking again", device, field, exc)
                 return None
-            fatal = self._classify_fatal(exc)
-            if not isinstance(fatal, pynvml.NVMLError):
-                raise fatal from exc
-            reason = error_reason(exc)
-            self._errors.record("nvml", reason)
-            self._log_once((device, field, reason), logging.WARNING,
-                           "GPU %s: reading %s failed: %s", device, field, exc)
+            self._failed(device, field, exc)
             return None
+
+    def field_values(self, device: str, handle: Any,
+                     requests: Sequence[tuple[str, int]]) -> dict[str, tuple[int | float, int]]:
+        """Many fields in one ``nvmlDeviceGetFieldValues`` call: ``{name: (value, CPU µs)}``.
+
+        Each entry answers on its own (nvml.md §2.6). A field that answers NOT_SUPPORTED (or
+        INVALID_ARGUMENT: an id this driver does not know) is remembered as ``field:<name>``
+        and not asked again, so the caller reads it through its single call from then on. A
+        field missing from the result for any other reason is absent for this tick only.
+        """
+        wanted = [(name, fid) for name, fid in requests
+                  if (device, f"field:{name}") not in self._unsupported]
+        if not wanted:
+            return {}
+        raw = self.read(device, "field_values", pynvml.nvmlDeviceGetFieldValues, handle,
+                        [fid for _, fid in wanted])
+        if raw is None:
+            return {}
+        out: dict[str, tuple[int | float, int]] = {}
+        for (name, fid), entry in zip(wanted, raw):
+            code = int(entry.nvmlReturn)
+            if code == pynvml.NVML_SUCCESS:
+                value = _field_value(entry)
+                if value is not None:
+                    out[name] = (value, int(entry.timestamp))
+                continue
+            exc = pynvml.NVMLError(code)
+            if code in _UNSUPPORTED_CODES or code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
+                self._unsupported.add((device, f"field:{name}"))
+                self._errors.record("nvml", "not_supported")
+                log.info("GPU %s: NVML field %d (%s) answers %s; not asking for it again (its "
+                         "own call is used where one exists)", device, fid, name, exc)
+                continue
+            self._failed(device, f"field:{name}", exc)
+        return out
+
+    def _failed(self, device: str, field: str, exc: pynvml.NVMLError) -> None:
+        """A failure that is neither 'not supported' nor fatal: counted, logged rate-limited."""
+        fatal = self._classify_fatal(exc)
+        if not isinstance(fatal, pynvml.NVMLError):
+            raise fatal from exc
+        reason = error_reason(exc)
+        self._errors.record("nvml", reason)
+        self._log_once((device, field, reason), logging.WARNING,
+                       "GPU %s: reading %s failed: %s", device, field, exc)
 
     def _classify_fatal(self, exc: pynvml.NVMLError) -> BaseException:
         code = error_code(exc)

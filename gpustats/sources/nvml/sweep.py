@@ -1,11 +1,16 @@
 """One sweep per device per tick: dynamic readings into ``DeviceReading``.
 
-Call budget per GPU per tick (non-MIG, processes present): memory, utilization, power, energy,
-temperature, clocks-event reasons, MIG mode, processes (two calls when non-empty), MPS processes,
-process utilization (two calls when samples exist), GPM sample + metrics. Slow-moving values are
-read less often: power limit every ``slow_every`` ticks, violation counters (cumulative, so the
-saturation window stays exact) every ``violation_every`` ticks, PCIe throughput (each call
-blocks ~20 ms in the driver, nvml.md §2.7) only on GPUs without GPM and every ``pcie_every`` ticks.
+Every per-tick scalar NVML offers as a field (power, energy, memory temperature, violation
+counters, PCIe replays, remapped rows) comes from one ``nvmlDeviceGetFieldValues`` call; a field
+the GPU does not support is remembered and read through its own call from then on (violations
+every ``violation_every`` ticks, PCIe replays and remapped rows every ``slow_every``). Then, per
+GPU and tick: memory, utilization, temperature, clocks-event reasons, processes, process
+utilization (when there are processes), GPM sample + metrics. Read less often: clocks and
+encoder/decoder utilization every ``detail_every`` ticks (dcgm-exporter samples them every
+30 s by default); power limit, MIG mode and, while the process list stays the same, MPS clients
+every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driver, nvml.md
+§2.7) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
+carried in the readings between its reads.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import pynvml
 
 from gpustats.model.device import (
     DeviceIdentity, DeviceReading, MigInstanceReading, ProcessReading, ProcessSample,
-    ViolationReading,
+    RemappedRowsReading, ViolationReading,
 )
+from gpustats.sources.nvml import fields
 from gpustats.sources.nvml.gpm import GpmSampler
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
@@ -85,6 +91,12 @@ class _DeviceState:
     power_limit_watts: float | None = None
     violations: ViolationReading | None = None
     pcie: tuple[float | None, float | None] = (None, None)
+    pcie_replay_count: int | None = None
+    remapped_rows: RemappedRowsReading | None = None
+    clocks: tuple[int | None, int | None] = (None, None)          # SM, memory MHz
+    codec: tuple[int | None, int | None] = (None, None)           # encoder, decoder %
+    mps_pids: frozenset[int] | None = None                        # process list MPS was read for
+    mps: bool | None = None
     mig_enabled: bool | None = None
     mig_instances: list[_MigInstance] = field(default_factory=list)
     lost: bool = False
@@ -94,15 +106,17 @@ class DeviceSweeper:
     """Reads every device of one NVML session; one instance per session."""
 
     def __init__(self, session: NvmlSession, *, monotonic: Callable[[], float] = time.monotonic,
-                 slow_every: int = 12, violation_every: int = 3, pcie_every: int = 6):
+                 slow_every: int = 12, violation_every: int = 3, pcie_every: int = 6,
+                 detail_every: int = 6):
         self._session = session
         self._q: Querier = session.querier
         self._monotonic = monotonic
         self._slow_every = slow_every
+        self._detail_every = detail_every
         self._violation_every = violation_every
         self._pcie_every = pcie_every
         self._state: dict[int, _DeviceState] = {}
-        self._gpm = GpmSampler(self._q)
+        self._gpm = GpmSampler(self._q, monotonic)
 
     @property
     def calls(self) -> int:
@@ -138,35 +152,40 @@ class DeviceSweeper:
               state: _DeviceState) -> DeviceReading:
         q, h, uuid = self._q, device.handle, ident.uuid
         tick = state.ticks
+        slow = tick % self._slow_every == 0
+        values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY))
+        read_at = self._monotonic()        # the counter's time: delta / dt stays exact
+        energy_mj = fields.value(values, "energy")
+        if energy_mj is None:
+            energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            read_at = self._monotonic()
+        power_mw = fields.value(values, "power")
+        if power_mw is None:
+            power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
         memory = self._memory(uuid, h)
         util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
-        power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
-        energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
-        read_at = self._monotonic()        # the counter's time: delta / dt stays exact
         temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
                              pynvml.NVML_TEMPERATURE_GPU)
         reasons = q.read(uuid, "clocks_event_reasons",
                          pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
-        if tick % self._slow_every == 0:
+        if slow:
             limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
-        if tick % self._violation_every == 0:
-            state.violations = self._violations(uuid, h)
-        self._refresh_mig(device, ident, state)
+            self._refresh_mig(device, ident, state)
+        self._field_backed(uuid, h, state, values, tick)
+        if tick % self._detail_every == 0:
+            self._details(uuid, h, state)
 
         processes = self._processes(uuid, h)
-        mps = None
         samples = None
-        if processes:
-            mps_list = q.read(uuid, "mps_processes",
-                              pynvml.nvmlDeviceGetMPSComputeRunningProcesses, h)
-            mps = bool(mps_list) if mps_list is not None else None
+        mps = self._mps(uuid, h, state, processes, slow) if processes else None
         if not state.mig_enabled:
             samples = self._samples(uuid, h, state, processes) if processes else ()
         gpm = self._gpm.device(uuid, h)
         if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
         mig = self._mig_readings(uuid, h, state, processes) if state.mig_enabled else ()
+        reserved = getattr(memory, "reserved", None) if memory is not None else None
 
         return DeviceReading(
             identity=ident if memory is None else replace(ident, memory_total_bytes=int(memory.total)),
@@ -188,8 +207,67 @@ class DeviceSweeper:
             gpm=gpm,
             pcie_tx_bytes_per_second=state.pcie[0],
             pcie_rx_bytes_per_second=state.pcie[1],
+            sm_clock_mhz=state.clocks[0],
+            memory_clock_mhz=state.clocks[1],
+            memory_temperature_celsius=fields.value(values, "memory_temperature"),
+            pcie_replay_count=state.pcie_replay_count,
+            encoder_utilization_percent=state.codec[0],
+            decoder_utilization_percent=state.codec[1],
+            memory_free_bytes=int(memory.free) if memory is not None else None,
+            memory_reserved_bytes=int(reserved) if reserved is not None else None,
+            remapped_rows=state.remapped_rows,
             unsupported_fields=q.unsupported_fields(uuid),
         )
+
+    def _field_backed(self, uuid: str, h: Any, state: _DeviceState, values: fields.FieldValues,
+                      tick: int) -> None:
+        """Violations, PCIe replays and remapped rows: from this tick's fields, else (fields not
+        supported) through their own calls at their slower cadence, carried in between."""
+        slow = tick % self._slow_every == 0
+        violations = fields.violations_of(values)
+        if violations is not None:
+            state.violations = violations
+        elif tick % self._violation_every == 0:
+            state.violations = self._violations(uuid, h)
+        replay = fields.value(values, "pcie_replay")
+        if replay is not None:
+            state.pcie_replay_count = replay
+        elif slow:
+            replay = self._q.read(uuid, "pcie_replay", pynvml.nvmlDeviceGetPcieReplayCounter, h)
+            state.pcie_replay_count = int(replay) if replay is not None else None
+        remapped = fields.remapped_rows_of(values)
+        if remapped is not None:
+            state.remapped_rows = remapped
+        elif slow:
+            raw = self._q.read(uuid, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, h)
+            state.remapped_rows = RemappedRowsReading(
+                correctable=int(raw[0]), uncorrectable=int(raw[1]),
+                pending=bool(raw[2]), failure=bool(raw[3])) if raw is not None else None
+
+    def _details(self, uuid: str, h: Any, state: _DeviceState) -> None:
+        """Clocks and encoder/decoder utilization (no field values exist for them)."""
+        q = self._q
+        sm = q.read(uuid, "sm_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+        mem = q.read(uuid, "memory_clock", pynvml.nvmlDeviceGetClockInfo, h,
+                     pynvml.NVML_CLOCK_MEM)
+        state.clocks = (int(sm) if sm is not None else None,
+                        int(mem) if mem is not None else None)
+        enc = q.read(uuid, "encoder_utilization", pynvml.nvmlDeviceGetEncoderUtilization, h)
+        dec = q.read(uuid, "decoder_utilization", pynvml.nvmlDeviceGetDecoderUtilization, h)
+        state.codec = (int(enc[0]) if enc is not None else None,
+                       int(dec[0]) if dec is not None else None)
+
+    def _mps(self, uuid: str, h: Any, state: _DeviceState,
+             processes: tuple[ProcessReading, ...], slow: bool) -> bool | None:
+        """Whether MPS clients are present: asked again when the process list changes (a
+        process does not become an MPS client during its life) and every slow tick."""
+        pids = frozenset(p.pid for p in processes)
+        if pids != state.mps_pids or slow:
+            raw = self._q.read(uuid, "mps_processes",
+                               pynvml.nvmlDeviceGetMPSComputeRunningProcesses, h)
+            state.mps = bool(raw) if raw is not None else None
+            state.mps_pids = pids
+        return state.mps
 
     def _memory(self, uuid: str, h: Any) -> Any:
         """Memory info, v2 first: its ``used`` excludes driver-reserved memory, as nvidia-smi
@@ -284,8 +362,11 @@ class DeviceSweeper:
         if state.mig_enabled is not None or enabled:
             log.info("GPU %s: MIG mode is now %s", ident.uuid, "on" if enabled else "off")
         if state.mig_enabled is not None:
-            # Utilization answers NOT_SUPPORTED under MIG only: forget what the old mode taught.
-            self._q.forget(ident.uuid, ("utilization", "process_utilization"))
+            # These answer NOT_SUPPORTED under MIG only: forget what the old mode taught.
+            self._q.forget(ident.uuid, (
+                "utilization", "process_utilization", "encoder_utilization",
+                "decoder_utilization", "remapped_rows",
+                *(f"field:{name}" for name, _ in fields.REMAPPED_ROWS)))
         state.mig_enabled = enabled
         state.mig_instances = self._mig_topology(ident, device.handle) if enabled else []
 
