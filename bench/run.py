@@ -27,7 +27,8 @@ from pathlib import Path
 import psutil
 
 from bench.loadgen import run_load
-from bench.scenarios import fake_host, node_scenario, write_scenario
+from bench.dra import dra_spec, serve_kubelet_and_runtime
+from bench.scenarios import fake_host, fake_log_layout, node_scenario, write_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -59,7 +60,7 @@ def _fetch(url: str) -> bytes:
 # ---------------------------------------------------------------- tick cost (in process)
 
 def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
-                  extra_args: tuple[str, ...] = ()) -> dict:
+                  extra_args: tuple[str, ...] = (), inspect=None) -> dict:
     from gpustats.cli import Daemon
     from gpustats.config import build_arg_parser, resolve
     from gpustats.export.prometheus import render
@@ -82,6 +83,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
             start = time.thread_time()
             render(snapshot, None, daemon.config.dcgm_compat)
             render_ms.append((time.thread_time() - start) * 1000.0)
+        extra = inspect(daemon, snapshot) if inspect is not None else {}
     finally:
         daemon.close()
     gpus = max(1, len(scenario["devices"]))
@@ -95,18 +97,82 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         "nvml_calls_per_tick": round(statistics.mean(calls), 1),
         "nvml_calls_per_gpu_per_tick": round(statistics.mean(calls) / gpus, 1),
         "metrics_render_cpu_ms_median": round(statistics.median(render_ms), 3),
+        **extra,
     }
 
 
 def _container_scale(name: str, gpus: int, mig: int, processes: int, containers: int,
-                     workdir: Path, ticks: int) -> dict:
+                     workdir: Path, ticks: int, log_entries: int = 0) -> dict:
     scenario = node_scenario(gpus, processes, mig_instances=mig)
     pids = [p["pid"] for p in scenario["processes"]]
     cgroup, proc = fake_host(workdir / f"host-{name}", containers, pids)
+    logs = fake_log_layout(workdir / f"logs-{name}", containers, log_entries) \
+        if log_entries else ""
     result = measure_ticks(name, scenario, workdir, ticks,
-                           ("--cgroup-root", cgroup, "--proc-root", proc))
+                           ("--cgroup-root", cgroup, "--proc-root", proc, "--log-root", logs))
     result["containers"] = containers
+    if log_entries:
+        result["log_entries"] = log_entries
+        result["log_relist_cpu_ms"] = measure_log_relist(logs, containers, ticks)
     return result
+
+
+def _dra_scale(name: str, gpus: int, pods: int, containers_per_pod: int, processes: int,
+               workdir: Path, ticks: int, dra: bool = True) -> dict:
+    """Pods whose every container holds the pod's DRA claim (a shared device, ``share_id`` set)
+    on one of ``gpus`` GPUs: an in-process kubelet pod-resources server and CRI runtime, one
+    transient CDI spec per claim. Ticks include CDI look-ups; specs are parsed once.
+    ``dra=False``: the same GPUs held through device-plugin replicas (the control)."""
+    scenario = node_scenario(gpus, processes)
+    containers = pods * containers_per_pod
+    pids = [p["pid"] for p in scenario["processes"]]
+    cgroup, proc = fake_host(workdir / f"host-{name}", containers, pids, containers_per_pod)
+    cdi = workdir / f"cdi-{name}"
+    cdi.mkdir()
+    for pod in range(pods):
+        write_scenario(cdi / f"k8s.gpu.nvidia.com-claim_{pod:08x}.yaml", dra_spec(pod, gpus))
+    servers = serve_kubelet_and_runtime(workdir, pods, containers_per_pod, gpus, dra)
+    try:
+        def inspect(daemon, snapshot):
+            held = sum(len(c.accelerators) for p in snapshot.pods for c in p.containers)
+            if not dra:
+                return {"held_accelerators": held}
+            claimed = sum(1 for p in snapshot.pods for c in p.containers
+                          for a in c.accelerators if a.claim is not None)
+            return {"cdi_spec_files": pods, "cdi_parses": daemon.cdi_specs.parses,
+                    "claimed_accelerators": claimed, "held_accelerators": held}
+
+        result = measure_ticks(name, scenario, workdir, ticks, (
+            "--cgroup-root", cgroup, "--proc-root", proc, "--cdi-spec-dirs", str(cdi),
+            "--pod-resources-socket", servers.pod_resources,
+            "--runtime-socket", servers.runtime), inspect)
+    finally:
+        servers.stop()
+    result["containers"] = containers
+    result["ticks"] = ticks + 3                   # with the warm-up ticks
+    return result
+
+
+def measure_log_relist(log_root: str, containers: int, samples: int) -> dict:
+    """CPU of naming passes that cannot use the cached listings: the first one (both listings,
+    every name parsed, a readlink per container) and one after a pod started (a re-listing)."""
+    from gpustats.sources.kubelet_logs import KubeletLogNames
+
+    ids = [f"{i:064x}" for i in range(containers)]
+    cold, churn = [], []
+    for n in range(max(5, samples // 5)):
+        source = KubeletLogNames(log_root)
+        start = time.thread_time()
+        source.names(ids)
+        cold.append((time.thread_time() - start) * 1000.0)
+        link = os.path.join(log_root, "containers", f"new-{n}_bench_c-{n + 10**7:064x}.log")
+        os.symlink(f"/var/log/pods/bench_new-{n}_x/c/0.log", link)
+        start = time.thread_time()
+        source.names(ids)
+        churn.append((time.thread_time() - start) * 1000.0)
+        os.unlink(link)
+    return {"cold_cpu_ms": round(statistics.median(cold), 3),
+            "after_pod_start_cpu_ms": round(statistics.median(churn), 3)}
 
 
 def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
@@ -286,9 +352,24 @@ def evaluate_targets(report: dict) -> list[dict]:
     t300 = scales.get("8gpu-300c", {}).get("tick_cpu_ms_median")
     add("tick <= 15 ms CPU (8 GPUs, 64 processes, 300 containers)", t300,
         t300 is not None and t300 <= 15)
+    tlog = scales.get("8gpu-300c-10klogs", {}).get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU named from a 10,000-entry log layout (300 containers)", tlog,
+        tlog is not None and tlog <= 15)
     tmig = scales.get("8gpu-7mig-300c", {}).get("tick_cpu_ms_median")
     add("tick <= 15 ms CPU with attribution (8x7 MIG, 64 processes, 300 containers)", tmig,
         tmig is not None and tmig <= 15)
+    dra = scales.get("8gpu-dra-110p", {})
+    tdra = dra.get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU with DRA claims (8 GPUs, 110 pods, 330 containers)", tdra,
+        tdra is not None and tdra <= 15)
+    control = scales.get("8gpu-devplugin-110p", {}).get("tick_cpu_ms_median")
+    add("DRA claims cost <= 10% over the same GPUs held by device plugin (ratio)",
+        round(tdra / control, 2) if tdra and control else None,
+        tdra is not None and control is not None and tdra <= 1.1 * control)
+    parses = dra.get("cdi_parses")
+    add("CDI spec files parsed once each, not per tick (parses / files)",
+        None if parses is None else round(parses / dra["cdi_spec_files"], 2),
+        parses is not None and parses == dra["cdi_spec_files"])
     growth = report.get("growth_ratio_3000c_over_300c")
     add("growth linear in containers (3000 vs 300 <= x10)", growth,
         growth is not None and growth <= 10.5)
@@ -333,10 +414,15 @@ def main(argv: list[str] | None = None) -> int:
         report["scales"].append(measure_ticks("8gpu-64proc-dcgm", node_scenario(8, 64), workdir,
                                               ticks, ("--dcgm-compat",)))
         report["scales"].append(_container_scale("8gpu-300c", 8, 0, 64, 300, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-300c-10klogs", 8, 0, 64, 300, workdir,
+                                                 ticks, log_entries=10_000))
         report["scales"].append(_container_scale("8gpu-3000c", 8, 0, 64, 3000, workdir, ticks))
         report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
         report["scales"].append(_container_scale("8gpu-7mig-3000c", 8, 7, 64, 3000, workdir,
                                                  ticks))
+        report["scales"].append(_dra_scale("8gpu-devplugin-110p", 8, 110, 3, 64, workdir, ticks,
+                                           dra=False))
+        report["scales"].append(_dra_scale("8gpu-dra-110p", 8, 110, 3, 64, workdir, ticks))
         by_name = {s["scale"]: s for s in report["scales"]}
         report["growth_ratio_3000c_over_300c"] = round(
             by_name["8gpu-3000c"]["tick_cpu_ms_median"]
@@ -371,9 +457,20 @@ def _print_figures(report: dict) -> None:
         print(f"{s['scale']:<18}{s['gpus']:>5}{s['processes']:>7}{s.get('containers', 0):>6}"
               f"{s['tick_cpu_ms_median']:>13}{s['tick_cpu_ms_p95']:>8}"
               f"{s['nvml_calls_per_tick']:>12}{s['nvml_calls_per_gpu_per_tick']:>11}")
+    for s in report["scales"]:
+        if "log_relist_cpu_ms" in s:
+            r = s["log_relist_cpu_ms"]
+            print(f"{s['scale']}: naming from {s['log_entries']} log entries: first pass "
+                  f"{r['cold_cpu_ms']} ms CPU, a tick after a pod started "
+                  f"{r['after_pod_start_cpu_ms']} ms CPU")
     print("/metrics render CPU ms per snapshot: " + ", ".join(
         f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
         if "metrics_render_cpu_ms_median" in s))
+    for s in report["scales"]:
+        if "cdi_parses" in s:
+            print(f"{s['scale']}: {s['claimed_accelerators']} claimed accelerators, "
+                  f"{s['cdi_parses']} CDI parses for {s['cdi_spec_files']} spec files "
+                  f"over {s['ticks']} ticks")
     if "growth_ratio_3000c_over_300c" in report:
         print(f"growth 3000 vs 300 containers: x{report['growth_ratio_3000c_over_300c']} "
               "(linear would be x10 or less)")

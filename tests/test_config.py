@@ -70,12 +70,16 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--log-root", "var/log"], {}, "--log-root"),
+    ([], {"GPUSTATS_LOG_ROOT": "relative"}, "absolute directory"),
     (["--counter-retention", "0"], {}, "--counter-retention"),
     ([], {"GPUSTATS_COUNTER_RETENTION": "forever"}, "GPUSTATS_COUNTER_RETENTION"),
     (["--state-reset", "maybe"], {}, "--state-reset"),
     ([], {"GPUSTATS_STATE_RESET": "2"}, "GPUSTATS_STATE_RESET"),
     (["--dcgm-compat=maybe"], {}, "--dcgm-compat"),
     ([], {"GPUSTATS_DCGM_COMPAT": "2"}, "GPUSTATS_DCGM_COMPAT"),
+    (["--cdi-spec-dirs", "/etc/cdi,relative/cdi"], {}, "--cdi-spec-dirs"),
+    ([], {"GPUSTATS_CDI_SPEC_DIRS": "cdi"}, "absolute"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
