@@ -22,6 +22,7 @@ from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
+from gpustats.engine.history import History
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
@@ -48,6 +49,8 @@ from gpustats.serving import ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
 from gpustats.sources.pci import PciGpu, PciScanner
 from gpustats.web.app import WebSettings, create_app
+from gpustats.web.history import history_blueprint
+from gpustats.web.ui import ui_blueprint
 
 log = logging.getLogger("gpustats")
 
@@ -145,9 +148,16 @@ class Daemon:
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)
-        self.housekeeping = Housekeeping(self.collector.tick, config.housekeeping_interval,
+        self.history = History(config.history_duration) if config.history_duration else None
+        self.housekeeping = Housekeeping(self._tick, config.housekeeping_interval,
                                          on_tick_done=self._after_tick)
         self._announced_ready = False
+
+    def _tick(self) -> None:
+        """One collection tick; the history records the snapshot it published."""
+        snapshot = self.collector.tick()
+        if self.history is not None:
+            self.history.record(snapshot)
 
     def _after_tick(self) -> None:
         """systemd: READY=1 after the first tick, WATCHDOG=1 after every tick."""
@@ -177,6 +187,11 @@ class Daemon:
                                watchdog_intervals=self.config.tick_watchdog_intervals)
         return create_app(self.store, settings,
                           metrics_renderer=MetricsRenderer(self.store, self.config.dcgm_compat),
+                          extra_blueprints=(
+                              history_blueprint(self.history),
+                              ui_blueprint(self.store,
+                                           housekeeping_interval=self.config.housekeeping_interval,
+                                           history_seconds=self.config.history_duration)),
                           probes_only=probes_only)
 
     def reload(self, args) -> None:

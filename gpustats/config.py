@@ -158,6 +158,21 @@ def parse_idle_power(value: Any) -> "IdlePower":
     return IdlePower(default_watts=_watts(text))
 
 
+# A day of history at a one-second tick is the most the daemon will hold in memory.
+MAX_HISTORY_SECONDS = 86400
+
+
+def _history_seconds(value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not text.isascii():
+        raise ValueError(f"must be a whole number of seconds from 0 (off) to "
+                         f"{MAX_HISTORY_SECONDS}, got {value!r}")
+    seconds = int(text)
+    if seconds > MAX_HISTORY_SECONDS:
+        raise ValueError(f"must be at most {MAX_HISTORY_SECONDS} seconds, got {seconds}")
+    return seconds
+
+
 def _xid_list(value: Any) -> tuple[int, ...]:
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     xids = []
@@ -253,6 +268,9 @@ OPTIONS: tuple[Option, ...] = (
            "state written by a newer gpustats)", "BOOL"),
     Option("dcgm_compat", parse_bool, False,
            "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
+    Option("history_duration", _history_seconds, 600,
+           "seconds of history kept in memory for the page and /api/v1/history (0: off)",
+           "SECONDS"),
     Option("health_listen", _optional_listen, None,
            "also serve /healthz and /readyz on this address, apart from the data port "
            "(empty: off)", "HOST:PORT"),
@@ -289,6 +307,7 @@ class Config:
     counter_retention: float
     state_reset: bool
     dcgm_compat: bool
+    history_duration: int
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     config_file: str | None = field(default=None)

@@ -207,5 +207,9 @@ def test_sdist_and_wheel_build(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpustats/sources/podresources/podresources_api_pb2.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+    page_files = ("gpustats/web/templates/index.html", "gpustats/web/static/gpustats.js",
+                  "gpustats/web/static/gpustats.css")
+    assert set(page_files) <= set(names)
     with tarfile.open(sdist) as tar:
         assert any(n.endswith("gpustats/cli.py") for n in tar.getnames())
+        assert all(any(n.endswith(f) for n in tar.getnames()) for f in page_files)

@@ -23,6 +23,8 @@ def parse_proc_stat(text: str) -> tuple[int | None, int | None]:
                 values = [int(v) for v in fields]
             except ValueError:
                 continue
+            if len(values) < 4:         # a truncated line has no idle column to subtract
+                continue
             # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
             # already counted in user/nice, idle and iowait are not busy.
             busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)

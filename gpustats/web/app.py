@@ -75,7 +75,8 @@ def status() -> Response:
 
 @api.route("/openapi.json")
 def openapi() -> Response:
-    body = current_app.extensions.setdefault("gpustats.openapi", json.dumps(openapi_document()))
+    body = current_app.extensions.setdefault("gpustats.openapi", json.dumps(openapi_document(
+        current_app.extensions.get("gpustats.history_seconds", 0))))
     return Response(body, mimetype="application/json")
 
 

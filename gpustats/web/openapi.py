@@ -170,6 +170,63 @@ _STATUS = {
                            "count": _U64}}},
     },
 }
+_HISTORY_TIME = {"type": "string", "format": "date-time"}
+_GPU_POINT = {
+    "type": "object", "required": ["time"],
+    "properties": {"time": _HISTORY_TIME, "dutyCycle": {"type": "integer", "minimum": 0,
+                                                        "maximum": 100},
+                   "memoryUsed": _U64, "powerWatts": _NUM, "idlePowerWatts": _NUM,
+                   "activePowerWatts": _NUM, "temperatureCelsius": {"type": "integer"},
+                   "healthy": {"type": "boolean"}},
+    "additionalProperties": False,
+}
+_MIG_POINT = {
+    "type": "object", "required": ["time"],
+    "properties": {"time": _HISTORY_TIME, "memoryUsed": _U64, "activityRatio": _NUM,
+                   "attributedPowerWatts": _NUM},
+    "additionalProperties": False,
+}
+_CONTAINER_POINT = {
+    "type": "object", "required": ["time"],
+    "properties": {"time": _HISTORY_TIME, "attributedPowerWatts": _NUM,
+                   "attributedEnergyJoules": _NUM, "processMemoryUsed": _U64,
+                   "computeUtilization": _NUM},
+    "additionalProperties": False,
+}
+_HISTORY = {
+    "type": "object", "required": ["seconds", "gpus", "containers"],
+    "properties": {
+        "seconds": {"type": "number", "minimum": 1},
+        "gpus": {"type": "array", "items": {
+            "type": "object", "required": ["id", "index", "points"],
+            "properties": {
+                "id": {"type": "string"}, "index": _U64, "model": {"type": "string"},
+                "memoryTotal": _U64, "powerLimitWatts": _NUM,
+                "points": {"type": "array", "items": _GPU_POINT},
+                "migInstances": {"type": "array", "items": {
+                    "type": "object", "required": ["gpuInstanceId", "points"],
+                    "properties": {"gpuInstanceId": _U64, "id": {"type": "string"},
+                                   "profile": {"type": "string"}, "memoryTotal": _U64,
+                                   "points": {"type": "array", "items": _MIG_POINT}}}}}}},
+        "containers": {"type": "array", "items": {
+            "type": "object", "required": ["id", "gpu", "points"],
+            "properties": {
+                "id": {"type": "string"}, "gpu": {"type": "string"},
+                "gpuInstanceId": _U64, "name": {"type": "string"}, "pod": {"type": "string"},
+                "namespace": {"type": "string"}, "podUid": {"type": "string"},
+                "points": {"type": "array", "items": _CONTAINER_POINT}}}},
+    },
+}
+
+
+def _history_path(history_seconds: int) -> dict:
+    seconds = {"name": "seconds", "in": "query", "required": False,
+               "schema": {"type": "integer", "minimum": 1, "maximum": history_seconds},
+               "description": "how many seconds back (default: all the daemon keeps)"}
+    return {"get": {"operationId": "getHistory", "parameters": [seconds], "responses": {
+        "200": _json(_HISTORY, "per GPU, MIG instance and container, a point per tick"),
+        "400": _json(_ERROR, "seconds is not one integer from 1 to the history duration"),
+        "503": _NOT_READY}}}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -187,8 +244,9 @@ _SUMMARY_OP = {"parameters": [_ONLY_CPU],
                              "503": _NOT_READY}}
 
 
-def openapi_document() -> dict[str, Any]:
-    return {
+def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
+    """The document; ``/api/v1/history`` is in it when the history is on (its duration > 0)."""
+    document = {
         "openapi": "3.0.3",
         "info": {"title": "gpustats", "version": __version__,
                  "description": "GPU container stats: kubelet Summary API and Prometheus."},
@@ -201,6 +259,11 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/status": {"get": {"operationId": "status", "responses": {
                 "200": _json(_STATUS, "each data source's state, last error and age"),
                 "503": _NOT_READY}}},
+            "/": {"get": {"operationId": "page", "responses": {
+                "200": {"description": "the node at a glance, for people",
+                        "content": {"text/html": {"schema": {"type": "string"}}}},
+                "503": {"description": "no collection tick has completed yet",
+                        "content": {"text/html": {"schema": {"type": "string"}}}}}}},
             "/healthz": {"get": {"operationId": "healthz", "responses": {
                 "200": _json({"type": "object", "required": ["status"],
                               "properties": {"status": {"type": "string"}}}, "alive"),
@@ -219,5 +282,16 @@ def openapi_document() -> dict[str, Any]:
                 "404": _json(_ERROR, "metrics not enabled")}}},
             "/openapi.json": {"get": {"operationId": "openapi", "responses": {
                 "200": _json({"type": "object"}, "this document")}}},
+            "/assets/{name}": {"get": {"operationId": "pageAsset", "parameters": [
+                {"name": "name", "in": "path", "required": True,
+                 "schema": {"type": "string", "enum": ["gpustats.js", "gpustats.css"]}}],
+                "responses": {
+                    "200": {"description": "the page's script or style sheet",
+                            "content": {"text/javascript": {"schema": {"type": "string"}},
+                                        "text/css": {"schema": {"type": "string"}}}},
+                    "404": _json(_ERROR, "no such asset")}}},
         },
     }
+    if history_seconds > 0:
+        document["paths"]["/api/v1/history"] = _history_path(history_seconds)
+    return document

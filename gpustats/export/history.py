@@ -1,0 +1,154 @@
+"""``GET /api/v1/history``: a history window as JSON, written row by row (no dict per point).
+
+Shape: ``{"seconds", "gpus": [{"id", "index", "model", ..., "points": [{"time", "dutyCycle",
+...}], "migInstances": [...]}], "containers": [{"id", "gpu", "name", "pod", "namespace",
+"points": [...]}]}``. Times are UTC RFC 3339 with milliseconds; an absent value's key is left
+out of its point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from datetime import datetime, timezone
+from typing import Callable
+
+from gpustats.model.history import (
+    CONTAINER_FIELDS, GPU_FIELDS, MIG_FIELDS, ContainerSeries, GpuSeries, HistoryWindow,
+    MigSeries,
+)
+
+Formatter = Callable[[float], str]
+
+
+def _integer(value: float) -> str:
+    return str(int(value))
+
+
+def _number(value: float) -> str:
+    return repr(value)          # the history keeps figures already rounded
+
+
+def _boolean(value: float) -> str:
+    return "true" if value else "false"
+
+
+# field name in the model -> (JSON key, formatter, printf conversion for the all-present row)
+_KEYS: dict[str, tuple[str, Formatter, str | None]] = {
+    "duty_cycle_percent": ("dutyCycle", _integer, "%d"),
+    "memory_used_bytes": ("memoryUsed", _integer, "%d"),
+    "power_watts": ("powerWatts", _number, "%r"),
+    "idle_power_watts": ("idlePowerWatts", _number, "%r"),
+    "active_power_watts": ("activePowerWatts", _number, "%r"),
+    "temperature_celsius": ("temperatureCelsius", _integer, "%d"),
+    "healthy": ("healthy", _boolean, None),
+    "activity_ratio": ("activityRatio", _number, "%r"),
+    "attributed_power_watts": ("attributedPowerWatts", _number, "%r"),
+    "attributed_energy_joules": ("attributedEnergyJoules", _number, "%r"),
+    "process_memory_used_bytes": ("processMemoryUsed", _integer, "%d"),
+    "compute_utilization_percent": ("computeUtilization", _number, "%r"),
+}
+
+
+class _Layout:
+    """How the rows of one kind of series print: key by key, or in one go when all present."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.width = 1 + len(fields)
+        self.keys = tuple((f',"{_KEYS[name][0]}":', _KEYS[name][1]) for name in fields)
+        conversions = [_KEYS[name][2] for name in fields]
+        self.template = None if None in conversions else (
+            '{"time":"%s"' + "".join(f',"{_KEYS[name][0]}":{conv}'
+                                     for name, conv in zip(fields, conversions)) + "}")
+
+
+_GPU = _Layout(GPU_FIELDS)
+_MIG = _Layout(MIG_FIELDS)
+_CONTAINER = _Layout(CONTAINER_FIELDS)
+
+
+class _Times:
+    """RFC 3339 text per row time; every series shares the same tick times, so cache them."""
+
+    def __init__(self, wall_minus_monotonic: float) -> None:
+        self._offset = wall_minus_monotonic
+        self._texts: dict[float, str] = {}
+
+    def __call__(self, monotonic: float) -> str:
+        text = self._texts.get(monotonic)
+        if text is None:
+            moment = datetime.fromtimestamp(monotonic + self._offset, timezone.utc)
+            text = self._texts[monotonic] = (moment.strftime("%Y-%m-%dT%H:%M:%S.")
+                                             + f"{moment.microsecond // 1000:03d}Z")
+        return text
+
+
+def _points(rows: array, layout: _Layout, times: _Times) -> str:
+    width, keys, template = layout.width, layout.keys, layout.template
+    isfinite = math.isfinite
+    out = []
+    flat = rows.tolist()
+    for start in range(0, len(flat), width):
+        row = flat[start:start + width]
+        row[0] = times(row[0])
+        if template is not None and all(map(isfinite, row[1:])):
+            out.append(template % tuple(row))
+            continue
+        values = row[1:]
+        parts = ['{"time":"', row[0], '"']
+        for (key, fmt), value in zip(keys, values):
+            if isfinite(value):          # NaN is absent; an infinity is never a reading
+                parts.append(key)
+                parts.append(fmt(value))
+        parts.append("}")
+        out.append("".join(parts))
+    return "[" + ",".join(out) + "]"
+
+
+def _head(pairs: tuple[tuple[str, object], ...]) -> str:
+    """``{"k":v,...`` of the present identity fields (no closing brace)."""
+    return "{" + ",".join(f'"{key}":{json.dumps(value)}' for key, value in pairs
+                          if value is not None)
+
+
+def _mig(series: MigSeries, times: _Times) -> str:
+    head = _head((("gpuInstanceId", series.gpu_instance_id), ("id", series.uuid),
+                  ("profile", series.profile), ("memoryTotal", series.memory_total_bytes)))
+    return f'{head},"points":{_points(series.rows, _MIG, times)}}}'
+
+
+def _gpu(series: GpuSeries, migs: list[MigSeries], times: _Times) -> str:
+    head = _head((("id", series.uuid), ("index", series.index), ("model", series.name),
+                  ("memoryTotal", series.memory_total_bytes),
+                  ("powerLimitWatts", series.power_limit_watts)))
+    text = f'{head},"points":{_points(series.rows, _GPU, times)}'
+    if migs:
+        text += ',"migInstances":[' + ",".join(_mig(m, times) for m in migs) + "]"
+    return text + "}"
+
+
+def _container(series: ContainerSeries, times: _Times) -> str:
+    head = _head((("id", series.container_id), ("gpu", series.device_uuid),
+                  ("gpuInstanceId", series.gpu_instance_id), ("name", series.name),
+                  ("pod", series.pod_name), ("namespace", series.pod_namespace),
+                  ("podUid", series.pod_uid)))
+    return f'{head},"points":{_points(series.rows, _CONTAINER, times)}}}'
+
+
+def _container_order(series: ContainerSeries) -> tuple:
+    return (series.pod_namespace or "", series.pod_name or "", series.name or "",
+            series.container_id, series.device_uuid, series.gpu_instance_id or -1)
+
+
+def history_json(window: HistoryWindow) -> bytes:
+    """The window as the ``/api/v1/history`` body."""
+    times = _Times(window.wall_minus_monotonic)
+    migs: dict[str, list[MigSeries]] = {}
+    for mig in sorted(window.mig_instances, key=lambda m: m.gpu_instance_id):
+        migs.setdefault(mig.device_uuid, []).append(mig)
+    gpus = ",".join(_gpu(g, migs.get(g.uuid, []), times) for g in window.gpus)
+    containers = ",".join(_container(c, times)
+                          for c in sorted(window.containers, key=_container_order))
+    seconds = json.dumps(window.seconds if window.seconds % 1 else int(window.seconds))
+    return f'{{"seconds":{seconds},"gpus":[{gpus}],"containers":[{containers}]}}'.encode()

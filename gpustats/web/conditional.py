@@ -1,0 +1,57 @@
+"""Responses for bodies built once: ETag revalidation (304) and a gzip copy when accepted."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import threading
+
+from flask import Request, Response
+
+
+def content_etag(body: bytes) -> str:
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+class Body:
+    """One rendered body, its ETag, and its gzip copy (compressed on first demand, once)."""
+
+    __slots__ = ("data", "etag", "content_type", "_gzipped", "_lock")
+
+    def __init__(self, data: bytes, content_type: str, etag: str | None = None) -> None:
+        self.data = data
+        self.etag = etag or content_etag(data)
+        self.content_type = content_type
+        self._gzipped: bytes | None = None
+        self._lock = threading.Lock()
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            with self._lock:
+                if self._gzipped is None:
+                    self._gzipped = gzip.compress(self.data, compresslevel=6, mtime=0)
+        return self._gzipped
+
+
+# Below this size gzip saves too little to be worth a compression per body.
+GZIP_MIN_BYTES = 1024
+
+
+def respond(request: Request, body: Body, *, cache_control: str,
+            headers: dict[str, str] | None = None) -> Response:
+    """200 with the body (gzip when the client accepts it), or 304 when its ETag matches."""
+    use_gzip = len(body.data) >= GZIP_MIN_BYTES and request.accept_encodings["gzip"] > 0
+    etag = body.etag + ("-gz" if use_gzip else "")
+    if request.if_none_match.contains(etag):
+        response = Response(status=304)
+    else:
+        response = Response(body.gzipped() if use_gzip else body.data,
+                            content_type=body.content_type)
+        if use_gzip:
+            response.headers["Content-Encoding"] = "gzip"
+    response.set_etag(etag)
+    response.headers["Cache-Control"] = cache_control
+    response.headers["Vary"] = "Accept-Encoding"
+    for key, value in (headers or {}).items():
+        response.headers[key] = value
+    return response
