@@ -44,6 +44,18 @@ def _positive_seconds(value: Any) -> float:
     return seconds
 
 
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
 def _ratio(value: Any) -> float:
     ratio = float(value)
     if not 0.0 < ratio <= 1.0:
@@ -190,6 +202,8 @@ OPTIONS: tuple[Option, ...] = (
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
            "seconds between writes of the energy counters to the state dir", "SECONDS"),
+    Option("energy_every", _positive_int, 1,
+           "read each GPU's energy counter every N ticks, integrating power in between", "N"),
 )
 
 OPTION_NAMES = frozenset(o.name for o in OPTIONS)
@@ -215,6 +229,7 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    energy_every: int = 1
     config_file: str | None = field(default=None)
 
 

@@ -70,6 +70,9 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--energy-every", "0"], {}, "--energy-every"),
+    (["--energy-every", "2.5"], {}, "whole number"),
+    ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
