@@ -1,6 +1,7 @@
 """Pure power and energy attribution (Kepler's model, extended): no I/O, no clocks.
 
-Per device and tick: idle power is the configured value or else the lowest power seen;
+Per device and tick: idle power is the configured value or else the lowest power that held
+for a few ticks;
 ``active = max(0, total − idle)``. The tick's energy comes from the hardware counter delta
 when there is one (resets and glitches detected), else the trapezoid of two power samples.
 Active energy is split across processes: exclusive → all of it; time-sliced or MPS → by SM
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from gpustats.model.attribution import (
-    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
+    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL,
+    SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
     DeviceAttribution, ProcessAttribution,
 )
@@ -40,16 +42,19 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def next_idle_power(previous_min: float | None, power_watts: float | None,
-                    configured: float | None) -> float | None:
-    """Configured idle wins; otherwise the lowest power seen so far (it only ever decreases)."""
-    if configured is not None:
-        return configured
-    if not _finite(power_watts) or power_watts < 0:
-        return previous_min
-    if previous_min is None:
-        return power_watts
-    return min(previous_min, power_watts)
+def learned_idle_power(previous: float | None, recent_watts: tuple[float, ...],
+                       hold: int) -> float | None:
+    """The lowest power that held for ``hold`` consecutive readings (it only ever decreases).
+
+    A low "holds" when every one of the last ``hold`` readings is at or below it, so the
+    candidate is the highest of them: one glitch far below its neighbours (a 0 W reading)
+    never becomes the idle. Readings that are not finite or negative are ignored.
+    """
+    window = [w for w in recent_watts[-hold:] if _finite(w) and w >= 0]
+    if hold <= 0 or len(window) < hold:
+        return previous
+    sustained = max(window)
+    return sustained if previous is None else min(previous, sustained)
 
 
 def active_power(total_watts: float | None, idle_watts: float | None) -> float | None:
@@ -118,7 +123,9 @@ class DeviceTickInput:
     active_energy_joules: float | None
     idle_power_watts: float | None
     active_power_watts: float | None
+    power_watts: float | None = None                   # read, or the counter's rate
     processes: tuple[ProcessReading, ...] = ()
+    processes_known: bool = True                       # False: the process list is unreadable
     samples: tuple[ProcessSample, ...] | None = None   # None: no sample source
     mps: bool | None = None
     mig_enabled: bool = False
@@ -186,8 +193,11 @@ def _unique(processes: tuple[ProcessReading, ...]) -> tuple[ProcessReading, ...]
 
 
 def sharing_mode(inp: DeviceTickInput) -> str | None:
+    """How the GPU is shared; ``None`` when its processes could not be read (unknown)."""
     if inp.mig_enabled:
         return SHARING_MIG
+    if not inp.processes_known:
+        return None
     if inp.mps:
         return SHARING_MPS
     if len({p.pid for p in inp.processes}) > 1:
@@ -225,6 +235,7 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         device_uuid=inp.device_uuid,
         idle_power_watts=inp.idle_power_watts,
         active_power_watts=inp.active_power_watts,
+        power_watts=inp.power_watts,
         tick_energy_joules=inp.tick_energy_joules,
         tick_active_energy_joules=active,
         sharing_mode=sharing_mode(inp),
@@ -237,9 +248,12 @@ def _attribute_mig(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
     """Across busy instances by activity, then equally within an instance.
 
     NVML has no per-process utilization under MIG, so an instance's processes share equally.
-    Activity is used only when every busy instance has one and their sum is positive;
-    otherwise the busy instances share equally (``SHARE_MIG_EQUAL``). A process without a GPU
-    instance id on a MIG device cannot be placed and gets nothing.
+    Instances with a known activity share by it (``SHARE_MIG_ACTIVITY``); a busy instance
+    whose activity is unknown (no GPM on it, not in dcgm-exporter) is assumed as active as the
+    mean of the known ones (``SHARE_MIG_ASSUMED``), so the others keep their ratio. With no
+    activity known at all, or none positive, busy instances share equally
+    (``SHARE_MIG_EQUAL``). A process without a GPU instance id on a MIG device cannot be placed
+    and gets nothing.
     """
     by_instance: dict[int, list[int]] = {}
     for p in processes:
@@ -248,21 +262,26 @@ def _attribute_mig(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
     busy = sorted(by_instance)
     if not busy:
         return []
-    activity = {gi: inp.mig_activity.get(gi) for gi in busy}
-    known = all(_finite(a) and a >= 0 for a in activity.values())
-    total_activity = sum(activity.values()) if known else 0.0
-    if known and total_activity > 0:
-        instance_share = {gi: activity[gi] / total_activity for gi in busy}
-        method = SHARE_MIG_ACTIVITY
+    known = {gi: inp.mig_activity[gi] for gi in busy
+             if _finite(inp.mig_activity.get(gi)) and inp.mig_activity[gi] >= 0}
+    weights: dict[int, float] = dict(known)
+    methods = {gi: SHARE_MIG_ACTIVITY for gi in known}
+    if known and sum(known.values()) > 0:
+        assumed = sum(known.values()) / len(known)
+        for gi in busy:
+            if gi not in known:
+                weights[gi] = assumed
+                methods[gi] = SHARE_MIG_ASSUMED
     else:
-        instance_share = {gi: 1.0 / len(busy) for gi in busy}
-        method = SHARE_MIG_EQUAL
+        weights = {gi: 1.0 for gi in busy}
+        methods = {gi: SHARE_MIG_EQUAL for gi in busy}
+    total = sum(weights.values())
     result = []
     for gi in busy:
         members = by_instance[gi]
         for pid in members:
-            result.append(_process_share(inp, pid, gi, instance_share[gi] / len(members), method,
-                                         active, None))
+            result.append(_process_share(inp, pid, gi, weights[gi] / total / len(members),
+                                         methods[gi], active, None))
     return result
 
 

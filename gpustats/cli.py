@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -17,14 +18,17 @@ from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
+from gpustats.engine.lost_gpus import LostGpuNamer
+from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
-from gpustats.hostfs import HostRoots
+from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cgroups import CgroupReader
@@ -36,7 +40,8 @@ from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from gpustats.sources.pci import PciScanner
+from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
+from gpustats.sources.pci import PciGpu, PciScanner
 from gpustats.web.app import WebSettings, create_app
 
 log = logging.getLogger("gpustats")
@@ -47,8 +52,12 @@ SHUTDOWN_BUDGET_SECONDS = 2.0
 class _SimulatedBus:
     """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
 
-    def scan(self) -> tuple[str, ...]:
-        return ("simulated",)
+    def __init__(self, simulator):
+        self._simulator = simulator
+
+    def scan(self) -> tuple[PciGpu, ...]:
+        return tuple(PciGpu(address=normalize_bus_id(d.pci_bus_id))
+                     for d in self._simulator.scenario.devices)
 
 
 class Daemon:
@@ -63,26 +72,37 @@ class Daemon:
         self.simulator = None
         if config.simulate:
             from gpustats.simulator import SimulatedNvml
-            self.simulator = SimulatedNvml(config.simulate)
+            # The simulated driver keeps its energy counters across daemon restarts, as
+            # hardware does (it counts from the driver's load, not the daemon's start).
+            self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
+                config.state_dir, "simulated-driver.json"))
             self.simulator.install()
-            scanner = _SimulatedBus()
+            scanner = _SimulatedBus(self.simulator)
         else:
             scanner = PciScanner(self.roots)
+        self.counters = EnergyCounters(retention_seconds=config.counter_retention)
+        self.state_files = StateFiles(config.state_dir)
+        if config.state_reset:
+            self.state_files.reset()
+        self.counters.load(self.state_files)      # NewerStateVersion stops start-up
+        lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
+                                  self.counters.devices, normalize_bus_id,
+                                  logging.getLogger("gpustats.engine.gpus").error)
         self.gpus = GpuSource(scanner, self._open_nvml,
                               is_driver_gone=lambda exc: isinstance(exc, DriverGone),
-                              retry_interval=config.nvml_retry_interval)
+                              retry_interval=config.nvml_retry_interval, lost_namer=lost_namer)
         self.node_name = config.node_name or socket.gethostname()
-        self.counters = EnergyCounters()
-        self.counters.load(config.state_dir)
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
-        self.persister = Persister(self.counters, config.state_dir, config.persist_interval)
+        self.persister = Persister(self.counters, config.persist_interval)
+        procs = ProcReader(self.roots)
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
             errors=self.errors, store=self.store,
-            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters),
-            counters=self.counters, persister=self.persister,
+            energy=EnergyAccountant(config.idle_power_watts.for_uuid, self.counters,
+                                    boot_id=read_boot_id(self.roots)),
+            counters=self.counters, persister=self.persister, process_start=procs.start_time,
             containers=ContainerTracker(
-                CgroupReader(self.roots), ProcReader(self.roots), self.counters,
+                CgroupReader(self.roots), procs, self.counters,
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
@@ -125,6 +145,7 @@ class Daemon:
         self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.persister.persist_now()
+        self.state_files.close()
         self.gpus.close()
         if self.simulator is not None:
             self.simulator.uninstall()
@@ -157,9 +178,16 @@ def serve(daemon: Daemon) -> int:
     host, port = daemon.config.listen
     # asyncore_loop_timeout: how often the idle server wakes up to expire channels; the
     # default (1 s) is most of a dormant daemon's CPU. Signals still stop it at once.
-    server = create_server(daemon.create_app(), host=host, port=port, threads=8,
-                           ident="gpustats", clear_untrusted_proxy_headers=True,
-                           asyncore_loop_timeout=30, channel_timeout=120)
+    try:
+        server = create_server(daemon.create_app(), host=host, port=port, threads=8,
+                               ident="gpustats", clear_untrusted_proxy_headers=True,
+                               asyncore_loop_timeout=30, channel_timeout=120)
+    except OSError as exc:      # address in use, not an address of this host, no permission
+        # Nothing has started and nothing is persisted: the state dir stays as found (it may
+        # be the one of the gpustats already on this port).
+        print(f"gpustats: cannot listen on {host}:{port}: {exc.strerror or exc} "
+              "(choose another with --listen HOST:PORT)", file=sys.stderr)
+        return 2
 
     stopping = False
 
@@ -201,7 +229,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _setup_logging(config.log_level)
     try:
+        state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
+                                 environ=os.environ)
+    except StateDirError as exc:
+        print(f"gpustats: {exc}", file=sys.stderr)
+        return 2
+    if state.note is not None:
+        log.warning("%s", state.note)
+        config = dataclasses.replace(config, state_dir=state.path)
+    try:
         daemon = Daemon(config)
+    except NewerStateVersion as exc:
+        print(f"gpustats: the state in {config.state_dir} was written by a newer gpustats "
+              f"({exc}); run that version, or start over with --state-reset",
+              file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         print(f"gpustats: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -84,6 +84,18 @@ def _url(value: Any) -> str | None:
     return text
 
 
+def parse_bool(value: Any) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case), or a YAML boolean."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def _log_level(value: Any) -> str:
     level = str(value).strip().upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -185,7 +197,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dcgm_exporter_url", _url, None,
            "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
     Option("state_dir", _text, "/var/lib/gpustats",
-           "directory for persisted energy counters", "PATH"),
+           "directory for persisted energy counters (the default falls back to "
+           "$XDG_STATE_HOME/gpustats or ~/.local/state/gpustats where it is not writable)",
+           "PATH"),
     Option("node_name", _optional_text, None,
            "node name reported in the summary and on every metric (default: hostname)", "NAME"),
     Option("idle_power_watts", parse_idle_power, IdlePower(),
@@ -201,7 +215,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("xid_ignore", _xid_list, (13, 31, 43, 45, 68, 109),
            "application XIDs that are counted but do not make a GPU unhealthy", "XID,..."),
     Option("persist_interval", _positive_seconds, 30.0,
-           "seconds between writes of the energy counters to the state dir", "SECONDS"),
+           "seconds between compactions of the energy counters in the state dir (changes are "
+           "journaled every tick)", "SECONDS"),
+    Option("counter_retention", _positive_seconds, 3600.0,
+           "seconds a counter is kept after its process, container, pod or GPU is gone",
+           "SECONDS"),
+    Option("state_reset", parse_bool, False,
+           "start counters from zero, moving the state files aside (needed to start over a "
+           "state written by a newer gpustats)", "BOOL"),
     Option("energy_every", _positive_int, 1,
            "read each GPU's energy counter every N ticks, integrating power in between", "N"),
 )
@@ -229,8 +250,25 @@ class Config:
     memory_pressure_threshold: float
     xid_ignore: tuple[int, ...]
     persist_interval: float
+    counter_retention: float
+    state_reset: bool
     energy_every: int = 1
     config_file: str | None = field(default=None)
+    # Options given by flag, environment or file (the rest took their default).
+    explicit: frozenset[str] = field(default=frozenset())
+
+
+def _shown_default(default: Any) -> str | None:
+    """A default as a user would type it; None where the help text says what absence means."""
+    if default is None or isinstance(default, IdlePower):
+        return None
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, (tuple, list)):
+        return ",".join(str(v) for v in default)
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return str(default)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -241,9 +279,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="YAML config file (env GPUSTATS_CONFIG)")
     for option in OPTIONS:
-        default_text = option.default if not isinstance(option.default, IdlePower) else "auto"
+        shown = _shown_default(option.default)
+        default_text = f"; default {shown}" if shown is not None else ""
+        extra = {"nargs": "?", "const": "true"} if isinstance(option.default, bool) else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
-                            help=f"{option.help} [env {option.env}; default {default_text}]")
+                            help=f"{option.help} [env {option.env}{default_text}]", **extra)
     parser.add_argument("--once", action="store_true",
                         help="run two ticks a short interval apart, print the summary JSON, exit")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -276,6 +316,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     config_path = args.config or environ.get("GPUSTATS_CONFIG") or None
     file_values = load_config_file(config_path) if config_path else {}
     values: dict[str, Any] = {}
+    explicit = set()
     for option in OPTIONS:
         flag_value = getattr(args, option.name, None)
         if flag_value is not None:
@@ -288,11 +329,12 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             default = option.default
             values[option.name] = option.parse(default) if isinstance(default, str) else default
             continue
+        explicit.add(option.name)
         try:
             values[option.name] = option.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"invalid {origin}: {exc}") from None
-    return Config(config_file=config_path, **values)
+    return Config(config_file=config_path, explicit=frozenset(explicit), **values)
 
 
 def config_field_names() -> tuple[str, ...]:

@@ -67,6 +67,12 @@ def read_int(path: str) -> int | None:
         return None
 
 
+def read_boot_id(roots: HostRoots) -> str | None:
+    """This boot's random id (``/proc/sys/kernel/random/boot_id``); ``None`` when unknown."""
+    text = read_text(roots.proc_path("sys", "kernel", "random", "boot_id"))
+    return text.strip() or None if text is not None else None
+
+
 def list_dir(path: str) -> list[str]:
     """Entry names, or ``[]`` when the directory vanished or cannot be listed."""
     try:

@@ -41,8 +41,9 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict | str]:
 class DaemonProcess:
     """``python -m gpustats`` in a subprocess on a free loopback port."""
 
-    def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None):
-        self.port = free_port()
+    def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()
         self.log_path = tmp_path / f"daemon-{self.port}.log"
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -106,8 +107,9 @@ class DaemonProcess:
 def start_daemon(tmp_path):
     started: list[DaemonProcess] = []
 
-    def _start(*args: str, env: dict[str, str] | None = None) -> DaemonProcess:
-        daemon = DaemonProcess(list(args), tmp_path, env)
+    def _start(*args: str, env: dict[str, str] | None = None,
+               port: int | None = None) -> DaemonProcess:
+        daemon = DaemonProcess(list(args), tmp_path, env, port)
         started.append(daemon)
         return daemon
 

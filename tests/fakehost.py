@@ -19,6 +19,7 @@ def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path
     """``placement``: pid -> (pod number, container number). Returns (cgroup root, proc root)."""
     cgroup, proc = root / "cgroup", root / "proc"
     cgroup.mkdir(parents=True, exist_ok=True)
+    proc.mkdir(parents=True, exist_ok=True)
     (cgroup / "cgroup.controllers").write_text("cpu memory\n")
     for pid, (pod, container) in placement.items():
         rel = (f"kubepods.slice/kubepods-pod{pod_uid(pod).replace('-', '_')}.slice/"
@@ -33,6 +34,9 @@ def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path
         (p / "cgroup").write_text(f"0::/{rel}\n")
     for name in ("stat", "meminfo", "vmstat"):
         (proc / name).write_text(Path(f"/proc/{name}").read_text())
+    boot_id = proc / "sys" / "kernel" / "random" / "boot_id"
+    boot_id.parent.mkdir(parents=True, exist_ok=True)
+    boot_id.write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
     return cgroup, proc
 
 
@@ -43,5 +47,17 @@ def write_scenario(path: Path, scenario: dict) -> None:
 
 
 def containers_by_id(summary: dict) -> dict[str, dict]:
-    return {c_id: c for p in summary["pods"] for c in p["containers"]
-            for c_id in [c["name"]]}
+    """Every container of the summary by its ID: in named pods a container nothing names is
+    called by its ID; nameless pods' containers are listed at the top level with ``id``."""
+    out = {c["name"]: c for p in summary["pods"] for c in p["containers"]}
+    out.update({c["id"]: c for c in summary.get("containers", ())})
+    return out
+
+
+def metric_value(text: str, sample_name: str, /, **labels: str) -> float | None:
+    """The value of the one sample named so whose labels include ``labels`` (None: none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    found = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+             if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) <= 1, (sample_name, labels, found)
+    return found[0] if found else None

@@ -4,10 +4,11 @@ import pytest
 
 from gpustats.attribution import (
     DeviceTickInput, active_energy_joules, active_power, attribute_device, integrated_energy,
-    mig_activity, next_idle_power, tick_energy_joules,
+    learned_idle_power, mig_activity, tick_energy_joules,
 )
 from gpustats.model.attribution import (
-    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
+    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL,
+    SHARE_SM_UTIL,
 )
 from gpustats.model.device import GpmReading, MigInstanceReading, ProcessReading, ProcessSample
 
@@ -27,12 +28,13 @@ def tick(processes=(), samples=None, active=100.0, dt=5.0, **kw):
                            samples=samples, **kw)
 
 
-def test_idle_power_configured_or_lowest_seen():
-    assert next_idle_power(None, 120.0, None) == 120.0
-    assert next_idle_power(120.0, 90.0, None) == 90.0
-    assert next_idle_power(90.0, 300.0, None) == 90.0            # only decreases
-    assert next_idle_power(90.0, None, None) == 90.0
-    assert next_idle_power(90.0, 50.0, 70.0) == 70.0             # configured wins
+def test_idle_is_the_lowest_power_that_held():
+    assert learned_idle_power(None, (120.0,), 3) is None          # not held long enough yet
+    assert learned_idle_power(None, (120.0, 100.0, 110.0), 3) == 120.0
+    assert learned_idle_power(120.0, (90.0, 90.0, 95.0), 3) == 95.0
+    assert learned_idle_power(95.0, (300.0, 310.0, 305.0), 3) == 95.0   # only decreases
+    assert learned_idle_power(95.0, (90.0, 0.0, 90.0), 3) == 90.0      # a 0 W glitch is no idle
+    assert learned_idle_power(95.0, (0.0, 0.0, 0.0), 3) == 0.0         # a held 0 W is
     assert active_power(300.0, 70.0) == 230.0
     assert active_power(50.0, 70.0) == 0.0                      # never negative
     assert active_power(None, 70.0) is None
@@ -100,11 +102,27 @@ def test_mig_by_activity_then_equal_within_instance():
     assert by_pid[1].share_method == SHARE_MIG_ACTIVITY and result.sharing_mode == "mig"
 
 
-def test_mig_unknown_activity_equal_split_over_busy_instances():
+def test_mig_no_activity_known_is_an_equal_split_over_busy_instances():
     result = attribute_device(tick([proc(1, 7), proc(3, 8)], None, mig_enabled=True,
-                                   mig_activity={7: 0.5}))
+                                   mig_activity={}))
     assert [p.energy_joules for p in result.processes] == pytest.approx([50.0, 50.0])
     assert {p.share_method for p in result.processes} == {SHARE_MIG_EQUAL}
+
+
+def test_an_instance_without_activity_does_not_erase_the_others():
+    """Three busy instances, one without GPM: the other two keep their 60/20 ratio, and the
+    unknown one is assumed as active as their mean (40)."""
+    result = attribute_device(tick([proc(1, 7), proc(2, 8), proc(3, 9)], None,
+                                   mig_enabled=True, mig_activity={7: 0.6, 8: 0.2}))
+    by_pid = {p.pid: p for p in result.processes}
+    assert by_pid[1].energy_joules / by_pid[2].energy_joules == pytest.approx(3.0)
+    assert [by_pid[i].energy_joules for i in (1, 2, 3)] == pytest.approx([50.0, 50 / 3, 100 / 3])
+    assert by_pid[3].share_method == SHARE_MIG_ASSUMED
+    assert by_pid[1].share_method == SHARE_MIG_ACTIVITY
+    # Once the GPM-less instance is idle again, the split is the plain 75/25 by activity.
+    idle_third = attribute_device(tick([proc(1, 7), proc(2, 8)], None, mig_enabled=True,
+                                       mig_activity={7: 0.6, 8: 0.2}))
+    assert [p.energy_joules for p in idle_third.processes] == pytest.approx([75.0, 25.0])
 
 
 def test_mig_activity_sources():

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from gpustats.attribution import (
     FALLBACK_MAX_WATTS, GLITCH_FACTOR, DeviceTickInput, active_energy_joules, active_power,
-    attribute_device, next_idle_power, tick_energy_joules,
+    attribute_device, learned_idle_power, tick_energy_joules,
 )
 from gpustats.model.device import ProcessReading, ProcessSample
 
@@ -114,10 +114,13 @@ def test_a_counter_that_resets_still_gives_a_sane_running_total(start, steps):
 @given(st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
                 max_size=50))
 def test_idle_never_increases_and_active_never_negative(samples):
-    idle = None
+    idle, recent = None, []
     for power in samples:
-        new = next_idle_power(idle, power, None)
+        recent.append(power)
+        new = learned_idle_power(idle, tuple(recent), 3)
         assert idle is None or new <= idle
+        held = [p for p in recent[-3:] if p is not None and p == p and p >= 0]
+        assert new is None or len(held) < 3 or new <= max(held)  # never below a held low
         idle = new
         watts = active_power(power, idle)
         assert watts is None or watts >= 0

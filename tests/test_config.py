@@ -70,6 +70,10 @@ def test_design_flags_exist():
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
     (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
+    (["--counter-retention", "0"], {}, "--counter-retention"),
+    ([], {"GPUSTATS_COUNTER_RETENTION": "forever"}, "GPUSTATS_COUNTER_RETENTION"),
+    (["--state-reset", "maybe"], {}, "--state-reset"),
+    ([], {"GPUSTATS_STATE_RESET": "2"}, "GPUSTATS_STATE_RESET"),
     (["--energy-every", "0"], {}, "--energy-every"),
     (["--energy-every", "2.5"], {}, "whole number"),
     ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
@@ -127,3 +131,33 @@ def test_cli_version():
     result = subprocess.run([sys.executable, "-m", "gpustats", "--version"],
                             capture_output=True, text=True, cwd=str(REPO_ROOT), timeout=30)
     assert result.returncode == 0 and result.stdout.startswith("gpustats ")
+
+
+def test_boolean_options_take_a_bare_flag_or_a_value(tmp_path):
+    assert _resolve(["--state-reset"]).state_reset is True
+    assert _resolve(["--state-reset", "false"]).state_reset is False
+    assert _resolve([], {"GPUSTATS_STATE_RESET": "yes"}).state_reset is True
+    config = tmp_path / "c.yaml"
+    config.write_text("state_reset: true\ncounter_retention: 60\n")
+    resolved = _resolve(["--config", str(config)])
+    assert resolved.state_reset is True and resolved.counter_retention == 60.0
+
+
+def test_a_state_from_a_newer_version_stops_start_up_with_one_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "counters.json").write_text(json.dumps({"version": 99, "counters": []}))
+    common = [sys.executable, "-m", "gpustats", "--once", "--state-dir", str(state),
+              "--sysfs-root", str(tmp_path / "nosys"), "--cgroup-root", str(tmp_path / "nocg"),
+              "--pod-resources-socket", "", "--runtime-socket", ""]
+    refused = subprocess.run(common, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    lines = [x for x in refused.stderr.splitlines() if x.startswith("gpustats:")]
+    assert len(lines) == 1 and "--state-reset" in lines[0] and "newer" in lines[0]
+    reset = subprocess.run(common + ["--state-reset"], capture_output=True, text=True,
+                           timeout=60)
+    assert reset.returncode == 0, reset.stderr
+    assert list(state.glob("counters.json.reset-*"))

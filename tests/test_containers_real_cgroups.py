@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fakehost import metric_value
+
 CGROUP = Path("/sys/fs/cgroup")
 GPU0 = "GPU-00000000-1111-4111-8111-000000000000"
 GPU1 = "GPU-00000000-1111-4111-8111-000000000001"
@@ -123,16 +125,19 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
                           "--runtime-socket", "", "--idle-power-watts", "100")
     daemon.wait_ready()
 
-    def pod(summary, uid):
-        return next((p for p in summary["pods"] if p["podRef"]["uid"] == uid), None)
+    def of_pod(summary, uid):
+        # No name source: the pods are nameless, so their containers are listed at the top
+        # level with the pod's UID (never in pods[] with empty names).
+        assert summary["pods"] == []
+        return next((c for c in summary.get("containers", ()) if c.get("podUid") == uid), None)
 
     summary = daemon.wait_for(
-        lambda s: pod(s, uid1) and pod(s, uid1)["containers"][0]["cpu"].get("usageNanoCores")
-        and pod(s, uid1)["containers"][0]["memory"].get("workingSetBytes", 0) > 40 << 20
-        and pod(s, uid1)["containers"][0].get("accelerators", [{}])[0].get(
+        lambda s: of_pod(s, uid1) and of_pod(s, uid1)["cpu"].get("usageNanoCores")
+        and of_pod(s, uid1)["memory"].get("workingSetBytes", 0) > 40 << 20
+        and of_pod(s, uid1).get("accelerators", [{}])[0].get(
             "attributedEnergyJoules", 0) > 0, timeout=20)
-    container = pod(summary, uid1)["containers"][0]
-    assert container["name"] == cid1            # no runtime names: known by its ID only
+    container = of_pod(summary, uid1)
+    assert container["id"] == cid1 and "name" not in container   # known by its ID only
     assert container["cpu"]["usageCoreNanoSeconds"] > 0
     assert container["memory"]["workingSetBytes"] > 40 << 20     # the 48 MiB it holds
     assert container["startTime"]
@@ -141,14 +146,13 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
     assert acc["processMemoryUsed"] == 1 << 30
     assert acc["computeUtilization"] == 60
     assert acc["attributedPowerWatts"] == pytest.approx(200.0, rel=0.01)   # 300 W − 100 W idle
-    pod1 = pod(summary, uid1)
-    assert pod1["accelerators"][0]["id"] == GPU0
-    assert pod1["podRef"]["uid"] == uid1
+    assert metric_value(daemon.get("/metrics")[1], "gpustats_pod_gpu_joules_total",
+                        pod_uid=uid1, gpu_uuid=GPU0) > 0
 
     if v2_worker is not None:
-        summary = daemon.wait_for(lambda s: pod(s, uid2) is not None, timeout=10)
-        c2 = pod(summary, uid2)["containers"][0]
-        assert c2["name"] == cid2
+        summary = daemon.wait_for(lambda s: of_pod(s, uid2) is not None, timeout=10)
+        c2 = of_pod(summary, uid2)
+        assert c2["id"] == cid2
         assert c2["accelerators"][0]["id"] == GPU1
         assert c2["cpu"]["usageCoreNanoSeconds"] > 0      # v2 cpu.stat
     else:

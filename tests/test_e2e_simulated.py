@@ -5,6 +5,9 @@ import time
 
 import yaml
 
+from tests.conftest import make_pci_device
+from tests.fakehost import metric_value
+
 GPU_A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GPU_B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 
@@ -138,3 +141,24 @@ def test_repeated_signals_do_not_break_shutdown(start_daemon, tmp_path):
     log = daemon.log()
     assert "Logging error" not in log and "Traceback" not in log
     assert log.count("shutting down") == 1
+
+
+def test_simulated_gpus_are_what_the_bus_count_says(start_daemon, tmp_path):
+    scenario = tmp_path / "s.yaml"
+    write(scenario, two_gpus())
+    daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.2")
+    daemon.wait_ready()
+    text = daemon.wait_for(lambda t: "gpustats_gpus_on_pci_bus" in t, path="/metrics")
+    assert metric_value(text, "gpustats_gpus_on_pci_bus") == 2
+    assert "2 NVIDIA GPU(s) on the PCI bus" in daemon.log()
+
+
+def test_no_gpu_host_says_so_once_at_start(start_daemon, tmp_path):
+    sysfs = tmp_path / "sys"
+    make_pci_device(sysfs, "0000:00:1f.0", vendor="0x8086", pci_class="0x060100")
+    daemon = start_daemon("--sysfs-root", str(sysfs), "--housekeeping-interval", "0.1")
+    daemon.wait_ready()
+    text = daemon.wait_for(lambda t: (metric_value(t, "gpustats_snapshot_sequence_total") or 0)
+                           >= 5, path="/metrics")
+    assert metric_value(text, "gpustats_gpus_on_pci_bus") == 0
+    assert daemon.log().count("no NVIDIA GPU on the PCI bus") == 1

@@ -18,7 +18,7 @@ GPU2 = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 FIELDS = {  # simulator "unsupported" name -> summary keys that must disappear
     "memory": ["memoryUsed", "memoryTotal"],        # one NVML call gives both
     "utilization": ["dutyCycle"],
-    "power": ["powerWatts"],
+    "power": [],                    # the energy counter's rate stands in (below)
     "energy": ["energyJoules"],
     "power_limit": ["powerLimitWatts"],
     "temperature": ["temperatureCelsius"],
@@ -73,6 +73,36 @@ def test_not_supported_on_each_field_in_turn(field, make_daemon, caplog):
     assert len(lines) == 1                                      # logged once, not asked again
     errors = dict(((s, r), n) for s, r, n in snapshot.status.collection_errors)
     assert errors[("nvml", "not_supported")] >= 1
+
+
+def test_without_a_power_call_power_is_the_energy_counters_rate(make_daemon):
+    """Issue: a GPU without a power reading showed 0 J active and 0 J per process while it
+    drew 300 W. Its power is the counter's rate; active and attributed energy follow."""
+    daemon, _ = make_daemon({"devices": [device(unsupported=["power"], power_watts=300)],
+                             "processes": [{"pid": 4242, "device": GPU}]},
+                            "--idle-power-watts", "100")
+    import time
+    for _ in range(3):
+        snapshot = daemon.collector.tick()
+        time.sleep(0.2)
+    acc = accelerator(snapshot)
+    assert acc["powerWatts"] == pytest.approx(300, rel=0.1)
+    assert acc["activePowerWatts"] == pytest.approx(200, rel=0.15)
+    process = snapshot.processes[0]
+    assert process.attributed_energy_joules > 0
+
+
+def test_neither_power_nor_energy_leaves_active_and_attributed_energy_absent(make_daemon):
+    daemon, _ = make_daemon({"devices": [device(unsupported=["power", "energy"])],
+                             "processes": [{"pid": 4242, "device": GPU}]})
+    for _ in range(3):
+        snapshot = daemon.collector.tick()
+    acc = accelerator(snapshot)
+    for key in ("powerWatts", "energyJoules", "activePowerWatts", "idlePowerWatts"):
+        assert key not in acc
+    assert daemon.counters.value(("device_active", GPU)) is None
+    assert snapshot.processes[0].attributed_energy_joules is None
+    assert snapshot.processes[0].attributed_power_watts is None
 
 
 def test_function_not_found(make_daemon, caplog):

@@ -124,3 +124,14 @@ def test_other_sweep_errors_propagate():
     sweeper.fail = RuntimeError("bug")
     with pytest.raises(RuntimeError):
         source.readings()
+
+
+def test_no_gpu_is_said_once_at_start(caplog):
+    clock, scanner = Clock(), Scanner()
+    source = _source(scanner, lambda: None, clock)
+    with caplog.at_level("INFO", logger="gpustats.engine.gpus"):
+        for _ in range(100):
+            source.readings()
+            clock.now += 5
+    said = [r for r in caplog.records if "no NVIDIA GPU on the PCI bus" in r.getMessage()]
+    assert len(said) == 1

@@ -6,7 +6,8 @@ from gpustats.model.device import DeviceIdentity
 from gpustats.model.health import Condition, DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
-    ContainerAccelerator, ContainerStats, DeviceStats, PodAccelerator, PodStats, Snapshot,
+    ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodAccelerator, PodStats,
+    Snapshot,
 )
 
 T = 1_700_000_000.0
@@ -138,3 +139,45 @@ def test_pods_and_top_level_containers():
 
 def test_json_bytes_round_trip():
     assert json.loads(summary_json(_snapshot())) == summary_dict(_snapshot())
+
+
+def _mig_device():
+    return _device(memory_used_bytes=3 << 30, duty_cycle_percent=None, sharing_mode="mig",
+                   mig_instances=(MigInstanceStats(7, "MIG-7", "3g.40gb", 40 << 30, 1 << 30, 0.426),
+                                  MigInstanceStats(8, None, "3g.40gb", 40 << 30, 2 << 30, None)))
+
+
+def _tenant(gi, n):
+    return ContainerStats(container_id=str(n) * 64, name=f"t{n}",
+                          accelerators=(ContainerAccelerator("GPU-a", gpu_instance_id=gi,
+                                                             mig_profile="3g.40gb"),))
+
+
+def test_mig_tenant_sees_its_instance_not_the_whole_gpu():
+    pod = PodStats(uid="u", name="p", namespace="ns",
+                   containers=(_tenant(7, 1), _tenant(8, 2), _tenant(9, 3)))
+    out = summary_dict(_snapshot(devices=(_mig_device(),), pods=(pod,)))
+    one, two, gone = (c["accelerators"][0] for c in out["pods"][0]["containers"])
+    assert one == {"make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": "MIG-7",
+                   "memoryTotal": 40 << 30, "memoryUsed": 1 << 30, "dutyCycle": 43,
+                   "parentId": "GPU-a", "gpuInstanceId": 7, "migProfile": "3g.40gb"}
+    # No activity known: no dutyCycle (never 0); no MIG UUID from NVML: the parent's.
+    assert two["memoryUsed"] == 2 << 30 and "dutyCycle" not in two
+    assert two["id"] == "GPU-a" and two["parentId"] == "GPU-a"
+    # An instance gone from the device's list: nothing of it is known, never the GPU's figures.
+    assert gone["id"] == "GPU-a" and not {"memoryTotal", "memoryUsed", "dutyCycle"} & set(gone)
+
+
+def test_nameless_pods_list_their_containers_at_the_top_level():
+    usage = ContainerUsage(start_time=T - 60, cpu=CpuStats(time=T, usage_core_nano_seconds=7),
+                           memory=MemoryStats(time=T, working_set_bytes=100))
+    c1 = ContainerStats(container_id="a" * 64, pod_uid="u-1", usage=usage)
+    c2 = ContainerStats(container_id="b" * 64, pod_uid="u-2", usage=usage)
+    named = PodStats(uid="u-3", name="p", namespace="ns",
+                     containers=(ContainerStats(container_id="c" * 64, name="main"),))
+    pods = (PodStats(uid="u-1", containers=(c1,)), PodStats(uid="u-2", containers=(c2,)), named)
+    out = summary_dict(_snapshot(pods=pods))
+    assert [p["podRef"] for p in out["pods"]] == [{"name": "p", "namespace": "ns", "uid": "u-3"}]
+    assert [(c["id"], c["podUid"]) for c in out["containers"]] == [("a" * 64, "u-1"),
+                                                                   ("b" * 64, "u-2")]
+    assert out["containers"][0]["cpu"] == {"time": rfc3339(T), "usageCoreNanoSeconds": 7}

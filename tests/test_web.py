@@ -4,8 +4,14 @@ import pytest
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.model.host import NodeStats
-from gpustats.model.snapshot import Snapshot
+from gpustats.model.device import DeviceIdentity
+from gpustats.model.snapshot import DeviceStats, Snapshot
 from gpustats.web.app import WebSettings, create_app
+
+
+def _device():
+    return DeviceStats(identity=DeviceIdentity(0, "GPU-a", "NVIDIA H100 80GB HBM3", 0,
+                                               "00000000:3B:00.0", 85520809984))
 
 
 def _snap(seq=1, age=0.0):
@@ -48,15 +54,29 @@ def test_summary_get_and_post(client, store):
         assert resp.get_json()["pods"] == []
 
 
-def test_only_cpu_and_memory_values(client, store):
-    store.publish(_snap())
-    assert client.get("/stats/summary?only_cpu_and_memory=true").status_code == 200
-    assert client.get("/stats/summary?only_cpu_and_memory=false").status_code == 200
-    for bad in ("yes", "1", "true&only_cpu_and_memory=true"):
-        resp = client.get("/stats/summary?only_cpu_and_memory=" + bad)
-        assert resp.status_code == 400
-        body = resp.get_json()
-        assert body["error"] == "bad_request" and "only_cpu_and_memory" in body["message"]
+def test_only_cpu_and_memory_parsed_as_the_kubelet_does(client, store):
+    """True only when given once as ``true``; anything else is false and never a 400."""
+    store.publish(Snapshot(sequence=1, taken_at=time.time(), monotonic=time.monotonic(),
+                           node=NodeStats("n1", 0.0), devices=(_device(),)))
+    table = {"": False, "?only_cpu_and_memory=true": True,
+             "?only_cpu_and_memory=True": False, "?only_cpu_and_memory=TRUE": False,
+             "?only_cpu_and_memory=1": False, "?only_cpu_and_memory=yes": False,
+             "?only_cpu_and_memory=false": False, "?only_cpu_and_memory=": False,
+             "?only_cpu_and_memory": False,
+             "?only_cpu_and_memory=true&only_cpu_and_memory=true": False,
+             "?only_cpu_and_memory=true&only_cpu_and_memory=false": False,
+             "?only_cpu_and_memory=%74rue": True, "?other=1&only_cpu_and_memory=true": True}
+    for query, only in table.items():
+        for method in (client.get, client.post):
+            resp = method("/stats/summary" + query)
+            assert resp.status_code == 200, query
+            assert ("accelerators" not in resp.get_json()["node"]) is only, query
+    # POST form fields count, as the kubelet's parsed form does.
+    resp = client.post("/stats/summary", data={"only_cpu_and_memory": "true"})
+    assert "accelerators" not in resp.get_json()["node"]
+    resp = client.post("/stats/summary?only_cpu_and_memory=true",
+                       data={"only_cpu_and_memory": "true"})
+    assert "accelerators" in resp.get_json()["node"]            # given twice: false
 
 
 def test_unknown_path_and_wrong_method_are_json(client):

@@ -47,25 +47,28 @@ class ActivitySource(Protocol):
 
 
 class Persister:
-    """Writes the counters every ``interval`` seconds (and on demand at shutdown)."""
+    """Journals each tick's counter changes before it is published, and compacts the state
+    every ``interval`` seconds (and on demand at shutdown)."""
 
-    def __init__(self, counters: EnergyCounters, state_dir: str, interval: float,
+    def __init__(self, counters: EnergyCounters, interval: float,
                  monotonic: Callable[[], float] = time.monotonic):
         self._counters = counters
-        self._state_dir = state_dir
         self._interval = interval
         self._monotonic = monotonic
         self._next = monotonic() + interval
+
+    def journal(self) -> None:
+        self._counters.journal()
 
     def maybe_persist(self) -> None:
         now = self._monotonic()
         if now >= self._next:
             self._next = now + self._interval
             self._counters.expire()
-            self._counters.persist(self._state_dir)
+            self._counters.persist()
 
     def persist_now(self) -> bool:
-        return self._counters.persist(self._state_dir)
+        return self._counters.persist()
 
 
 class Collector:
@@ -78,6 +81,7 @@ class Collector:
                  mig_activity_source: ActivitySource | None = None,
                  health: HealthMonitor | None = None, saturation_window: float = 60.0,
                  memory_pressure_threshold: float = 0.9,
+                 process_start: Callable[[int], int | None] = lambda pid: None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -91,6 +95,7 @@ class Collector:
         self._containers = containers
         self._mig_activity_source = mig_activity_source
         self._health = health
+        self._process_start = process_start
         self._saturation_window = saturation_window
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
@@ -154,6 +159,10 @@ class Collector:
                 collection_errors=self._errors.totals(),
             ),
         )
+        self._counters.mark_alive(("gpu", d.identity.uuid) for d in snapshot.devices)
+        if self._persister is not None:
+            # Before publishing: no counter is ever served above what survives a crash.
+            self._guard("journaling counters", self._persister.journal, None)
         self._store.publish(snapshot)
         self.ticks_completed += 1
         if self._persister is not None:
@@ -223,18 +232,30 @@ class Collector:
 
     def _process_stats(self, readings: tuple[DeviceReading, ...],
                        attributions: dict[str, DeviceAttribution]) -> tuple[ProcessStats, ...]:
+        """One entry per (GPU, GPU instance, PID); counters keyed by the process's start time
+        too, so a PID reused by a new process starts a new counter."""
         out = []
         for reading in readings:
             uuid = reading.identity.uuid
             attribution = attributions.get(uuid)
             by_pid = {(a.pid, a.gpu_instance_id): a
                       for a in (attribution.processes if attribution else ())}
+            seen: set[tuple[int, int | None]] = set()
             for p in reading.processes:
+                if (p.pid, p.gpu_instance_id) in seen:
+                    continue
+                seen.add((p.pid, p.gpu_instance_id))
                 a = by_pid.get((p.pid, p.gpu_instance_id))
-                total = (self._counters.advance(("process", uuid, p.pid, None), a.energy_joules)
-                         if a is not None else None)
+                start = self._process_start(p.pid)
+                key = ("process", uuid, p.pid, start)
+                if a is not None and a.energy_joules is not None:
+                    total = self._counters.advance(key, a.energy_joules)
+                else:
+                    self._counters.mark_alive((key,))
+                    total = self._counters.value(key)
                 out.append(ProcessStats(
                     pid=p.pid, device_uuid=uuid, gpu_instance_id=p.gpu_instance_id,
+                    start_time_ticks=start,
                     memory_used_bytes=p.memory_used_bytes,
                     compute_utilization_percent=a.sm_util_percent if a else None,
                     share_method=a.share_method if a else None,
@@ -274,7 +295,7 @@ class Collector:
             lost=reading.lost,
             memory_used_bytes=reading.memory_used_bytes,
             duty_cycle_percent=reading.utilization_percent,
-            power_watts=reading.power_watts,
+            power_watts=attribution.power_watts if attribution else reading.power_watts,
             energy_joules=self._counters.value(("device", uuid)),
             idle_power_watts=attribution.idle_power_watts if attribution else None,
             active_power_watts=attribution.active_power_watts if attribution else None,

@@ -104,9 +104,9 @@ class ContainerTracker:
         self._counters = counters
         self._pod_resources = pod_resources
         self._runtime = runtime
-        # pid -> its container (or None: in no container), for processes seen last tick: a GPU
-        # process does not change cgroup, and a PID is not reused while it stays in NVML's list.
-        self._pid_owner: dict[int, object] = {}
+        # (pid, start time) -> its container (or None: in no container), for processes seen
+        # last tick: a GPU process does not change cgroup.
+        self._pid_owner: dict[tuple[int, int | None], object] = {}
         self._ticks = 0
         # Containers and pods without a GPU have their CPU/memory re-read every
         # ``idle_refresh_ticks`` ticks (each figure carries its own time); GPU users every tick.
@@ -127,11 +127,17 @@ class ContainerTracker:
             pods: dict[str, CgroupRef] = dict(discovery.pods)
             devices = _Devices.of(readings)
             mappings: dict[str, dict[GpuKey, set[str]]] = {}
-            pid_to_container = self._map_processes(readings, containers, mappings)
+            starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
+            pid_to_container = self._map_processes(readings, containers, mappings, starts)
             self._map_devices_lists(containers, devices, mappings)
             names = self._runtime.names(containers) if self._runtime is not None else {}
             names = dict(names)
             self._map_pod_resources(devices, containers, names, mappings)
+            _fold_parents_into_instances(mappings)
+            self._counters.mark_alive([("container", cid) for cid in containers]
+                                      + [("pod", uid) for uid in pods]
+                                      + [("pod", c.pod_uid) for c in containers.values()
+                                         if c.pod_uid])
             return self._build(containers, pods, names, mappings, devices, attributions,
                                processes, pid_to_container)
         finally:
@@ -139,16 +145,18 @@ class ContainerTracker:
 
     # ------------------------------------------------------------ mapping sources
 
-    def _map_processes(self, readings, containers, mappings) -> dict[tuple[str, int], str]:
+    def _map_processes(self, readings, containers, mappings, starts) -> dict[tuple[str, int], str]:
         pid_to_container = {}
-        owner_of_pid: dict[int, object] = {}
+        owner_of_pid: dict[tuple[int, int | None], object] = {}
         previous = self._pid_owner
         for reading in readings:
             for p in reading.processes:
-                if p.pid not in owner_of_pid:
-                    owner_of_pid[p.pid] = previous[p.pid] if p.pid in previous \
+                # A process is its PID and start time: a reused PID is looked up afresh.
+                process = (p.pid, starts.get((reading.identity.uuid, p.pid)))
+                if process not in owner_of_pid:
+                    owner_of_pid[process] = previous[process] if process in previous \
                         else self._procs.container_of(p.pid)
-                found = owner_of_pid[p.pid]
+                found = owner_of_pid[process]
                 if found is None:
                     continue      # gone, or not in a container: stays at process level
                 cid = found.info.container_id
@@ -289,10 +297,12 @@ class ContainerTracker:
         reading = devices.by_uuid.get(uuid)
         memory = None
         if reading is not None and not reading.lost \
-                and "processes" not in reading.unsupported_fields:
-            memory = sum(p.memory_used_bytes or 0 for p in mine)
+                and "processes" not in reading.unsupported_fields \
+                and all(p.memory_used_bytes is not None for p in mine):
+            memory = sum(p.memory_used_bytes for p in mine)   # 0: read, and none of theirs
         utils = [p.compute_utilization_percent for p in mine]
-        utilization = sum(u for u in utils if u is not None) \
+        # The container's share of SM time: MPS clients' percentages can add up past 100.
+        utilization = min(100.0, sum(utils)) \
             if utils and all(u is not None for u in utils) else None
         energy = power = None
         attribution = attributions.get(uuid)
@@ -320,6 +330,23 @@ class ContainerTracker:
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
+
+
+def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) -> None:
+    """A container holding MIG instances of a GPU is attributed through them only.
+
+    On cgroup v1 its ``devices.list`` names the parent GPU (``c 195:<minor>``) beside the MIG
+    capability nodes; a separate parent entry would count its instances' energy twice. The
+    parent's reasons move onto the instance entries.
+    """
+    for keys in mappings.values():
+        parents = {uuid for uuid, gi in keys if gi is None}
+        for uuid in parents:
+            instances = [k for k in keys if k[0] == uuid and k[1] is not None]
+            if instances:
+                reasons = keys.pop((uuid, None))
+                for key in instances:
+                    keys[key] |= reasons
 
 
 def _tick_energy_by_pid(attributions: Mapping[str, DeviceAttribution]) -> dict:

@@ -1,58 +1,98 @@
-"""Cumulative energy counters that only grow, persisted atomically in the state dir.
+"""Cumulative energy counters that only grow, and what each GPU taught us, kept across restarts.
 
-Keys are tuples such as ``("device", uuid)``, ``("device_active", uuid)``,
-``("process", uuid, pid, container_id)``, ``("container", container_id, uuid)``,
-``("pod", pod_uid, uuid)``, ``("mig", uuid, gpu_instance_id)``. Every level advances on its own
-each tick, so a finished process's energy is already in its container's and pod's counters.
-A counter not advanced for ``retention_seconds`` is dropped from memory (and so from the
-output); the pod's total is its own key and is unaffected.
+Keys are tuples: ``("device", uuid)``, ``("device_active", uuid)``, ``("mig", uuid, gi)``,
+``("process", uuid, pid, start_ticks)``, ``("container", container_id, uuid, gi)``,
+``("pod", pod_uid, uuid)``. Every level advances on its own each tick, so a finished
+process's energy is already in its container's and pod's counters.
 
-The state file is JSON with a schema version; a file that cannot be read or parsed is logged,
-kept aside as ``counters.json.corrupt`` and replaced at the next persist. Methods are safe to
-call from the housekeeping thread and a shutdown path at once.
+A counter belongs to an owner (the GPU, the process, the container, the pod). Counters are
+dropped only when their owner has not been seen for ``retention_seconds``: a live pod that left
+its GPU idle for a day keeps its total. Per GPU the state also keeps a ``DeviceRecord``: the
+learned idle power, the last raw hardware energy reading (with the boot it was read in, so a
+restart can count the energy of the gap), and the identity (to name a GPU lost at start).
+
+Every tick the changes go to the journal before the snapshot is published; every persist
+interval the whole state is compacted (``state_files``). Methods are safe to call from the
+housekeeping thread and a shutdown path at once.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Callable, Hashable, Iterable
 
-from gpustats.sources.errors import LogOnce
+from gpustats.engine.state_files import NewerStateVersion, StateFiles
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-STATE_FILE = "counters.json"
-CORRUPT_SUFFIX = ".corrupt"
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 Key = tuple[Hashable, ...]
+Owner = tuple[Hashable, ...]
+
+
+def owner_of(key: Key) -> Owner:
+    """Whose existence keeps a counter: the GPU, the process, the container or the pod."""
+    kind = key[0]
+    if kind in ("device", "device_active", "mig"):
+        return ("gpu", key[1])
+    if kind == "process":
+        return key
+    return (kind, key[1])
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """What the daemon remembers of one GPU between runs (every field optional)."""
+
+    idle_watts: float | None = None            # learned idle (only ever decreases)
+    energy_counter_mj: int | None = None       # last raw hardware counter reading
+    boot_id: str | None = None                 # the boot that reading was taken in
+    read_at: float | None = None               # wall time of that reading
+    index: int | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+    minor_number: int | None = None
+
+
+_RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_id": (str,),
+                 "read_at": (int, float), "index": (int,), "pci_bus_id": (str,),
+                 "name": (str,), "minor_number": (int,)}
 
 
 class EnergyCounters:
     def __init__(self, *, retention_seconds: float = 3600.0,
                  wall: Callable[[], float] = time.time):
         self._values: dict[Key, float] = {}
-        self._updated: dict[Key, float] = {}
+        self._seen: dict[Owner, float] = {}           # owner -> last time it existed
+        self._devices: dict[str, DeviceRecord] = {}
+        self._dirty: set[Key] = set()
+        self._dirty_devices: set[str] = set()
+        self._sequence = 0                            # journal lines written (or replayed)
         self._retention = retention_seconds
         self._wall = wall
-        self._log_once = LogOnce(log, every_seconds=300.0)
         self._lock = threading.Lock()
+        self._files: StateFiles | None = None
+
+    # ------------------------------------------------------------ counters
 
     def advance(self, key: Key, joules: float | None) -> float:
-        """Add a non-negative finite amount; anything else leaves the counter as it is."""
+        """Add a non-negative finite amount (anything else adds nothing); the owner is alive."""
         with self._lock:
-            current = self._values.get(key, 0.0)
+            current = self._values.get(key)
+            grown = current if current is not None else 0.0
             if joules is not None and math.isfinite(joules) and joules > 0:
-                current += joules
-            self._values[key] = current
-            self._updated[key] = self._wall()
-            return current
+                grown += joules
+            if grown != current:
+                self._values[key] = grown
+                self._dirty.add(key)
+            self._seen[owner_of(key)] = self._wall()
+            return grown
 
     def touch(self, key: Key) -> float:
         """Keep a counter alive (and create it at 0) without adding energy."""
@@ -65,130 +105,263 @@ class EnergyCounters:
         with self._lock:
             return [(k, v) for k, v in self._values.items() if kind is None or k[0] == kind]
 
+    def mark_alive(self, owners: Iterable[Owner]) -> None:
+        """These owners exist this tick: their counters are kept, advanced or not."""
+        now = self._wall()
+        with self._lock:
+            for owner in owners:
+                self._seen[owner] = now
+
     def expire(self) -> int:
-        """Drop counters not advanced within the retention window; returns how many."""
+        """Drop counters whose owner has not existed within the retention; returns how many."""
         with self._lock:
             horizon = self._wall() - self._retention
-            stale = [k for k, t in self._updated.items() if t < horizon]
+            gone = {o for o, t in self._seen.items() if t < horizon}
+            stale = [k for k in self._values if owner_of(k) in gone]
             for key in stale:
-                self._values.pop(key, None)
-                self._updated.pop(key, None)
+                del self._values[key]
+                self._dirty.discard(key)
+            for owner in gone:
+                del self._seen[owner]
+            for uuid in [u for u in self._devices if ("gpu", u) in gone]:
+                del self._devices[uuid]
             return len(stale)
+
+    # ------------------------------------------------------------ per-GPU records
+
+    def device(self, uuid: str) -> DeviceRecord | None:
+        return self._devices.get(uuid)
+
+    def devices(self) -> dict[str, DeviceRecord]:
+        with self._lock:
+            return dict(self._devices)
+
+    def update_device(self, uuid: str, **changes: object) -> None:
+        with self._lock:
+            record = self._devices.get(uuid) or DeviceRecord()
+            updated = replace(record, **changes)
+            if updated != record:
+                self._devices[uuid] = updated
+                self._dirty_devices.add(uuid)
+            self._seen[("gpu", uuid)] = self._wall()
 
     # ------------------------------------------------------------ persistence
 
+    def attach(self, files: StateFiles) -> None:
+        self._files = files
+
     def to_document(self) -> dict:
         with self._lock:
-            return {
-                "version": SCHEMA_VERSION,
-                "saved_at": self._wall(),
-                "counters": [{"key": list(k), "joules": v, "updated": self._updated.get(k)}
-                             for k, v in self._values.items()],
-            }
+            return self._document()
 
-    def persist(self, directory: str) -> bool:
-        """Write temp file, fsync, rename, fsync the directory. False (logged) on failure."""
-        path = os.path.join(directory, STATE_FILE)
-        tmp_path = None
-        try:
-            body = json.dumps(self.to_document(), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:      # a key that JSON cannot hold: a bug
-            self._log_once("encode", logging.ERROR, "cannot encode energy counters: %s", exc)
-            return False
-        try:
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp_path = tempfile.mkstemp(prefix=".counters-", suffix=".tmp", dir=directory)
-            with os.fdopen(fd, "w") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_path, path)
-            tmp_path = None
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-            return True
-        except OSError as exc:
-            self._log_once("persist", logging.ERROR,
-                           "cannot persist energy counters to %s: %s (counters in memory are "
-                           "intact; retrying)", path, exc)
-            return False
-        finally:
-            if tmp_path is not None:
-                try:
-                    os.unlink(tmp_path)
-                except OSError:
-                    pass
+    def _document(self) -> dict:
+        return {
+            "version": SCHEMA_VERSION,
+            "saved_at": self._wall(),
+            "journal_sequence": self._sequence,
+            "counters": [{"key": list(k), "joules": v, "updated": self._seen.get(owner_of(k))}
+                         for k, v in self._values.items()],
+            "devices": {u: _record_dict(r) for u, r in self._devices.items()},
+        }
 
-    def load(self, directory: str) -> bool:
-        """Load persisted counters; a missing or corrupt file is logged and replaced, not fatal."""
-        path = os.path.join(directory, STATE_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                document = json.load(f)
-        except FileNotFoundError:
-            log.info("no persisted energy counters at %s; starting from zero", path)
-            return False
-        except IsADirectoryError as exc:
-            log.error("energy counter state %s is unreadable (%s); starting from zero", path, exc)
-            return False
-        except (OSError, ValueError, RecursionError) as exc:
-            # ValueError covers bad JSON and bad UTF-8; RecursionError absurdly deep nesting.
-            log.error("energy counter state %s is unreadable (%s); starting from zero and "
-                      "replacing it", path, exc)
-            _keep_aside(path)
-            return False
-        try:
-            loaded = parse_counters_document(document)
-        except ValueError as exc:
-            log.error("energy counter state %s is corrupt (%s); starting from zero and "
-                      "replacing it", path, exc)
-            _keep_aside(path)
+    def journal(self) -> bool:
+        """Append what changed since the last call; call before publishing the tick."""
+        if self._files is None:
             return False
         with self._lock:
-            now = self._wall()
+            if not self._dirty and not self._dirty_devices:
+                return True
+            self._sequence += 1
+            entry = {
+                "sequence": self._sequence,
+                "at": self._wall(),
+                "counters": [[list(k), self._values[k]] for k in self._dirty
+                             if k in self._values],
+                "devices": {u: _record_dict(self._devices[u]) for u in self._dirty_devices
+                            if u in self._devices},
+            }
+            self._dirty.clear()
+            self._dirty_devices.clear()
+        return self._files.append(entry)
+
+    def persist(self) -> bool:
+        """Compact: the whole state to the snapshot file, fsynced; the journal emptied."""
+        if self._files is None:
+            return False
+        with self._lock:
+            self._sequence += 1
+            document = self._document()
+            self._dirty.clear()
+            self._dirty_devices.clear()
+        return self._files.write_snapshot(document)
+
+    def load(self, files: StateFiles) -> bool:
+        """Read the snapshot and replay the journal; attach ``files`` for later writes.
+
+        A missing, corrupt or foreign file is logged and the counters start from zero (the bad
+        file is kept aside); a file from a newer gpustats raises ``NewerStateVersion``.
+        """
+        self._files = files
+        document, journal = files.load(check_version)
+        loaded: dict[Key, float] = {}
+        seen: dict[Owner, float] = {}
+        devices: dict[str, DeviceRecord] = {}
+        sequence = 0
+        if document is not None:
+            try:
+                loaded, seen, devices, sequence = parse_state_document(document)
+            except ValueError as exc:
+                log.error("energy counter state %s is corrupt (%s); starting from zero and "
+                          "replacing it", files.state_path, exc)
+                files.keep_aside(files.state_path, ".corrupt-")
+                document = None
+        replayed = 0
+        for entry in journal:
+            try:
+                entry_sequence, counters, records = parse_journal_entry(entry)
+            except ValueError as exc:
+                log.warning("energy counter journal: an entry is corrupt (%s); replay stops "
+                            "there", exc)
+                break
+            if entry_sequence <= sequence:
+                continue              # already in the snapshot (written before the truncate)
+            for key, joules in counters.items():
+                loaded[key] = max(joules, loaded.get(key, 0.0))
+            for uuid, record in records.items():
+                devices[uuid] = record
+            sequence = entry_sequence
+            replayed += 1
+        now = self._wall()
+        with self._lock:
             for key, joules in loaded.items():
                 # Never go below a value this process already counted.
                 self._values[key] = max(joules, self._values.get(key, 0.0))
-                self._updated[key] = now
-        log.info("loaded %d energy counters from %s", len(loaded), path)
-        return True
+                owner = owner_of(key)
+                self._seen[owner] = min(now, max(seen.get(owner, now), self._seen.get(owner, 0)))
+            for uuid, record in devices.items():
+                self._devices.setdefault(uuid, record)
+            self._sequence = max(self._sequence, sequence)
+        if loaded or devices:
+            log.info("loaded %d energy counters and %d GPU records from %s (%d journal "
+                     "entr%s replayed)", len(loaded), len(devices), files.directory, replayed,
+                     "y" if replayed == 1 else "ies")
+        return document is not None or replayed > 0
 
 
-def parse_counters_document(document: object) -> dict[Key, float]:
-    """Counters from a decoded state file. ``ValueError`` on anything but the current schema."""
+def check_version(document: object) -> None:
+    """``NewerStateVersion`` for a state written by a newer gpustats; ``ValueError`` if foreign."""
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
-    if document.get("version") != SCHEMA_VERSION:
-        raise ValueError(f"schema version {document.get('version')!r}")
+    version = document.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) \
+            and version > SCHEMA_VERSION:
+        raise NewerStateVersion(f"schema version {version}; this gpustats reads "
+                                f"{', '.join(map(str, READABLE_VERSIONS))}")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"schema version {version!r}")
+
+
+def _record_dict(record: DeviceRecord) -> dict:
+    return {k: v for k, v in asdict(record).items() if v is not None}
+
+
+def _joules(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"bad value {value!r:.80}")
+    try:
+        joules = float(value)
+    except OverflowError:
+        raise ValueError(f"bad value {value!r:.80}") from None
+    if not math.isfinite(joules) or joules < 0:
+        raise ValueError(f"bad value {joules!r}")
+    return joules
+
+
+def _key(value: object) -> Key:
+    if not isinstance(value, list) or not value or not isinstance(value[0], str) \
+            or not all(part is None or (isinstance(part, (str, int))
+                                        and not isinstance(part, bool)) for part in value):
+        raise ValueError(f"bad key {value!r:.80}")
+    return tuple(value)
+
+
+def _record(value: object) -> DeviceRecord:
+    if not isinstance(value, dict):
+        raise ValueError(f"bad GPU record {value!r:.80}")
+    known = {f.name for f in fields(DeviceRecord)}
+    values = {}
+    for name, item in value.items():
+        if name not in known:
+            continue                      # a field a newer minor version added
+        types = _RECORD_TYPES[name]
+        if item is None:
+            continue
+        if isinstance(item, bool) or not isinstance(item, types):
+            raise ValueError(f"bad GPU record field {name}={item!r:.80}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"bad GPU record field {name}={item!r}")
+        values[name] = item
+    return DeviceRecord(**values)
+
+
+def parse_state_document(document: object) -> tuple[dict[Key, float], dict[Owner, float],
+                                                     dict[str, DeviceRecord], int]:
+    """Counters, owners' last-seen times, GPU records and the journal sequence of a state file.
+
+    ``ValueError`` on anything but a well-formed document of a readable version.
+    """
+    check_version(document)
+    assert isinstance(document, dict)
     entries = document.get("counters")
     if not isinstance(entries, list):
         raise ValueError("no counters list")
     loaded: dict[Key, float] = {}
+    seen: dict[Owner, float] = {}
     for entry in entries:
         if not isinstance(entry, dict):
             raise ValueError(f"bad entry {entry!r:.80}")
-        key, joules = entry.get("key"), entry.get("joules")
-        if not isinstance(key, list) or not key or not isinstance(key[0], str) \
-                or not all(part is None or isinstance(part, (str, int)) for part in key):
-            raise ValueError(f"bad key {key!r:.80}")
-        if isinstance(joules, bool) or not isinstance(joules, (int, float)):
-            raise ValueError(f"bad value {joules!r:.80}")
-        try:
-            value = float(joules)
-        except OverflowError:
-            raise ValueError(f"bad value {joules!r:.80}") from None
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"bad value {value!r}")
-        loaded[tuple(key)] = value
-    return loaded
+        key = _key(entry.get("key"))
+        loaded[key] = _joules(entry.get("joules"))
+        updated = entry.get("updated")
+        if isinstance(updated, (int, float)) and not isinstance(updated, bool) \
+                and math.isfinite(updated):
+            owner = owner_of(key)
+            seen[owner] = max(float(updated), seen.get(owner, 0.0))
+    raw_devices = document.get("devices", {})
+    if not isinstance(raw_devices, dict):
+        raise ValueError("bad devices section")
+    devices = {str(uuid): _record(record) for uuid, record in raw_devices.items()}
+    sequence = document.get("journal_sequence", 0)
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
+        raise ValueError(f"bad journal sequence {sequence!r:.80}")
+    return loaded, seen, devices, sequence
 
 
-def _keep_aside(path: str) -> None:
-    """Move a bad state file out of the way (best effort) so it can be looked at later."""
-    try:
-        os.replace(path, path + CORRUPT_SUFFIX)
-    except OSError:
-        pass
+def parse_counters_document(document: object) -> dict[Key, float]:
+    """Just the counters of a state file (``ValueError`` as ``parse_state_document``)."""
+    return parse_state_document(document)[0]
+
+
+def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str, DeviceRecord]]:
+    if not isinstance(entry, dict):
+        raise ValueError("not a JSON object")
+    sequence = entry.get("sequence")
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
+        raise ValueError(f"bad sequence {sequence!r:.80}")
+    raw = entry.get("counters", [])
+    if not isinstance(raw, list):
+        raise ValueError("bad counters")
+    counters = {}
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 2:
+            raise ValueError(f"bad counter {item!r:.80}")
+        counters[_key(item[0])] = _joules(item[1])
+    raw_devices = entry.get("devices", {})
+    if not isinstance(raw_devices, dict):
+        raise ValueError("bad devices")
+    return sequence, counters, {str(u): _record(r) for u, r in raw_devices.items()}
+
+
+__all__ = ["DeviceRecord", "EnergyCounters", "NewerStateVersion", "SCHEMA_VERSION",
+           "check_version", "owner_of", "parse_counters_document", "parse_state_document",
+           "parse_journal_entry"]

@@ -1,19 +1,32 @@
-"""Per-device energy bookkeeping between ticks: idle tracking, tick energy, attribution, counters.
+"""Per-device energy bookkeeping between ticks: idle learning, tick energy, attribution, counters.
 
 ``energyJoules`` of a device is the daemon's monotonic total of its hardware energy counter
 (absent on GPUs without one); attribution uses the counter delta when there is one and the
-trapezoid of power samples otherwise.
+trapezoid of power samples otherwise. Where the power call is not supported, power is the
+counter's rate over the tick.
+
+Idle without ``--idle-power-watts`` is learned: the lowest power that held for
+``IDLE_HOLD_TICKS`` consecutive ticks (so one 0 W glitch never becomes the idle), kept per
+GPU UUID across restarts. Until a GPU has that many readings and nothing was learned before,
+the highest reading so far stands in (the first tick's power: nothing above it is known to be
+active yet).
+
+After a restart, when the hardware counter is continuous with the last persisted reading (same
+boot, not below it, and no more than the board could have drawn in between), the energy of the
+gap is added to the device counter; attributed counters never invent it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpustats.attribution import (
-    DeviceTickInput, active_energy_joules, active_power, attribute_device, next_idle_power,
-    tick_energy_joules,
+    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, active_power, attribute_device,
+    learned_idle_power, plausible_max_watts, tick_energy_joules,
 )
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
@@ -21,19 +34,25 @@ from gpustats.model.device import DeviceReading
 
 log = logging.getLogger(__name__)
 
+IDLE_HOLD_TICKS = 3
+
 
 @dataclass
 class _DeviceState:
     counter_mj: int | None = None
     power_watts: float | None = None
     monotonic: float | None = None
-    idle_min_watts: float | None = None
+    learned_idle_watts: float | None = None
+    recent_watts: deque = field(default_factory=lambda: deque(maxlen=IDLE_HOLD_TICKS))
 
 
 class EnergyAccountant:
-    def __init__(self, configured_idle: Callable[[str], float | None], counters: EnergyCounters):
+    def __init__(self, configured_idle: Callable[[str], float | None], counters: EnergyCounters,
+                 *, boot_id: str | None = None, wall: Callable[[], float] = time.time):
         self._configured_idle = configured_idle
         self._counters = counters
+        self._boot_id = boot_id
+        self._wall = wall
         self._state: dict[str, _DeviceState] = {}
 
     def account(self, reading: DeviceReading,
@@ -42,7 +61,9 @@ class EnergyAccountant:
         if reading.lost:
             return None
         uuid = reading.identity.uuid
-        state = self._state.setdefault(uuid, _DeviceState())
+        state = self._state.get(uuid)
+        if state is None:
+            state = self._state[uuid] = self._first_tick(reading)
         dt = reading.monotonic_seconds - state.monotonic if state.monotonic is not None else 0.0
         delta = tick_energy_joules(state.counter_mj, reading.energy_counter_millijoules,
                                    state.power_watts, reading.power_watts, dt,
@@ -51,31 +72,84 @@ class EnergyAccountant:
             log.info("GPU %s: energy counter went from %s to %s mJ (driver reload?); using "
                      "integrated power for this tick", uuid, state.counter_mj,
                      reading.energy_counter_millijoules)
-        state.idle_min_watts = next_idle_power(state.idle_min_watts, reading.power_watts,
-                                               self._configured_idle(uuid))
-        idle = state.idle_min_watts
+        power = reading.power_watts
+        if power is None and delta.source == "counter" and dt > 0:
+            power = delta.joules / dt           # no power call: the counter's rate
+        idle = self._idle(uuid, state, power)
         active_energy = active_energy_joules(delta.joules, idle, dt)
         if reading.energy_counter_millijoules is not None:
             self._counters.advance(("device", uuid), delta.joules)
-        if active_energy is not None or reading.energy_counter_millijoules is not None:
+        if active_energy is not None:
             self._counters.advance(("device_active", uuid), active_energy)
         state.counter_mj = reading.energy_counter_millijoules
-        state.power_watts = reading.power_watts
+        state.power_watts = power
         state.monotonic = reading.monotonic_seconds
+        self._remember(reading, state)
         return attribute_device(DeviceTickInput(
             device_uuid=uuid,
             dt_seconds=dt,
             tick_energy_joules=delta.joules,
             active_energy_joules=active_energy,
             idle_power_watts=idle,
-            active_power_watts=active_power(reading.power_watts, idle),
+            active_power_watts=active_power(power, idle),
+            power_watts=power,
             processes=reading.processes,
+            processes_known="processes" not in reading.unsupported_fields,
             samples=reading.process_samples,
             mps=reading.mps,
             mig_enabled=bool(reading.mig_enabled),
             mig_instances=reading.mig_instances,
             mig_activity=mig_activity or {},
         ))
+
+    def _first_tick(self, reading: DeviceReading) -> _DeviceState:
+        """Start from what an earlier run learned; count the gap if the counter ran on."""
+        uuid = reading.identity.uuid
+        record = self._counters.device(uuid)
+        state = _DeviceState()
+        if record is None:
+            return state
+        state.learned_idle_watts = record.idle_watts
+        now_mj = reading.energy_counter_millijoules
+        if now_mj is None or record.energy_counter_mj is None or record.read_at is None:
+            return state
+        if self._boot_id is None or record.boot_id != self._boot_id:
+            return state
+        elapsed = max(0.0, self._wall() - record.read_at)
+        gap = (now_mj - record.energy_counter_mj) / 1000.0
+        bound = GLITCH_FACTOR * plausible_max_watts(reading.power_limit_watts, None,
+                                                    reading.power_watts) * elapsed
+        if 0 <= gap <= bound:
+            self._counters.advance(("device", uuid), gap)
+            log.info("GPU %s: %.0f J used while gpustats was not running (%.0f s) added to "
+                     "its energy counter", uuid, gap, elapsed)
+        else:
+            log.info("GPU %s: energy counter not continuous with the last run (%s → %s mJ "
+                     "over %.0f s); the gap is not counted", uuid, record.energy_counter_mj,
+                     now_mj, elapsed)
+        return state
+
+    def _idle(self, uuid: str, state: _DeviceState, power: float | None) -> float | None:
+        configured = self._configured_idle(uuid)
+        if configured is not None:
+            return configured
+        if power is not None:
+            state.recent_watts.append(power)
+        state.learned_idle_watts = learned_idle_power(
+            state.learned_idle_watts, tuple(state.recent_watts), IDLE_HOLD_TICKS)
+        if state.learned_idle_watts is not None:
+            return state.learned_idle_watts
+        return max(state.recent_watts) if state.recent_watts else None
+
+    def _remember(self, reading: DeviceReading, state: _DeviceState) -> None:
+        ident = reading.identity
+        self._counters.update_device(
+            ident.uuid, idle_watts=state.learned_idle_watts,
+            energy_counter_mj=reading.energy_counter_millijoules,
+            boot_id=self._boot_id if reading.energy_counter_millijoules is not None else None,
+            read_at=self._wall() if reading.energy_counter_millijoules is not None else None,
+            index=ident.index, pci_bus_id=ident.pci_bus_id, name=ident.name,
+            minor_number=ident.minor_number)
 
     def forget_missing(self, present_uuids: set[str]) -> None:
         for uuid in set(self._state) - present_uuids:

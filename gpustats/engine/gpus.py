@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.model.device import DeviceReading
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ class Sweeper(Protocol):
     calls: int
 
     def sweep(self) -> tuple[DeviceReading, ...]: ...
+
+    def unidentified(self) -> tuple[int, ...]: ...
 
     def close(self) -> None: ...
 
@@ -51,6 +54,7 @@ class GpuSource:
                  open_session: Callable[[], tuple[Sweeper, str | None]],
                  *, is_driver_gone: Callable[[BaseException], bool],
                  retry_interval: float, rescan_interval: float = 300.0,
+                 lost_namer: LostGpuNamer | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
         self._scanner = scanner
         self._open_session = open_session
@@ -58,7 +62,9 @@ class GpuSource:
         self._retry_interval = retry_interval
         self._rescan_interval = rescan_interval
         self._monotonic = monotonic
-        self._gpus_on_bus = 0
+        self._gpus_on_bus: int | None = None     # None: not scanned yet
+        self._bus_ids: tuple[str, ...] = ()
+        self._lost_namer = lost_namer
         self._next_scan = 0.0
         self._next_attempt = 0.0
         self._sweeper: Sweeper | None = None
@@ -68,7 +74,7 @@ class GpuSource:
         self.sessions_opened = 0
 
     def status(self) -> GpuStatus:
-        return GpuStatus(self._gpus_on_bus, self._sweeper is not None, self._error,
+        return GpuStatus(self._gpus_on_bus or 0, self._sweeper is not None, self._error,
                          self._driver_version, self._calls_last_tick,
                          self.sessions_opened if self._sweeper is not None else 0)
 
@@ -77,7 +83,7 @@ class GpuSource:
         if self._sweeper is None:
             if now >= self._next_scan:
                 self._rescan(now)
-            if self._gpus_on_bus == 0:
+            if not self._gpus_on_bus:
                 return ()
             if now < self._next_attempt:
                 return ()
@@ -98,6 +104,10 @@ class GpuSource:
             self._next_attempt = now + self._retry_interval
             return ()
         self._calls_last_tick = sweeper.calls - before
+        lost = sweeper.unidentified() if self._lost_namer is not None else ()
+        if lost:
+            readings += self._lost_namer.readings(lost, readings, self._bus_ids,
+                                                  self._monotonic())
         return readings
 
     def close(self) -> None:
@@ -109,7 +119,9 @@ class GpuSource:
                 self._calls_last_tick = None
 
     def _rescan(self, now: float) -> None:
-        found = len(self._scanner.scan())
+        gpus = self._scanner.scan()
+        self._bus_ids = tuple(g.address for g in gpus if getattr(g, "address", None))
+        found = len(gpus)
         if found != self._gpus_on_bus:
             if found:
                 log.info("%d NVIDIA GPU(s) on the PCI bus", found)

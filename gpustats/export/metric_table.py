@@ -15,7 +15,9 @@ GPU = ("gpu", "gpu_uuid")
 CONTAINER = ("container_id", "container", "pod", "namespace", "gpu", "gpu_uuid",
              "gpu_instance_id")
 POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid")
-PROCESS = ("pid", "gpu", "gpu_uuid", "gpu_instance_id", "container_id", "share_method")
+# Identity only: a label whose value can change mid-life (how the share was computed) would
+# split a counter into a new series and break rate(); the method has its own gauge.
+PROCESS = ("pid", "gpu", "gpu_uuid", "gpu_instance_id", "container_id")
 MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
 
@@ -99,6 +101,10 @@ FAMILIES: tuple[Family, ...] = (
            "Share of SM time the process had over the tick.", PROCESS, "ratio"),
     Family("gpustats_process_gpu_memory_used_bytes", GAUGE, "GPU memory held by the process.",
            PROCESS, "bytes"),
+    Family("gpustats_process_gpu_share_method", GAUGE,
+           "How the process's share of active power was computed this tick (value 1): "
+           "exclusive, sm-utilization, equal-split, mig-activity or mig-equal-split.",
+           PROCESS + ("method",)),
     Family("gpustats_container_gpu_watts", GAUGE, "Active GPU power attributed to a container.",
            CONTAINER, "watts"),
     Family("gpustats_container_gpu_joules", COUNTER,

@@ -17,6 +17,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from gpustats import __version__
+from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
 from gpustats.model.snapshot import Snapshot
@@ -139,7 +140,10 @@ def _devices(out: _Families, snapshot: Snapshot) -> None:
 def _processes(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
     for p in snapshot.processes:
         labels = (p.pid, gpu_index.get(p.device_uuid), p.device_uuid, p.gpu_instance_id,
-                  p.container_id, p.share_method)
+                  p.container_id)
+        if p.share_method is not None:
+            # Its own series: the counters' identity must not change when the method does.
+            out.add("gpustats_process_gpu_share_method", (*labels, p.share_method), 1)
         out.add("gpustats_process_gpu_watts", labels, p.attributed_power_watts)
         out.add("gpustats_process_gpu_joules", labels, p.attributed_energy_joules)
         out.add("gpustats_process_gpu_compute_utilization_ratio", labels,
@@ -165,13 +169,15 @@ def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -
                     if a.compute_utilization_percent is not None else None)
             device = devices.get(a.device_uuid)
             if device is not None:
-                cadvisor = ("nvidia", device.identity.name, a.device_uuid, c.name, pod_name,
-                            namespace, c.cgroup_path, c.container_id)
-                out.add("container_accelerator_duty_cycle", cadvisor, device.duty_cycle_percent)
+                # cAdvisor's view: the device, or a MIG tenant's own instance (acc_id MIG-…).
+                view = container_view(a, device)
+                cadvisor = ("nvidia", view.model, view.id, c.name, pod_name, namespace,
+                            c.cgroup_path, c.container_id)
+                out.add("container_accelerator_duty_cycle", cadvisor, view.duty_cycle_percent)
                 out.add("container_accelerator_memory_used_bytes", cadvisor,
-                        device.memory_used_bytes)
+                        view.memory_used_bytes)
                 out.add("container_accelerator_memory_total_bytes", cadvisor,
-                        device.identity.memory_total_bytes)
+                        view.memory_total_bytes)
     for pod in snapshot.pods:
         for a in pod.accelerators:
             labels = (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),

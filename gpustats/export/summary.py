@@ -11,6 +11,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from gpustats.export.accelerators import container_view
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.model.snapshot import (
@@ -144,8 +145,19 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
 
 def container_accelerator_dict(acc: ContainerAccelerator,
                                device: DeviceStats | None) -> dict[str, Any]:
-    """A container's view of a GPU: the device's kubelet keys plus what its processes account for."""
-    out = _kubelet_keys(device) if device is not None else {"make": MAKE, "id": acc.device_uuid}
+    """A container's view of a GPU: the kubelet keys of the device, or of its MIG instance
+    (with the GPU's UUID as ``parentId``), plus what its processes account for."""
+    if device is None:
+        out: dict[str, Any] = {"make": MAKE, "id": acc.device_uuid}
+    else:
+        view = container_view(acc, device)
+        out = {"make": MAKE}
+        _put(out, "model", view.model)
+        out["id"] = view.id
+        _put(out, "memoryTotal", view.memory_total_bytes)
+        _put(out, "memoryUsed", view.memory_used_bytes)
+        _put(out, "dutyCycle", view.duty_cycle_percent)
+        _put(out, "parentId", view.parent_id)
     _put(out, "processMemoryUsed", acc.process_memory_used_bytes)
     _put(out, "computeUtilization", _round(acc.compute_utilization_percent, 2))
     _put(out, "attributedPowerWatts", _round(acc.attributed_power_watts))
@@ -157,11 +169,12 @@ def container_accelerator_dict(acc: ContainerAccelerator,
 
 def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
                     fallback_start: float, *, with_accelerators: bool,
-                    top_level: bool) -> dict[str, Any]:
+                    top_level: bool, pod_uid: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if top_level:
         out["id"] = container.container_id
         _put(out, "name", container.name)
+        _put(out, "podUid", pod_uid)
         _put(out, "runtime", container.runtime)
         _put(out, "cgroup", container.cgroup_path)
     else:
@@ -178,7 +191,7 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
 def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: float,
               *, with_accelerators: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "podRef": {"name": pod.name or "", "namespace": pod.namespace or "", "uid": pod.uid},
+        "podRef": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
     }
     start = pod.usage.start_time
     out["startTime"] = rfc3339(start if start is not None else fallback_start)
@@ -210,15 +223,22 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> di
     if full and snapshot.devices:
         node_out["accelerators"] = [device_dict(d) for d in snapshot.devices]
     devices = {d.identity.uuid: d for d in snapshot.devices}
+    # A pod no source names stays out of pods[]: consumers key pods by namespace/name, so two
+    # nameless pods would overwrite each other. Its containers are listed at the top level
+    # with the pod's UID until a name source names the pod.
+    named = [p for p in snapshot.pods if p.name and p.namespace]
+    loose = [(c, p.uid) for p in snapshot.pods if not (p.name and p.namespace)
+             for c in p.containers]
+    loose += [(c, c.pod_uid) for c in snapshot.containers]
     out: dict[str, Any] = {
         "node": node_out,
-        "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full)
-                 for p in snapshot.pods],
+        "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full) for p in named],
     }
-    if snapshot.containers:
+    if loose:
         out["containers"] = [
-            _container_dict(c, devices, node.start_time, with_accelerators=full, top_level=True)
-            for c in snapshot.containers
+            _container_dict(c, devices, node.start_time, with_accelerators=full, top_level=True,
+                            pod_uid=uid)
+            for c, uid in loose
         ]
     return out
 

@@ -14,6 +14,7 @@ SHARE_EXCLUSIVE = "exclusive"
 SHARE_SM_UTIL = "sm-utilization"
 SHARE_EQUAL = "equal-split"
 SHARE_MIG_ACTIVITY = "mig-activity"
+SHARE_MIG_ASSUMED = "mig-assumed-activity"   # instance without activity data: mean of the rest
 SHARE_MIG_EQUAL = "mig-equal-split"
 
 
@@ -24,8 +25,8 @@ class ProcessAttribution:
     gpu_instance_id: int | None
     share: float                        # fraction of the device's active energy this tick
     share_method: str
-    power_watts: float                  # attributed active power over the tick
-    energy_joules: float                # attributed active energy this tick
+    power_watts: float | None           # attributed active power over the tick (None: unknown)
+    energy_joules: float | None         # attributed active energy this tick (None: unknown)
     sm_util_percent: float | None = None
 
 
@@ -38,3 +39,4 @@ class DeviceAttribution:
     tick_active_energy_joules: float | None
     sharing_mode: str | None
     processes: tuple[ProcessAttribution, ...] = ()
+    power_watts: float | None = None    # read, or the energy counter's rate without a reading

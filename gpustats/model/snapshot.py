@@ -50,10 +50,11 @@ class ProcessStats:
     gpu_instance_id: int | None = None
     container_id: str | None = None
     memory_used_bytes: int | None = None
-    compute_utilization_percent: float | None = None
+    compute_utilization_percent: float | None = None   # SM share as NVML reports it
     share_method: str | None = None
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
+    start_time_ticks: int | None = None      # /proc/<pid>/stat starttime: tells reused PIDs apart
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from gpustats.simulator.abi import (
     MIG_BASE, NO_INSTANCE, NOT_FOUND, NOT_SUPPORTED, PHYSICAL_BASE, SUCCESS, UNINITIALIZED,
     VIOLATION_POLICY_KEYS, set_out, struct_at, write_string,
 )
+from gpustats.simulator.driver_state import load_driver_state, save_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
@@ -44,8 +45,10 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
 
     def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time, driver_state: str | None = None):
         self._path = scenario_path
+        self._driver_state = driver_state      # energy counters kept across daemon restarts
+        self._driver_saved_at: float | None = None
         self._monotonic = monotonic
         self._wall = wall
         self._lock = threading.Lock()
@@ -68,6 +71,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._gpm_samples: dict[int, tuple[str, int | None, float] | None] = {}
         self._previous_lib = None
         self._reset_counters(self._scenario)
+        if driver_state is not None:
+            self._resume_driver(driver_state)
         self.lib = self._build_library()
 
     # ------------------------------------------------------------ public
@@ -128,6 +133,28 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._energy_mj = {d.uuid: float(d.energy_counter_base_millijoules)
                            for d in scenario.devices}
         self._violation_ns = {d.uuid: {} for d in scenario.devices}
+        self._driver_saved_at = None          # save at the next advance
+
+    def _resume_driver(self, path: str) -> None:
+        """Counters as an uninterrupted driver would have them now (same driver session)."""
+        state = load_driver_state(path)
+        if state is None or state[1] != self._scenario.driver_reloads:
+            return
+        saved_at, _, energy = state
+        elapsed = max(0.0, self._wall() - saved_at)
+        for device in self._scenario.devices:
+            if device.uuid in energy:
+                self._energy_mj[device.uuid] = energy[device.uuid] \
+                    + device.power_watts * elapsed * 1000.0
+
+    def _maybe_save_driver(self, now: float) -> None:
+        if self._driver_state is None:
+            return
+        if self._driver_saved_at is not None and now - self._driver_saved_at < 1.0:
+            return
+        self._driver_saved_at = now
+        save_driver_state(self._driver_state, self._wall(), self._scenario.driver_reloads,
+                          dict(self._energy_mj))
 
     def _advance(self) -> None:
         """Integrate power and violation shares of the current scenario up to now."""
@@ -142,6 +169,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             acc = self._violation_ns.setdefault(device.uuid, {})
             for key, percent in device.violations:
                 acc[key] = acc.get(key, 0.0) + percent / 100.0 * dt * 1e9
+        self._maybe_save_driver(now)
 
     # ------------------------------------------------------------ handles
 

@@ -1,4 +1,5 @@
-"""``/proc/<pid>/cgroup``: which container a (GPU) process lives in."""
+"""``/proc/<pid>/cgroup`` and ``/proc/<pid>/stat``: which container a (GPU) process lives in,
+and when it started (a PID and its start time name one process; PIDs are reused)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,24 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
             if controller:
                 paths[controller] = path
     return paths
+
+
+def parse_start_time(stat_text: str) -> int:
+    """Field 22 of ``/proc/<pid>/stat``: start time in clock ticks after boot (proc(5)).
+
+    The command name (field 2) may hold spaces and parentheses, so fields are counted after
+    its last ``)``. ``ValueError`` on anything else.
+    """
+    _, sep, rest = stat_text.rpartition(")")
+    if not sep:
+        raise ValueError("no command name")
+    fields = rest.split()
+    if len(fields) < 20:
+        raise ValueError("too few fields")
+    start = int(fields[19])          # fields[0] is field 3 (state), so field 22 is [19]
+    if start < 0:
+        raise ValueError("negative start time")
+    return start
 
 
 @dataclass(frozen=True)
@@ -58,6 +77,16 @@ def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
 class ProcReader:
     def __init__(self, roots: HostRoots):
         self._roots = roots
+
+    def start_time(self, pid: int) -> int | None:
+        """The process's start time in clock ticks; ``None`` when gone or unreadable."""
+        text = read_text(self._roots.proc_path(str(pid), "stat"))
+        if text is None:
+            return None
+        try:
+            return parse_start_time(text)
+        except ValueError:
+            return None
 
     def container_of(self, pid: int) -> ProcessContainer | None:
         """``None`` when the process is gone or not in a container."""

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Protocol
 
 from flask import Blueprint, Flask, Response, current_app, json, request
-from werkzeug.exceptions import BadRequest
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.gpus import gpus_json
@@ -34,13 +33,12 @@ def _store() -> SnapshotStore:
     return current_app.extensions["gpustats.store"]
 
 
-def _parse_bool_param(name: str) -> bool:
-    values = request.args.getlist(name)
-    if not values:
-        return False
-    if len(values) > 1 or values[0] not in ("true", "false"):
-        raise BadRequest(f"query parameter {name!r} must be given once as 'true' or 'false'")
-    return values[0] == "true"
+def _kubelet_flag(name: str) -> bool:
+    """A kubelet query flag as the kubelet reads it: true only when given once as ``true``;
+    any other value, or a repetition, is false, never an error (kubelet server/stats
+    handler.go reads ``only_cpu_and_memory`` from the parsed form this way)."""
+    values = request.values.getlist(name)
+    return len(values) == 1 and values[0] == "true"
 
 
 stats = Blueprint("stats", __name__)
@@ -49,7 +47,7 @@ stats = Blueprint("stats", __name__)
 @stats.route("/stats/summary", methods=["GET", "POST"])
 @stats.route("/stats/summary/", methods=["GET", "POST"])
 def summary() -> Response:
-    only = _parse_bool_param("only_cpu_and_memory")
+    only = _kubelet_flag("only_cpu_and_memory")
     response = snapshot_response(request, _store(), ("summary", only),
                                  lambda s: summary_json(s, only_cpu_and_memory=only),
                                  "application/json", "cm" if only else "s")

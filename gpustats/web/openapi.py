@@ -77,7 +77,9 @@ _CONTAINER_ACCELERATOR = {
     "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
                    "computeUtilization": _NUM, "attributedPowerWatts": _NUM,
                    "attributedEnergyJoules": _NUM, "gpuInstanceId": _U64,
-                   "migProfile": {"type": "string"}},
+                   "migProfile": {"type": "string"},
+                   # A MIG tenant's entry is its MIG device (id MIG-…); this is the GPU's UUID.
+                   "parentId": {"type": "string"}},
 }
 _CONTAINER = {
     "type": "object", "required": ["name", "startTime"],
@@ -88,6 +90,7 @@ _CONTAINER = {
 _LOOSE_CONTAINER = {
     "type": "object", "required": ["id", "startTime"],
     "properties": {"id": {"type": "string"}, "name": {"type": "string"},
+                   "podUid": {"type": "string"},     # in a pod no name source names (yet)
                    "runtime": {"type": "string"}, "cgroup": {"type": "string"},
                    "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
                    "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
@@ -96,7 +99,8 @@ _POD = {
     "type": "object", "required": ["podRef", "startTime", "containers"],
     "properties": {
         "podRef": {"type": "object", "required": ["name", "namespace", "uid"],
-                   "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                   "properties": {"name": {"type": "string", "minLength": 1},
+                                  "namespace": {"type": "string", "minLength": 1},
                                   "uid": {"type": "string"}}},
         "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
         "containers": {"type": "array", "items": _CONTAINER},
@@ -136,10 +140,11 @@ def _json(schema: dict, description: str) -> dict:
 
 
 _NOT_READY = _json(_ERROR, "no collection tick has completed yet")
-_BAD_REQUEST = _json(_ERROR, "a query parameter has a bad value")
 _ONLY_CPU = {"name": "only_cpu_and_memory", "in": "query", "required": False,
-             "schema": {"type": "string", "enum": ["true", "false"]},
-             "description": "true: node and pod CPU/memory only (no accelerators)"}
+             "schema": {"type": "string"},
+             "description": "exactly `true`, given once: node and pod CPU/memory only (no "
+                            "accelerators); any other value or a repetition is false, as the "
+                            "kubelet reads it"}
 # Snapshot bodies: gzip when accepted, an ETag per snapshot, 304 for a poller that has it.
 _CONDITIONAL = [
     {"name": "Accept-Encoding", "in": "header", "required": False, "schema": {"type": "string"},
@@ -150,7 +155,7 @@ _CONDITIONAL = [
 _NOT_MODIFIED = {"description": "the snapshot named by If-None-Match is still the latest"}
 _SUMMARY_OP = {"parameters": [_ONLY_CPU, *_CONDITIONAL],
                "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape"),
-                             "304": _NOT_MODIFIED, "400": _BAD_REQUEST, "503": _NOT_READY}}
+                             "304": _NOT_MODIFIED, "503": _NOT_READY}}
 
 
 def openapi_document() -> dict[str, Any]:

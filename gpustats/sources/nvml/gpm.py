@@ -2,7 +2,9 @@
 
 Two samples must be more than 100 ms apart (nvml.md §2.13); ticks are seconds apart, so each
 tick's sample pairs with the previous tick's. MIG instances are sampled through the parent
-handle with ``nvmlGpmMigSampleGet``.
+handle with ``nvmlGpmMigSampleGet``. Support is remembered per device and per MIG instance: an
+instance whose sample answers NOT_SUPPORTED loses GPM alone, the GPU and its other instances
+keep theirs; a metric a sample cannot give is absent from that reading only.
 """
 
 from __future__ import annotations
@@ -69,17 +71,20 @@ class GpmSampler:
     def _is_supported(self, uuid: str, handle: Any) -> bool:
         known = self._supported.get(uuid)
         if known is None:
-            support = self._q.read(uuid, "gpm", pynvml.nvmlGpmQueryDeviceSupport, handle)
+            support = self._q.read(uuid, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport, handle)
             known = bool(support is not None and support.isSupportedDevice)
             self._supported[uuid] = known
-        return known and not self._q.is_unsupported(uuid, "gpm")
+        return known      # a device or instance sample that fails is remembered on its own
 
     def _next(self, key: tuple[str, int | None], take: Callable[[Any], Any]) -> GpmReading | None:
-        uuid = key[0]
+        uuid, gpu_instance_id = key
+        field = "gpm" if gpu_instance_id is None else f"gpm_gi{gpu_instance_id}"
+        if self._q.is_unsupported(uuid, field):
+            return None
         buffers = self._buffers.get(key)
         if buffers is None:
-            first = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc)
-            second = self._q.read(uuid, "gpm", pynvml.nvmlGpmSampleAlloc) if first else None
+            first = self._q.read(uuid, field, pynvml.nvmlGpmSampleAlloc)
+            second = self._q.read(uuid, field, pynvml.nvmlGpmSampleAlloc) if first else None
             if second is None:
                 if first is not None:
                     _free(first)
@@ -89,14 +94,14 @@ class GpmSampler:
         now = self._monotonic()
         if taken_at is not None and now - taken_at <= MIN_INTERVAL_SECONDS:
             return None            # too close to the last sample: keep it as the base
-        if self._q.read(uuid, "gpm", take, spare) is None:
+        if self._q.read(uuid, field, take, spare) is None:
             return None
         buffers[0], buffers[1], buffers[2] = spare, previous, now
         if taken_at is None:
             return None
-        return self._metrics(uuid, previous, spare)
+        return self._metrics(uuid, field, previous, spare)
 
-    def _metrics(self, uuid: str, first: Any, second: Any) -> GpmReading | None:
+    def _metrics(self, uuid: str, field: str, first: Any, second: Any) -> GpmReading | None:
         request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(_METRICS)
@@ -104,7 +109,7 @@ class GpmSampler:
         request.sample2 = second
         for i, (_, metric_id, _) in enumerate(_METRICS):
             request.metrics[i].metricId = metric_id
-        if self._q.read(uuid, "gpm", pynvml.nvmlGpmMetricsGet, request) is None:
+        if self._q.read(uuid, field, pynvml.nvmlGpmMetricsGet, request) is None:
             return None
         values = {}
         for i, (name, _, scale) in enumerate(_METRICS):

@@ -85,7 +85,7 @@ class NvmlSession:
                 self.devices.append(DeviceHandle(index, handle, self._identity(index, handle)))
             except DeviceLost:
                 log.error("GPU index %d is lost (GPU_IS_LOST) before its identity could be read",
-                          index)
+                          index)   # the engine names it from what the host still tells
                 self.devices.append(DeviceHandle(index, None, None))
             except pynvml.NVMLError as exc:
                 log.error("GPU index %d: cannot get a handle: %s", index, exc)

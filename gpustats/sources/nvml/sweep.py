@@ -54,6 +54,21 @@ def parse_mig_profile(device_name: str | None) -> str | None:
     return match.group(1) if match else None
 
 
+def unique_processes(processes) -> tuple[ProcessReading, ...]:
+    """One entry per (PID, GPU instance): NVML lists a process once per context, so a PID can
+    appear twice; counting it twice would bill it twice. The larger memory figure is kept."""
+    merged: dict[tuple[int, int | None], ProcessReading] = {}
+    for p in processes:
+        key = (p.pid, p.gpu_instance_id)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = p
+        elif p.memory_used_bytes is not None and (seen.memory_used_bytes is None
+                                                   or p.memory_used_bytes > seen.memory_used_bytes):
+            merged[key] = replace(seen, memory_used_bytes=p.memory_used_bytes)
+    return tuple(merged.values())
+
+
 def _instance_id(value: int | None) -> int | None:
     return None if value is None or value == _NO_INSTANCE else int(value)
 
@@ -112,6 +127,10 @@ class DeviceSweeper:
 
     def close(self) -> None:
         self._gpm.close()
+
+    def unidentified(self) -> tuple[int, ...]:
+        """Indices of GPUs lost before their identity could be read (named by the engine)."""
+        return tuple(d.index for d in self._session.devices if d.identity is None)
 
     def sweep(self) -> tuple[DeviceReading, ...]:
         """Read all devices; a lost device is reported as lost, the others as usual."""
@@ -278,7 +297,7 @@ class DeviceSweeper:
                                pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
         if not raw:
             return ()
-        return tuple(
+        return unique_processes(
             ProcessReading(
                 pid=int(p.pid),
                 memory_used_bytes=int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,

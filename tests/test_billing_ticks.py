@@ -1,0 +1,106 @@
+"""Billing behaviour tick by tick, through the real daemon object (simulator, fake host trees):
+learned idle across restarts and glitches, and PID reuse."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpustats.cli import Daemon
+from gpustats.config import build_arg_parser, resolve
+from tests.fakehost import build, write_scenario
+
+GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+RELOAD_SECONDS = 0.25          # the simulator looks at its scenario file every 0.2 s
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    made = []
+
+    def _make(*args):
+        cgroup, proc = build(tmp_path / "host", {4242: (1, 1)})
+        argv = ["--simulate", str(tmp_path / "s.yaml"), "--state-dir", str(tmp_path / "state"),
+                "--pod-resources-socket", "", "--runtime-socket", "",
+                "--cgroup-root", str(cgroup), "--proc-root", str(proc), *args]
+        daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
+        made.append(daemon)
+        return daemon, proc
+
+    yield _make
+    for daemon in made:
+        daemon.close()
+
+
+def scenario(tmp_path, watts, processes=()):
+    write_scenario(tmp_path / "s.yaml", {
+        "devices": [{"uuid": GPU, "minor": 0, "power_watts": watts}],
+        "processes": [{"pid": pid, "device": GPU} for pid in processes]})
+    time.sleep(RELOAD_SECONDS)
+
+
+def device(snapshot):
+    return snapshot.devices[0]
+
+
+def test_learned_idle_survives_a_restart_while_busy(daemons, tmp_path):
+    scenario(tmp_path, 80)
+    daemon, _ = daemons()
+    for _ in range(4):
+        snapshot = daemon.collector.tick()
+    assert device(snapshot).idle_power_watts == 80.0
+    scenario(tmp_path, 300, [4242])
+    daemon.collector.tick()
+    daemon.close()
+    restarted, _ = daemons()                         # restart while the GPU is busy
+    for _ in range(3):
+        snapshot = restarted.collector.tick()
+        time.sleep(0.05)
+    assert device(snapshot).idle_power_watts == 80.0     # not today's 300 W
+    assert device(snapshot).active_power_watts == pytest.approx(220.0)
+    assert snapshot.processes[0].attributed_power_watts == pytest.approx(220.0, rel=0.05)
+
+
+def test_one_zero_watt_reading_does_not_become_the_idle(daemons, tmp_path):
+    scenario(tmp_path, 90)
+    daemon, _ = daemons()
+    for _ in range(4):
+        daemon.collector.tick()
+    scenario(tmp_path, 0)                             # a glitch, one tick long
+    daemon.collector.tick()
+    scenario(tmp_path, 90)
+    for _ in range(4):
+        snapshot = daemon.collector.tick()
+    assert device(snapshot).idle_power_watts == 90.0
+    scenario(tmp_path, 60)                            # a real, sustained lower idle
+    for _ in range(4):
+        snapshot = daemon.collector.tick()
+    assert device(snapshot).idle_power_watts == 60.0
+
+
+def write_stat(proc, pid, start_ticks):
+    comm = "python3 (worker)"          # spaces and parentheses in the command name
+    fields = ["S"] + ["0"] * 18 + [str(start_ticks)] + ["0"] * 30
+    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+
+
+def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
+    scenario(tmp_path, 300, [4242])
+    daemon, proc = daemons("--idle-power-watts", "100")
+    write_stat(proc, 4242, 1000)
+    for _ in range(4):
+        snapshot = daemon.collector.tick()
+        time.sleep(0.05)
+    first = snapshot.processes[0]
+    assert first.start_time_ticks == 1000 and first.attributed_energy_joules > 0
+    container_before = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules
+    write_stat(proc, 4242, 5000)                      # same PID, a new process
+    snapshot = daemon.collector.tick()
+    second = snapshot.processes[0]
+    assert second.start_time_ticks == 5000
+    assert second.attributed_energy_joules < first.attributed_energy_joules
+    assert daemon.counters.value(("process", GPU, 4242, 1000)) == \
+        pytest.approx(first.attributed_energy_joules)
+    container_after = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules
+    assert container_after >= container_before       # container and pod are unaffected

@@ -1,0 +1,127 @@
+"""Start-up as a newcomer meets it: a busy port, an unwritable state dir (given, or the default
+for a non-root user), and a readable --help; each a line, never a traceback."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpustats.config import OPTIONS, build_arg_parser, resolve
+from gpustats.engine.statedir import choose_state_dir, user_state_dir
+from tests.conftest import REPO_ROOT
+
+NOBODY = 65534
+
+
+def run_cli(*args, env=None, preexec=(), cwd=None, timeout=60):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTATS_")}
+    full_env["PYTHONPATH"] = str(REPO_ROOT)
+    full_env.update(env or {})
+    return subprocess.run([*preexec, sys.executable, "-m", "gpustats", *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=cwd or str(REPO_ROOT))
+
+
+def quiet(tmp_path):
+    """Flags that keep a start-up off the host's GPUs and sockets."""
+    return ("--sysfs-root", str(tmp_path / "nosys"), "--pod-resources-socket", "",
+            "--runtime-socket", "")
+
+
+def test_port_in_use_is_one_line_and_exit_2(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("--listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "s"),
+                         "--log-level", "warning", *quiet(tmp_path))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"gpustats: cannot listen on 127.0.0.1:{port}: Address already in use "
+                     "(choose another with --listen HOST:PORT)"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_given_state_dir_not_writable_is_one_line_and_exit_2(tmp_path, how):
+    (tmp_path / "a-file").write_text("")
+    bad = str(tmp_path / "a-file" / "state")           # under a file: unwritable even for root
+    args, env = (["--state-dir", bad], None) if how == "flag" else ([], {"GPUSTATS_STATE_DIR": bad})
+    result = run_cli("--once", *args, *quiet(tmp_path), env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"gpustats: state dir {bad} is not writable (Not a directory); pass a writable "
+        "directory with --state-dir PATH (or GPUSTATS_STATE_DIR)"]
+
+
+def test_default_state_dir_falls_back_to_the_users_for_a_non_root_user():
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    home = tempfile.mkdtemp(prefix="gpustats-home-")     # outside root-only temp dirs
+    try:
+        os.chmod(home, 0o755)
+        os.chown(home, NOBODY, NOBODY)
+        drop = (setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+        probe = subprocess.run([*drop, sys.executable, "-c", "import flask, yaml"],
+                               capture_output=True, text=True, timeout=60,
+                               env={"PYTHONPATH": str(REPO_ROOT)}, cwd=home)
+        if probe.returncode != 0:
+            pytest.skip(f"an unprivileged user cannot run this interpreter: {probe.stderr[-200:]}")
+        default = next(o.default for o in OPTIONS if o.name == "state_dir")
+        writable = subprocess.run([*drop, "sh", "-c", f'mkdir -p "{default}" 2>/dev/null && '
+                                   f'touch "{default}/.probe" 2>/dev/null'], cwd=home)
+        if writable.returncode == 0:
+            pytest.skip(f"{default} is writable by an unprivileged user here")
+        env = {"HOME": home, "XDG_STATE_HOME": f"{home}/xdg"}
+        result = run_cli("--once", *quiet(Path(home)), env=env, preexec=drop, cwd=home)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["node"]["nodeName"]
+        said = [line for line in result.stderr.splitlines() if "state dir" in line]
+        assert len(said) == 1 and "WARNING" in said[0]
+        assert f"keeping energy counters in {home}/xdg/gpustats" in said[0]
+        assert "Traceback" not in result.stderr
+        assert (Path(home) / "xdg" / "gpustats" / "counters.json").exists()
+        # Without XDG_STATE_HOME: ~/.local/state/gpustats.
+        result = run_cli("--once", *quiet(Path(home)), env={"HOME": home}, preexec=drop,
+                         cwd=home)
+        assert result.returncode == 0, result.stderr
+        assert (Path(home) / ".local" / "state" / "gpustats" / "counters.json").exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_state_dir_choice(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("")
+    bad = str(tmp_path / "f" / "x")
+    env = {"XDG_STATE_HOME": str(tmp_path / "xdg")}
+    assert choose_state_dir(str(tmp_path / "ok"), explicit=True, environ=env).path == \
+        str(tmp_path / "ok")
+    chosen = choose_state_dir(bad, explicit=False, environ=env)
+    assert chosen.path == str(tmp_path / "xdg" / "gpustats") and bad in chosen.note
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_state_dir({"XDG_STATE_HOME": "relative/ignored"}) == \
+        str(tmp_path / "home" / ".local" / "state" / "gpustats")
+
+
+def test_explicit_options_are_recorded(tmp_path):
+    args = build_arg_parser().parse_args(["--state-dir", str(tmp_path)])
+    assert "state_dir" in resolve(args, {}).explicit
+    assert "state_dir" not in resolve(build_arg_parser().parse_args([]), {}).explicit
+    assert "state_dir" in resolve(build_arg_parser().parse_args([]),
+                                  {"GPUSTATS_STATE_DIR": str(tmp_path)}).explicit
+
+
+def test_help_shows_defaults_as_typed():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())         # argparse wraps lines
+    assert "None" not in text and "(13," not in text and "IdlePower" not in text
+    assert "default 13,31,43,45,68,109" in text and "default 5]" in text
+    assert "default /var/lib/gpustats" in text
