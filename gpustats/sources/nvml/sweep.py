@@ -108,11 +108,13 @@ class DeviceSweeper:
     """Reads every device of one NVML session; one instance per session."""
 
     def __init__(self, session: NvmlSession, *, monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
                  slow_every: int = 12, violation_every: int = 3, pcie_every: int = 6,
                  detail_every: int = 6, energy_every: int = 1):
         self._session = session
         self._q: Querier = session.querier
         self._monotonic = monotonic
+        self._wall = wall
         self._slow_every = slow_every
         self._detail_every = detail_every
         self._violation_every = violation_every
@@ -159,7 +161,7 @@ class DeviceSweeper:
         energy_due = self._energy.due(uuid, tick)
         values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY) if energy_due
                                 else fields.EVERY_TICK)
-        read_at = self._monotonic()        # the counter's time: delta / dt stays exact
+        read_at = self._field_time(values, "energy")   # the counter's time: delta / dt exact
         power_mw = fields.value(values, "power")
         if power_mw is None:
             power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
@@ -228,6 +230,20 @@ class DeviceSweeper:
             remapped_rows=state.remapped_rows,
             unsupported_fields=q.unsupported_fields(uuid),
         )
+
+    def _field_time(self, values: fields.FieldValues, name: str) -> float:
+        """Monotonic time at which the driver took field ``name`` (its CPU timestamp), or now.
+
+        A field may come from the driver's cache, and the call returns after the value was
+        taken; the entry's own timestamp keeps counter deltas and their intervals together.
+        A timestamp more than a second off (clock step, cache this old) is not trusted.
+        """
+        now = self._monotonic()
+        found = values.get(name)
+        if found is None or not found[1]:
+            return now
+        age = self._wall() - found[1] / 1e6
+        return now - age if 0.0 <= age <= 1.0 else now
 
     def _field_backed(self, uuid: str, h: Any, state: _DeviceState, values: fields.FieldValues,
                       tick: int) -> None:
