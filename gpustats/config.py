@@ -8,7 +8,6 @@ file key are derived from its name. Values are validated at start-up; a bad valu
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 

@@ -56,7 +56,8 @@ def sample_snapshot(sequence: int = 7, energy_scale: float = 1.0) -> Snapshot:
                                                  attributed_energy_joules=200.0 * e),))
     pod = PodStats("u1", "trainer-0", "ml", usage, (trainer, sidecar),
                    (PodAccelerator(A, 180.0, 600.0 * e), PodAccelerator(M, 100.0, 50.0 * e)))
-    processes = (ProcessStats(4242, A, None, C1, 1 << 30, 75.0, "sm-utilization", 180.0, 600.0 * e),
+    processes = (ProcessStats(4242, A, None, C1, 1 << 30, 75.0, "sm-utilization", 180.0, 600.0 * e,
+                              start_time_ticks=1234567),
                  ProcessStats(4243, A, None, C3, None, None, "sm-utilization", 60.0, 200.0 * e),
                  ProcessStats(5000, M, 7, C2, 1 << 30, None, "mig-activity", 100.0, 50.0 * e))
     return Snapshot(

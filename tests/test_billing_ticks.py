@@ -9,6 +9,7 @@ import pytest
 
 from gpustats.cli import Daemon
 from gpustats.config import build_arg_parser, resolve
+from gpustats.export.prometheus import render
 from tests.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -104,3 +105,6 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
         pytest.approx(first.attributed_energy_joules)
     container_after = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules
     assert container_after >= container_before       # container and pod are unaffected
+    # On /metrics the new process is a new series, not the old one stepping down.
+    text = render(snapshot, None)[0].decode()
+    assert 'pid="4242",pid_start_ticks="5000"' in text

@@ -165,24 +165,31 @@ class EnergyCounters:
         }
 
     def journal(self) -> bool:
-        """Append what changed since the last call; call before publishing the tick."""
+        """Append what changed since the last call; call before publishing the tick.
+
+        What could not be written stays marked as changed, for the next line or compaction.
+        """
         if self._files is None:
             return False
         with self._lock:
             if not self._dirty and not self._dirty_devices:
                 return True
             self._sequence += 1
+            keys, uuids = self._dirty, self._dirty_devices
             entry = {
                 "sequence": self._sequence,
                 "at": self._wall(),
-                "counters": [[list(k), self._values[k]] for k in self._dirty
-                             if k in self._values],
-                "devices": {u: _record_dict(self._devices[u]) for u in self._dirty_devices
+                "counters": [[list(k), self._values[k]] for k in keys if k in self._values],
+                "devices": {u: _record_dict(self._devices[u]) for u in uuids
                             if u in self._devices},
             }
-            self._dirty.clear()
-            self._dirty_devices.clear()
-        return self._files.append(entry)
+            self._dirty, self._dirty_devices = set(), set()
+        if self._files.append(entry):
+            return True
+        with self._lock:
+            self._dirty |= keys
+            self._dirty_devices |= uuids
+        return False
 
     def persist(self) -> bool:
         """Compact: the whole state to the snapshot file, fsynced; the journal emptied."""
@@ -191,9 +198,14 @@ class EnergyCounters:
         with self._lock:
             self._sequence += 1
             document = self._document()
-            self._dirty.clear()
-            self._dirty_devices.clear()
-        return self._files.write_snapshot(document)
+            keys, uuids = self._dirty, self._dirty_devices
+            self._dirty, self._dirty_devices = set(), set()
+        if self._files.write_snapshot(document):
+            return True
+        with self._lock:                 # not on disk: the next journal line carries them
+            self._dirty |= keys
+            self._dirty_devices |= uuids
+        return False
 
     def load(self, files: StateFiles) -> bool:
         """Read the snapshot and replay the journal; attach ``files`` for later writes.
@@ -202,19 +214,13 @@ class EnergyCounters:
         file is kept aside); a file from a newer gpustats raises ``NewerStateVersion``.
         """
         self._files = files
-        document, journal = files.load(check_version)
+        parsed, journal = files.load(parse_state_document)
         loaded: dict[Key, float] = {}
         seen: dict[Owner, float] = {}
         devices: dict[str, DeviceRecord] = {}
         sequence = 0
-        if document is not None:
-            try:
-                loaded, seen, devices, sequence = parse_state_document(document)
-            except ValueError as exc:
-                log.error("energy counter state %s is corrupt (%s); starting from zero and "
-                          "replacing it", files.state_path, exc)
-                files.keep_aside(files.state_path, ".corrupt-")
-                document = None
+        if parsed is not None:
+            loaded, seen, devices, sequence = parsed
         replayed = 0
         for entry in journal:
             try:
@@ -245,7 +251,7 @@ class EnergyCounters:
             log.info("loaded %d energy counters and %d GPU records from %s (%d journal "
                      "entr%s replayed)", len(loaded), len(devices), files.directory, replayed,
                      "y" if replayed == 1 else "ies")
-        return document is not None or replayed > 0
+        return parsed is not None or replayed > 0
 
 
 def check_version(document: object) -> None:

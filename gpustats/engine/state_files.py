@@ -98,49 +98,45 @@ class StateFiles:
 
     # ------------------------------------------------------------ loading
 
-    def load(self, check_version: Callable[[object], None]) -> tuple[object | None, list[object]]:
-        """The decoded snapshot document (``None`` when absent or unusable) and journal entries.
+    def load(self, parse: Callable[[object], object]) -> tuple[object | None, list[object]]:
+        """The parsed snapshot (``None`` when absent or unusable) and the journal's entries.
 
-        ``check_version(document)`` raises ``NewerStateVersion`` to stop, ``ValueError`` to mark
-        the file corrupt.
+        ``parse(document)`` raises ``NewerStateVersion`` to stop, ``ValueError`` to mark the
+        file corrupt (it is then kept aside and replaced at the next compaction).
         """
-        document = self._load_document(check_version)
-        return document, self._load_journal()
+        raw = self._read_or_set_aside(self.state_path, MAX_STATE_BYTES,
+                                      "starting from zero and replacing it")
+        if raw is None:
+            log.info("no persisted energy counters at %s; starting from zero", self.state_path)
+            parsed = None
+        else:
+            parsed = self._parse_document(raw, parse)
+        raw_journal = self._read_or_set_aside(self.journal_path, MAX_JOURNAL_BYTES,
+                                              "the last persisted state is used")
+        return parsed, self._journal_entries(raw_journal or b"")
 
-    def _load_document(self, check_version) -> object | None:
-        path = self.state_path
+    def _read_or_set_aside(self, path: str, cap: int, consequence: str) -> bytes | None:
         try:
-            raw = read_regular_file(path, MAX_STATE_BYTES)
+            return read_regular_file(path, cap)
         except (OSError, ValueError) as exc:
-            log.error("energy counter state %s is unreadable (%s); starting from zero and "
-                      "replacing it", path, exc)
+            log.error("energy counter file %s is unreadable (%s); %s", path, exc, consequence)
             self.keep_aside(path, CORRUPT_SUFFIX)
             return None
-        if raw is None:
-            log.info("no persisted energy counters at %s; starting from zero", path)
-            return None
+
+    def _parse_document(self, raw: bytes, parse: Callable[[object], object]) -> object | None:
         try:
-            document = json.loads(raw.decode("utf-8"))
-            check_version(document)
+            return parse(json.loads(raw.decode("utf-8")))
         except NewerStateVersion:
             raise
         except (ValueError, RecursionError) as exc:
             # ValueError covers bad JSON and bad UTF-8; RecursionError absurdly deep nesting.
             log.error("energy counter state %s is corrupt (%s); starting from zero and "
-                      "replacing it", path, exc)
-            self.keep_aside(path, CORRUPT_SUFFIX)
+                      "replacing it", self.state_path, exc)
+            self.keep_aside(self.state_path, CORRUPT_SUFFIX)
             return None
-        return document
 
-    def _load_journal(self) -> list[object]:
+    def _journal_entries(self, raw: bytes) -> list[object]:
         path = self.journal_path
-        try:
-            raw = read_regular_file(path, MAX_JOURNAL_BYTES)
-        except (OSError, ValueError) as exc:
-            log.error("energy counter journal %s is unreadable (%s); the last persisted state "
-                      "is used", path, exc)
-            self.keep_aside(path, CORRUPT_SUFFIX)
-            return []
         if not raw:
             return []
         entries = []

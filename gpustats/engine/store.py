@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Callable, Hashable
 
 from gpustats.model.snapshot import Snapshot

@@ -17,7 +17,9 @@ CONTAINER = ("container_id", "container", "pod", "namespace", "gpu", "gpu_uuid",
 POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid")
 # Identity only: a label whose value can change mid-life (how the share was computed) would
 # split a counter into a new series and break rate(); the method has its own gauge.
-PROCESS = ("pid", "gpu", "gpu_uuid", "gpu_instance_id", "container_id")
+# A process is its PID and its start time (clock ticks after boot, /proc/<pid>/stat field 22):
+# a reused PID is a new series, never a counter that steps down. Empty when unknown.
+PROCESS = ("pid", "pid_start_ticks", "gpu", "gpu_uuid", "gpu_instance_id", "container_id")
 MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
 
@@ -98,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_process_gpu_joules", COUNTER, "Active GPU energy attributed to a process.",
            PROCESS, "joules"),
     Family("gpustats_process_gpu_compute_utilization_ratio", GAUGE,
-           "Share of SM time the process had over the tick.", PROCESS, "ratio"),
+           "SM utilization of the process over the tick, as NVML reports it.", PROCESS, "ratio"),
     Family("gpustats_process_gpu_memory_used_bytes", GAUGE, "GPU memory held by the process.",
            PROCESS, "bytes"),
     Family("gpustats_process_gpu_share_method", GAUGE,
@@ -112,7 +114,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_container_gpu_memory_used_bytes", GAUGE,
            "GPU memory held by the container's processes.", CONTAINER, "bytes"),
     Family("gpustats_container_gpu_compute_utilization_ratio", GAUGE,
-           "Share of SM time the container's processes had over the tick.", CONTAINER, "ratio"),
+           "Share of SM time the container's processes had over the tick (at most 1, also "
+           "when MPS clients' percentages add up past 100).", CONTAINER, "ratio"),
     Family("gpustats_pod_gpu_watts", GAUGE, "Active GPU power attributed to a pod.", POD,
            "watts"),
     Family("gpustats_pod_gpu_joules", COUNTER,

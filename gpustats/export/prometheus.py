@@ -139,8 +139,8 @@ def _devices(out: _Families, snapshot: Snapshot) -> None:
 
 def _processes(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
     for p in snapshot.processes:
-        labels = (p.pid, gpu_index.get(p.device_uuid), p.device_uuid, p.gpu_instance_id,
-                  p.container_id)
+        labels = (p.pid, p.start_time_ticks, gpu_index.get(p.device_uuid), p.device_uuid,
+                  p.gpu_instance_id, p.container_id)
         if p.share_method is not None:
             # Its own series: the counters' identity must not change when the method does.
             out.add("gpustats_process_gpu_share_method", (*labels, p.share_method), 1)
