@@ -134,7 +134,8 @@ class Daemon:
 
     def create_app(self):
         return create_app(self.store, WebSettings(self.config.housekeeping_interval),
-                          metrics_renderer=MetricsRenderer(self.store))
+                          metrics_renderer=MetricsRenderer(self.store,
+                                                           self.config.dcgm_compat))
 
     def start(self) -> None:
         self.health.start()

@@ -222,6 +222,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_reset", parse_bool, False,
            "start counters from zero, moving the state files aside (needed to start over a "
            "state written by a newer gpustats)", "BOOL"),
+    Option("dcgm_compat", parse_bool, False,
+           "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
     Option("energy_every", _positive_int, 1,
            "read each GPU's energy counter every N ticks, integrating power in between", "N"),
 )
@@ -251,6 +253,7 @@ class Config:
     persist_interval: float
     counter_retention: float
     state_reset: bool
+    dcgm_compat: bool
     energy_every: int = 1
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).

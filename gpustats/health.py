@@ -13,22 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpustats.model.health import (
-    CONDITION_NVML_READY, STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN, Condition, DeviceHealth,
-    HealthEvent,
+    CONDITION_NVML_READY, STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN, XID_DESCRIPTIONS, Condition,
+    DeviceHealth, HealthEvent,
 )
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-
-# Well-known XIDs (NVIDIA's XID catalog); others are reported by number alone.
-XID_DESCRIPTIONS = {
-    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "preemptive cleanup after previous errors", 48: "double-bit ECC error",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failed", 68: "video processor exception",
-    74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
-    94: "contained ECC error", 95: "uncontained ECC error", 109: "context switch timeout",
-    119: "GSP RPC timeout", 120: "GSP error", 999: "unknown XID",
-}
 
 
 def xid_message(code: int | None) -> str:
@@ -64,7 +53,8 @@ def apply_event(health: DeviceHealth, event: HealthEvent,
                 ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS) -> DeviceHealth:
     """The health after one event. Every XID is counted, ignored ones included."""
     if event.kind == "xid":
-        health = replace(health, xid_error_count=health.xid_error_count + 1)
+        health = replace(health, xid_error_count=health.xid_error_count + 1,
+                         last_xid=event.code)
         if event.code in ignored_xids:
             return health
         return _set(health, STATUS_FALSE, "XidError", xid_message(event.code), event.time,

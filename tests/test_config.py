@@ -74,6 +74,8 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_COUNTER_RETENTION": "forever"}, "GPUSTATS_COUNTER_RETENTION"),
     (["--state-reset", "maybe"], {}, "--state-reset"),
     ([], {"GPUSTATS_STATE_RESET": "2"}, "GPUSTATS_STATE_RESET"),
+    (["--dcgm-compat=maybe"], {}, "--dcgm-compat"),
+    ([], {"GPUSTATS_DCGM_COMPAT": "2"}, "GPUSTATS_DCGM_COMPAT"),
     (["--energy-every", "0"], {}, "--energy-every"),
     (["--energy-every", "2.5"], {}, "whole number"),
     ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
@@ -82,6 +84,19 @@ def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
         _resolve(argv, env)
     assert fragment in str(err.value)
+
+
+def test_dcgm_compat_switch(tmp_path):
+    assert _resolve().dcgm_compat is False
+    assert _resolve(["--dcgm-compat"]).dcgm_compat is True
+    assert _resolve(["--dcgm-compat=false"], {"GPUSTATS_DCGM_COMPAT": "true"}).dcgm_compat is False
+    assert _resolve([], {"GPUSTATS_DCGM_COMPAT": "on"}).dcgm_compat is True
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dcgm_compat: true\n")
+    assert _resolve(["--config", str(cfg)]).dcgm_compat is True
+    cfg.write_text("dcgm_compat: [1]\n")
+    with pytest.raises(ConfigError, match="dcgm_compat in"):
+        _resolve(["--config", str(cfg)])
 
 
 def test_bad_config_file(tmp_path):

@@ -304,4 +304,5 @@ class Collector:
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,
             mig_instances=self._mig_stats(reading, attribution, activity),
+            reading=reading,
         )

@@ -19,6 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpustats import __version__
 from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
+from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
 from gpustats.model.snapshot import Snapshot
 
@@ -198,25 +199,39 @@ def _daemon(out: _Families, snapshot: Snapshot) -> None:
     out.add("gpustats_snapshot_sequence", (), snapshot.sequence)
 
 
-def render(snapshot: Snapshot, accept: str | None) -> tuple[bytes, str]:
-    """The exposition of one snapshot in the format the Accept header negotiates."""
+_OPENMETRICS_EOF = b"# EOF\n"
+
+
+def render(snapshot: Snapshot, accept: str | None,
+           dcgm_compat: bool = False) -> tuple[bytes, str]:
+    """The exposition of one snapshot in the format the Accept header negotiates; with
+    ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``)."""
     encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: snapshot))
-    return encoder(registry), content_type
+    body = encoder(registry)
+    if dcgm_compat:
+        dcgm = render_dcgm(snapshot)
+        if body.endswith(_OPENMETRICS_EOF):
+            body = body[:-len(_OPENMETRICS_EOF)] + dcgm + _OPENMETRICS_EOF
+        else:
+            body += dcgm
+    return body, content_type
 
 
 class MetricsRenderer:
     """``renderer(accept) -> (body, content type)``, rendered once per snapshot and format."""
 
-    def __init__(self, store: SnapshotStore):
+    def __init__(self, store: SnapshotStore, dcgm_compat: bool = False):
         self._store = store
+        self._dcgm_compat = dcgm_compat
 
     def negotiate(self, accept: str | None
                   ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
         """(memo key, body builder, content type) of the format the Accept header asks for."""
         _, content_type = choose_encoder(accept or "")
-        return ("metrics", content_type), (lambda s: render(s, accept)[0]), content_type
+        build = lambda s: render(s, accept, self._dcgm_compat)[0]  # noqa: E731
+        return ("metrics", content_type), build, content_type
 
     def __call__(self, accept: str | None) -> tuple[bytes, str]:
         key, build, content_type = self.negotiate(accept)

@@ -10,6 +10,17 @@ STATUS_UNKNOWN = "Unknown"
 
 CONDITION_NVML_READY = "NVMLReady"
 
+# Well-known XIDs (NVIDIA's XID catalog); others are reported by number alone.
+XID_DESCRIPTIONS = {
+    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "preemptive cleanup after previous errors", 48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed", 68: "video processor exception",
+    74: "NVLink error", 79: "GPU has fallen off the bus", 92: "high single-bit ECC error rate",
+    94: "contained ECC error", 95: "uncontained ECC error", 109: "context switch timeout",
+    119: "GSP RPC timeout", 120: "GSP error", 999: "unknown XID",
+}
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -36,6 +47,7 @@ class HealthEvent:
 class DeviceHealth:
     conditions: tuple[Condition, ...]
     xid_error_count: int = 0
+    last_xid: int | None = None        # the most recent XID code (None: none since start)
     single_bit_ecc_count: int = 0
     double_bit_ecc_count: int = 0
 

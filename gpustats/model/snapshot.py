@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpustats.model.containers import ContainerUsage
-from gpustats.model.device import DeviceIdentity
+from gpustats.model.device import DeviceIdentity, DeviceReading
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
 
@@ -41,6 +41,9 @@ class DeviceStats:
     mig_instances: tuple[MigInstanceStats, ...] = ()
     health: DeviceHealth | None = None
     saturation: Saturation | None = None
+    # The sweep these figures came from: raw NVML values for views that speak NVML's or
+    # DCGM's vocabulary. None for a GPU kept from before an NVML outage.
+    reading: DeviceReading | None = None
 
 
 @dataclass(frozen=True)

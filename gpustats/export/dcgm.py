@@ -1,0 +1,156 @@
+"""dcgm-exporter compatible series for one snapshot (``--dcgm-compat``), as exposition text.
+
+Labels follow dcgm-exporter: ``gpu, UUID, pci_bus_id, device="nvidia<minor>", modelName``,
+``GPU_I_PROFILE, GPU_I_ID`` on MIG instance series, ``Hostname`` (the node name),
+``DCGM_FI_DRIVER_VERSION``, then the Kubernetes labels ``container, namespace, pod, pod_uid``
+when exactly one pod container holds the GPU (or the MIG instance). A label whose value is
+unknown is left out, never empty. Rendered here rather than through prometheus-client because
+dcgm-exporter's counters carry no ``_total`` suffix, which prometheus-client's text format adds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from gpustats.export.dcgm_table import (
+    DEVICE_FIELDS, INSTANCE_MEMORY_FIELDS, PROF_FIELDS, XID, DcgmField,
+)
+from gpustats.model.device import MigInstanceReading
+from gpustats.model.health import XID_DESCRIPTIONS
+from gpustats.model.snapshot import ContainerStats, DeviceStats, PodStats, Snapshot
+
+Labels = tuple[tuple[str, str], ...]
+Sample = tuple[str, float | int]              # (rendered label set, value)
+
+NO_XID_MESSAGE = "No Error"
+_FB_FREE, _FB_USED = (next(f for f in DEVICE_FIELDS if f.name == name)
+                      for name in INSTANCE_MEMORY_FIELDS)
+
+
+def _get(obj: object, path: str) -> object:
+    for name in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, name)
+    return obj
+
+
+def _labels(*pairs: tuple[str, object]) -> Labels:
+    return tuple((k, str(v)) for k, v in pairs if v is not None and str(v) != "")
+
+
+def _kubernetes_labels(pod: PodStats, container: ContainerStats) -> Labels | None:
+    """dcgm-exporter's pod attributes (sorted, as its template prints map keys); None for a pod
+    the kubelet has not named (known by its cgroup only).
+
+    DRA claim labels (``dra_claim_name``, ``dra_claim_namespace``, ``dra_driver_name``,
+    ``dra_pool_name``, ``dra_device_name``, ...) belong here once the snapshot carries claims.
+    """
+    if not pod.name or not pod.namespace:
+        return None
+    return _labels(("container", container.name), ("namespace", pod.namespace),
+                   ("pod", pod.name), ("pod_uid", pod.uid))
+
+
+def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], Labels]:
+    """(GPU UUID, GPU instance id) → Kubernetes labels, where one named pod container alone
+    holds it. Containers outside pods and unnamed pods hold GPUs too, without labels."""
+    seen: dict[tuple[str, int | None], list[Labels | None]] = {}
+    for pod in snapshot.pods:
+        for c in pod.containers:
+            for a in c.accelerators:
+                seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(
+                    _kubernetes_labels(pod, c))
+    for c in snapshot.containers:
+        for a in c.accelerators:
+            seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(None)
+    return {key: owners[0] for key, owners in seen.items()
+            if len(owners) == 1 and owners[0] is not None}
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _render_labels(labels: Labels) -> str:
+    """``{k="v",...}``, rendered once per label set and shared by its samples."""
+    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels) + "}"
+
+
+class _Families:
+    """Samples per family name, in table order."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[Sample]] = {}
+
+    def add(self, field: DcgmField, labels: str, raw: object) -> None:
+        if raw is None:
+            return
+        value = field.convert(raw)
+        if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+            return
+        self.samples.setdefault(field.name, []).append((labels, value))
+
+
+def _device_samples(out: _Families, d: DeviceStats, tail: Labels,
+                    kubernetes: dict[tuple[str, int | None], Labels]) -> None:
+    ident = d.identity
+    base = _labels(("gpu", ident.index), ("UUID", ident.uuid), ("pci_bus_id", ident.pci_bus_id),
+                   ("device", f"nvidia{ident.minor_number}"
+                    if ident.minor_number is not None else None),
+                   ("modelName", ident.name))
+    k8s = kubernetes.get((ident.uuid, None), ())
+    labels = _render_labels(base + tail + k8s)
+    reading = d.reading
+    if reading is not None and not reading.lost:
+        for field in DEVICE_FIELDS:
+            out.add(field, labels, _get(reading, field.path))
+        for field in PROF_FIELDS:
+            out.add(field, labels, _get(reading.gpm, field.path))
+        for inst in reading.mig_instances:
+            _instance_samples(out, inst, base, tail,
+                              kubernetes.get((ident.uuid, inst.gpu_instance_id), ()))
+    if d.health is not None:
+        code = d.health.last_xid
+        message = NO_XID_MESSAGE if code is None else \
+            XID_DESCRIPTIONS.get(code, "Unknown XID error")
+        extra = (("err_code", str(code or 0)), ("err_msg", message))
+        out.add(XID, _render_labels(base + tail + tuple(sorted(k8s + extra))), code or 0)
+
+
+def _instance_samples(out: _Families, inst: MigInstanceReading, base: Labels, tail: Labels,
+                      k8s: Labels) -> None:
+    labels = _render_labels(base + _labels(("GPU_I_PROFILE", inst.profile),
+                                           ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s)
+    for field in PROF_FIELDS:
+        out.add(field, labels, _get(inst.gpm, field.path))
+    used, total = inst.memory_used_bytes, inst.memory_total_bytes
+    out.add(_FB_USED, labels, used)
+    if used is not None and total is not None and total >= used:
+        out.add(_FB_FREE, labels, total - used)
+
+
+def _format(value: float | int) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _lines(families: _Families) -> Iterator[str]:
+    for field in (*DEVICE_FIELDS, *PROF_FIELDS, XID):
+        samples = families.samples.get(field.name)
+        if not samples:
+            continue
+        yield f"# HELP {field.name} {field.help}\n# TYPE {field.name} {field.kind}\n"
+        for labels, value in samples:
+            yield f"{field.name}{labels} {_format(value)}\n"
+
+
+def render_dcgm(snapshot: Snapshot, node_name: str | None = None) -> bytes:
+    """Every dcgm-exporter family NVML gave this tick, as Prometheus text (OpenMetrics-safe)."""
+    tail = _labels(("Hostname", node_name or snapshot.node.node_name),
+                   ("DCGM_FI_DRIVER_VERSION", snapshot.status.driver_version))
+    kubernetes = holders(snapshot)
+    out = _Families()
+    for d in snapshot.devices:
+        _device_samples(out, d, tail, kubernetes)
+    return "".join(_lines(out)).encode()

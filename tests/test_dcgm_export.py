@@ -1,0 +1,234 @@
+"""dcgm-exporter's vocabulary on /metrics (``--dcgm-compat``): names, types, units, labels,
+absence, and the gpustats families left exactly as they are."""
+
+from dataclasses import fields, replace
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpustats.export.dcgm import render_dcgm
+from gpustats.export.dcgm_table import DEVICE_FIELDS, PROF_FIELDS
+from gpustats.export.prometheus import render
+from gpustats.model.device import (
+    DeviceIdentity, DeviceReading, GpmReading, MigInstanceReading, RemappedRowsReading,
+    ViolationReading,
+)
+from gpustats.model.health import Condition, DeviceHealth
+from gpustats.model.host import NodeStats
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
+)
+
+GIB, MIB = 1 << 30, 1 << 20
+A, M = "GPU-aaaa", "GPU-mmmm"
+H100 = "NVIDIA H100 80GB HBM3"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+GPM = GpmReading(sm_active_percent=80.0, sm_occupancy_percent=40.0, dram_active_percent=35.0,
+                 graphics_active_percent=91.5, pcie_tx_bytes_per_second=1.5e9,
+                 pcie_rx_bytes_per_second=2.5e9, nvlink_tx_bytes_per_second=3e10,
+                 nvlink_rx_bytes_per_second=2e10, tensor_active_percent=55.0)
+
+
+def _reading(identity, **extra):
+    values = dict(
+        memory_used_bytes=20 * GIB, memory_free_bytes=59 * GIB + 512 * MIB,
+        memory_reserved_bytes=512 * MIB, utilization_percent=87, memory_utilization_percent=41,
+        encoder_utilization_percent=3, decoder_utilization_percent=9, power_watts=612.457,
+        energy_counter_millijoules=5_482_219_904_411, temperature_celsius=64,
+        memory_temperature_celsius=71, sm_clock_mhz=1755, memory_clock_mhz=2619,
+        pcie_replay_count=4, clocks_event_reasons=0x24,
+        remapped_rows=RemappedRowsReading(2, 1, False, True),
+        violations=ViolationReading(power_ns=2_000_000_123, thermal_ns=7_000, sync_boost_ns=0,
+                                    board_limit_ns=None),
+        gpm=GPM)
+    values.update(extra)
+    return DeviceReading(identity=identity, monotonic_seconds=1.0, **values)
+
+
+def _snapshot(*, holders=1, xid=48, driver="580.65.06", gpm=GPM, a_reading=None):
+    a_id = DeviceIdentity(0, A, H100, 0, "00000000:1A:00.0", 80 * GIB)
+    m_id = DeviceIdentity(1, M, H100, 1, "00000000:2B:00.0", 80 * GIB)
+    health = DeviceHealth((Condition("NVMLReady", "False", "XidError", "XID 48", 1.0, "nvml"),),
+                          xid_error_count=1, last_xid=xid)
+    mig = _reading(m_id, gpm=None, utilization_percent=None, mig_enabled=True, mig_instances=(
+        MigInstanceReading(7, 0, "MIG-7", "1g.10gb", 10 * GIB, 3 * GIB,
+                           gpm=GpmReading(graphics_active_percent=30.0)),
+        MigInstanceReading(8, 0, "MIG-8", "1g.10gb", 10 * GIB, 0, gpm=None)))
+    devices = (DeviceStats(identity=a_id, health=health,
+                           reading=a_reading or _reading(a_id, gpm=gpm)),
+               DeviceStats(identity=m_id, health=DeviceHealth(()), reading=mig))
+    trainer = ContainerStats("1" * 64, "trainer", pod_uid="u1",
+                             accelerators=(ContainerAccelerator(A),))
+    other = ContainerStats("2" * 64, "sidecar", pod_uid="u1",
+                           accelerators=(ContainerAccelerator(A),))
+    server = ContainerStats("3" * 64, "server", pod_uid="u2",
+                            accelerators=(ContainerAccelerator(M, gpu_instance_id=7),))
+    pods = (PodStats("u1", "train-0", "ml", containers=(trainer, other)[:holders]),
+            PodStats("u2", "embed-0", "serving", containers=(server,)))
+    return Snapshot(sequence=1, taken_at=1.0, monotonic=1.0,
+                    node=NodeStats("node-7", 0.0), devices=devices, pods=pods,
+                    status=DaemonStatus(driver_version=driver, nvml_loaded=True))
+
+
+def _families(text):
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _samples(text, name):
+    # prometheus-client's parser names counter samples "<family>_total" whatever the text says.
+    return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+            if f.name == name]
+
+
+def _one(text, name, **labels):
+    found = [(l, v) for l, v in _samples(text, name)
+             if all(l.get(k) == val for k, val in labels.items())]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def test_every_table_path_names_a_reading_field():
+    device = {f.name for f in fields(DeviceReading)}
+    nested = {"remapped_rows": {f.name for f in fields(RemappedRowsReading)},
+              "violations": {f.name for f in fields(ViolationReading)}}
+    for field in DEVICE_FIELDS:
+        head, _, tail = field.path.partition(".")
+        assert head in device, field.path
+        assert not tail or tail in nested[head], field.path
+    gpm = {f.name for f in fields(GpmReading)}
+    assert all(f.path in gpm for f in PROF_FIELDS)
+
+
+def test_values_in_dcgm_units_with_dcgm_types():
+    text = render_dcgm(_snapshot()).decode()
+    families = _families(text)
+    expected = {
+        "DCGM_FI_DEV_SM_CLOCK": 1755, "DCGM_FI_DEV_MEM_CLOCK": 2619,
+        "DCGM_FI_DEV_MEMORY_TEMP": 71, "DCGM_FI_DEV_GPU_TEMP": 64,
+        "DCGM_FI_DEV_POWER_USAGE": 612.457,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 5_482_219_904_411,
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 4, "DCGM_FI_DEV_GPU_UTIL": 87,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 41, "DCGM_FI_DEV_ENC_UTIL": 3, "DCGM_FI_DEV_DEC_UTIL": 9,
+        "DCGM_FI_DEV_FB_FREE": 59 * 1024 + 512, "DCGM_FI_DEV_FB_USED": 20 * 1024,
+        "DCGM_FI_DEV_FB_RESERVED": 512, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 2,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1, "DCGM_FI_DEV_POWER_VIOLATION": 2_000_000,
+        "DCGM_FI_DEV_THERMAL_VIOLATION": 7, "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x24, "DCGM_FI_DEV_XID_ERRORS": 48,
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.915, "DCGM_FI_PROF_SM_ACTIVE": 0.8,
+        "DCGM_FI_PROF_SM_OCCUPANCY": 0.4, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.55,
+        "DCGM_FI_PROF_DRAM_ACTIVE": 0.35, "DCGM_FI_PROF_PCIE_TX_BYTES": 1.5e9,
+        "DCGM_FI_PROF_PCIE_RX_BYTES": 2.5e9, "DCGM_FI_PROF_NVLINK_TX_BYTES": 3e10,
+        "DCGM_FI_PROF_NVLINK_RX_BYTES": 2e10,
+    }
+    for name, value in expected.items():
+        assert _one(text, name, gpu="0")[1] == pytest.approx(value), name
+    counters = {f.name for f in (*DEVICE_FIELDS,) if f.kind == "counter"}
+    assert counters == {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+                        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_POWER_VIOLATION",
+                        "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+                        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"}
+    # The counters keep dcgm-exporter's names: no "_total" in the TYPE line or the samples.
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text and "_total" not in text
+    assert families["DCGM_FI_DEV_POWER_USAGE"].type == "gauge"
+    assert "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION" not in text      # None inside: absent outside
+
+
+def test_labels_as_dcgm_exporter_names_them():
+    text = render_dcgm(_snapshot()).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert labels == {"gpu": "0", "UUID": A, "pci_bus_id": "00000000:1A:00.0",
+                      "device": "nvidia0", "modelName": H100, "Hostname": "node-7",
+                      "DCGM_FI_DRIVER_VERSION": "580.65.06", "container": "trainer",
+                      "namespace": "ml", "pod": "train-0", "pod_uid": "u1"}
+    # dcgm-exporter's order: identity, MIG instance, Hostname, then sorted attributes.
+    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    assert [kv.split("=")[0] for kv in line[line.index("{") + 1:line.index("}")].split(",")] \
+        == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+            "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod", "pod_uid"]
+    xid, _ = _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
+    assert xid["err_code"] == "48" and xid["err_msg"] == "double-bit ECC error"
+
+
+def test_mig_instances_carry_gpu_instance_labels_and_their_pod():
+    text = render_dcgm(_snapshot()).decode()
+    labels, value = _one(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu="1", GPU_I_ID="7")
+    assert value == pytest.approx(0.30)
+    assert labels["GPU_I_PROFILE"] == "1g.10gb" and labels["pod"] == "embed-0"
+    assert labels["container"] == "server" and labels["namespace"] == "serving"
+    assert _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")[1] == 3 * 1024
+    assert _one(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="7")[1] == 7 * 1024
+    free_instance, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")
+    assert "pod" not in free_instance
+    # No GPM on instance 8, none at the MIG GPU's device level: no profiling series there.
+    assert [l for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            if l["gpu"] == "1"] == [labels]
+    device_level, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="1")
+    assert "pod" not in device_level and "GPU_I_ID" not in device_level
+    assert not [l for l, _ in _samples(text, "DCGM_FI_DEV_GPU_UTIL") if l["gpu"] == "1"]
+
+
+def test_profiling_fields_absent_without_gpm_never_from_duty_cycle():
+    text = render_dcgm(_snapshot(gpm=None)).decode()
+    assert not [l for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") if l["gpu"] == "0"]
+    assert not [n for n in _families(text) if n.startswith("DCGM_FI_PROF_SM")]
+    assert _one(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[1] == 87
+
+
+def test_shared_gpu_gets_no_pod_labels_and_unknown_labels_are_left_out():
+    text = render_dcgm(_snapshot(holders=2, driver=None)).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert "pod" not in labels and "DCGM_FI_DRIVER_VERSION" not in labels
+    assert '=""' not in text
+
+
+def test_unnamed_pod_and_bare_container_hold_without_labels():
+    snap = _snapshot()
+    unnamed = replace(snap.pods[1], name=None, namespace=None)
+    text = render_dcgm(replace(snap, pods=(snap.pods[0], unnamed))).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
+    assert "pod" not in labels and "pod_uid" not in labels and "container" not in labels
+    bare = ContainerStats("4" * 64, "x", accelerators=(ContainerAccelerator(A),))
+    text = render_dcgm(replace(snap, containers=(bare,))).decode()
+    assert "pod" not in _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
+
+
+def test_no_xid_yet_reads_zero_no_error():
+    text = render_dcgm(_snapshot(xid=None)).decode()
+    labels, value = _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
+    assert value == 0 and labels["err_code"] == "0" and labels["err_msg"] == "No Error"
+
+
+def test_lost_gpu_and_gpu_without_reading_give_no_readings():
+    snap = _snapshot()
+    lost = replace(snap.devices[0], reading=replace(snap.devices[0].reading, lost=True))
+    gone = replace(snap.devices[1], reading=None)
+    text = render_dcgm(replace(snap, devices=(lost, gone))).decode()
+    assert "DCGM_FI_DEV_GPU_TEMP" not in text
+    assert _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")[1] == 48
+
+
+def test_label_values_are_escaped():
+    snap = _snapshot()
+    weird = replace(snap.devices[0], identity=replace(snap.devices[0].identity,
+                                                      name='GPU "quoted"\\ and\nnewline'))
+    text = render_dcgm(replace(snap, devices=(weird,))).decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert labels["modelName"] == 'GPU "quoted"\\ and\nnewline'
+
+
+@pytest.mark.parametrize("accept", [None, OPENMETRICS])
+def test_flag_adds_dcgm_families_and_leaves_ours_unchanged(accept):
+    snap = _snapshot()
+    plain, content_type = render(snap, accept)
+    compat, compat_type = render(snap, accept, dcgm_compat=True)
+    assert content_type == compat_type
+    assert b"DCGM_" not in plain
+    ours = b"".join(l for l in compat.splitlines(keepends=True) if b"DCGM_" not in l)
+    assert ours == plain
+    if accept == OPENMETRICS:
+        assert compat.endswith(b"# EOF\n") and compat.count(b"# EOF") == 1
+    assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE{" in compat
