@@ -251,3 +251,14 @@ def test_reading_stamped_at_the_energy_fields_own_time(tmp_path, late, shift):
         session.close()
         sim.uninstall()
     assert reading.monotonic_seconds == pytest.approx(clock.now - shift)
+
+
+@pytest.mark.parametrize("key", ["sm_clock_mhz", "memory_clock_mhz", "pcie_replay_count",
+                                 "memory_temperature_celsius", "encoder_utilization_percent",
+                                 "decoder_utilization_percent", "memory_reserved_bytes",
+                                 "utilization_percent"])
+def test_scenario_rejects_null_for_a_key_with_a_default(key):
+    from gpustats.simulator import parse_scenario
+
+    with pytest.raises(ValueError, match=key):
+        parse_scenario({"devices": [{"uuid": A, key: None}]})
