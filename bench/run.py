@@ -438,15 +438,17 @@ def print_report(report: dict) -> None:
 
 
 def _print_figures(report: dict) -> None:
-    print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
-          f"{'calls/tick':>12}{'calls/gpu':>11}")
+    if report["scales"]:
+        print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
+              f"{'calls/tick':>12}{'calls/gpu':>11}")
     for s in report["scales"]:
         print(f"{s['scale']:<18}{s['gpus']:>5}{s['processes']:>7}{s.get('containers', 0):>6}"
               f"{s['tick_cpu_ms_median']:>13}{s['tick_cpu_ms_p95']:>8}"
               f"{s['nvml_calls_per_tick']:>12}{s['nvml_calls_per_gpu_per_tick']:>11}")
-    print("/metrics render CPU ms per snapshot: " + ", ".join(
-        f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
-        if "metrics_render_cpu_ms_median" in s))
+    renders = [f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
+               if "metrics_render_cpu_ms_median" in s]
+    if renders:
+        print("/metrics render CPU ms per snapshot: " + ", ".join(renders))
     if "growth_ratio_3000c_over_300c" in report:
         print(f"growth 3000 vs 300 containers: x{report['growth_ratio_3000c_over_300c']} "
               "(linear would be x10 or less)")
