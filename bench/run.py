@@ -3,12 +3,12 @@
     python -m bench.run            # full run (a few minutes)
     python -m bench.run --quick    # shorter measurements, same figures
 
-Figures: tick CPU time (median, p95) and NVML calls per tick at named scales (one with
---dcgm-compat), the dormant daemon's CPU per hour and RSS on a host
-without GPUs, the serving daemon's RSS after warm-up, /stats/summary and /metrics throughput
-and latency at 32 connections beside the ceiling (the same Flask + waitress stack serving a
-static body of the same size), and gzip beside identity for both at 8 GPUs and at 300
-containers (requests per second, bytes on the wire).
+Figures: tick CPU time (median, p95) and NVML calls per tick at named scales, the dormant
+daemon's CPU per hour and RSS on a host without GPUs, the serving daemon's RSS after warm-up,
+and /stats/summary and /metrics throughput and latency at 32 connections beside the ceiling
+(the same Flask + waitress stack serving a static body of the same size), and gzip beside
+identity for both at 8 GPUs and at 300 containers (requests per second, bytes on the wire;
+``--encodings-only`` runs just that).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 import psutil
 
 from bench.loadgen import run_load
-from bench.scenarios import fake_host, node_scenario, write_scenario
+from bench.dra import dra_spec, serve_kubelet_and_runtime
+from bench.scenarios import fake_host, fake_log_layout, node_scenario, write_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -66,7 +67,7 @@ TICK_SPACING_SECONDS = 0.11
 
 
 def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
-                  extra_args: tuple[str, ...] = (), environ: dict[str, str] | None = None) -> dict:
+                  extra_args: tuple[str, ...] = (), inspect=None) -> dict:
     from gpustats.cli import Daemon
     from gpustats.config import build_arg_parser, resolve
     from gpustats.export.prometheus import render
@@ -75,7 +76,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
     args = build_arg_parser().parse_args(
         ["--simulate", path, "--state-dir", str(workdir / f"state-{name}"),
          "--pod-resources-socket", "", "--runtime-socket", "", *extra_args])
-    daemon = Daemon(resolve(args, environ or {}))
+    daemon = Daemon(resolve(args, {}))
     try:
         for _ in range(3):
             time.sleep(TICK_SPACING_SECONDS)
@@ -91,6 +92,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
             start = time.thread_time()
             render(snapshot, None, daemon.config.dcgm_compat)
             render_ms.append((time.thread_time() - start) * 1000.0)
+        extra = inspect(daemon, snapshot) if inspect is not None else {}
     finally:
         daemon.close()
     gpus = max(1, len(scenario["devices"]))
@@ -104,18 +106,82 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         "nvml_calls_per_tick": round(statistics.mean(calls), 1),
         "nvml_calls_per_gpu_per_tick": round(statistics.mean(calls) / gpus, 2),
         "metrics_render_cpu_ms_median": round(statistics.median(render_ms), 3),
+        **extra,
     }
 
 
 def _container_scale(name: str, gpus: int, mig: int, processes: int, containers: int,
-                     workdir: Path, ticks: int) -> dict:
+                     workdir: Path, ticks: int, log_entries: int = 0) -> dict:
     scenario = node_scenario(gpus, processes, mig_instances=mig)
     pids = [p["pid"] for p in scenario["processes"]]
     cgroup, proc = fake_host(workdir / f"host-{name}", containers, pids)
+    logs = fake_log_layout(workdir / f"logs-{name}", containers, log_entries) \
+        if log_entries else ""
     result = measure_ticks(name, scenario, workdir, ticks,
-                           ("--cgroup-root", cgroup, "--proc-root", proc))
+                           ("--cgroup-root", cgroup, "--proc-root", proc, "--log-root", logs))
     result["containers"] = containers
+    if log_entries:
+        result["log_entries"] = log_entries
+        result["log_relist_cpu_ms"] = measure_log_relist(logs, containers, ticks)
     return result
+
+
+def _dra_scale(name: str, gpus: int, pods: int, containers_per_pod: int, processes: int,
+               workdir: Path, ticks: int, dra: bool = True) -> dict:
+    """Pods whose every container holds the pod's DRA claim (a shared device, ``share_id`` set)
+    on one of ``gpus`` GPUs: an in-process kubelet pod-resources server and CRI runtime, one
+    transient CDI spec per claim. Ticks include CDI look-ups; specs are parsed once.
+    ``dra=False``: the same GPUs held through device-plugin replicas (the control)."""
+    scenario = node_scenario(gpus, processes)
+    containers = pods * containers_per_pod
+    pids = [p["pid"] for p in scenario["processes"]]
+    cgroup, proc = fake_host(workdir / f"host-{name}", containers, pids, containers_per_pod)
+    cdi = workdir / f"cdi-{name}"
+    cdi.mkdir()
+    for pod in range(pods):
+        write_scenario(cdi / f"k8s.gpu.nvidia.com-claim_{pod:08x}.yaml", dra_spec(pod, gpus))
+    servers = serve_kubelet_and_runtime(workdir, pods, containers_per_pod, gpus, dra)
+    try:
+        def inspect(daemon, snapshot):
+            held = sum(len(c.accelerators) for p in snapshot.pods for c in p.containers)
+            if not dra:
+                return {"held_accelerators": held}
+            claimed = sum(1 for p in snapshot.pods for c in p.containers
+                          for a in c.accelerators if a.claim is not None)
+            return {"cdi_spec_files": pods, "cdi_parses": daemon.cdi_specs.parses,
+                    "claimed_accelerators": claimed, "held_accelerators": held}
+
+        result = measure_ticks(name, scenario, workdir, ticks, (
+            "--cgroup-root", cgroup, "--proc-root", proc, "--cdi-spec-dirs", str(cdi),
+            "--pod-resources-socket", servers.pod_resources,
+            "--runtime-socket", servers.runtime), inspect)
+    finally:
+        servers.stop()
+    result["containers"] = containers
+    result["ticks"] = ticks + 3                   # with the warm-up ticks
+    return result
+
+
+def measure_log_relist(log_root: str, containers: int, samples: int) -> dict:
+    """CPU of naming passes that cannot use the cached listings: the first one (both listings,
+    every name parsed, a readlink per container) and one after a pod started (a re-listing)."""
+    from gpustats.sources.kubelet_logs import KubeletLogNames
+
+    ids = [f"{i:064x}" for i in range(containers)]
+    cold, churn = [], []
+    for n in range(max(5, samples // 5)):
+        source = KubeletLogNames(log_root)
+        start = time.thread_time()
+        source.names(ids)
+        cold.append((time.thread_time() - start) * 1000.0)
+        link = os.path.join(log_root, "containers", f"new-{n}_bench_c-{n + 10**7:064x}.log")
+        os.symlink(f"/var/log/pods/bench_new-{n}_x/c/0.log", link)
+        start = time.thread_time()
+        source.names(ids)
+        churn.append((time.thread_time() - start) * 1000.0)
+        os.unlink(link)
+    return {"cold_cpu_ms": round(statistics.median(cold), 3),
+            "after_pod_start_cpu_ms": round(statistics.median(churn), 3)}
 
 
 def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
@@ -345,9 +411,24 @@ def evaluate_targets(report: dict) -> list[dict]:
     t300 = scales.get("8gpu-300c", {}).get("tick_cpu_ms_median")
     add("tick <= 15 ms CPU (8 GPUs, 64 processes, 300 containers)", t300,
         t300 is not None and t300 <= 15)
+    tlog = scales.get("8gpu-300c-10klogs", {}).get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU named from a 10,000-entry log layout (300 containers)", tlog,
+        tlog is not None and tlog <= 15)
     tmig = scales.get("8gpu-7mig-300c", {}).get("tick_cpu_ms_median")
     add("tick <= 15 ms CPU with attribution (8x7 MIG, 64 processes, 300 containers)", tmig,
         tmig is not None and tmig <= 15)
+    dra = scales.get("8gpu-dra-110p", {})
+    tdra = dra.get("tick_cpu_ms_median")
+    add("tick <= 15 ms CPU with DRA claims (8 GPUs, 110 pods, 330 containers)", tdra,
+        tdra is not None and tdra <= 15)
+    control = scales.get("8gpu-devplugin-110p", {}).get("tick_cpu_ms_median")
+    add("DRA claims cost <= 10% over the same GPUs held by device plugin (ratio)",
+        round(tdra / control, 2) if tdra and control else None,
+        tdra is not None and control is not None and tdra <= 1.1 * control)
+    parses = dra.get("cdi_parses")
+    add("CDI spec files parsed once each, not per tick (parses / files)",
+        None if parses is None else round(parses / dra["cdi_spec_files"], 2),
+        parses is not None and parses == dra["cdi_spec_files"])
     growth = report.get("growth_ratio_3000c_over_300c")
     add("growth linear in containers (3000 vs 300 <= x10)", growth,
         growth is not None and growth <= 10.5)
@@ -377,48 +458,53 @@ def evaluate_targets(report: dict) -> list[dict]:
     return rows
 
 
-def _tick_scales(report: dict, workdir: Path, ticks: int) -> None:
-    report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
-    report["scales"].append(measure_ticks("8gpu", node_scenario(8), workdir, ticks))
-    report["scales"].append(measure_ticks("8gpu-64proc", node_scenario(8, 64), workdir, ticks))
-    report["scales"].append(measure_ticks("8gpu-64proc-dcgm", node_scenario(8, 64), workdir,
-                                          ticks, ("--dcgm-compat",)))
-    report["scales"].append(_container_scale("8gpu-300c", 8, 0, 64, 300, workdir, ticks))
-    report["scales"].append(_container_scale("8gpu-3000c", 8, 0, 64, 3000, workdir, ticks))
-    report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
-    report["scales"].append(_container_scale("8gpu-7mig-3000c", 8, 7, 64, 3000, workdir, ticks))
-    by_name = {s["scale"]: s for s in report["scales"]}
-    report["growth_ratio_3000c_over_300c"] = round(
-        by_name["8gpu-3000c"]["tick_cpu_ms_median"]
-        / by_name["8gpu-300c"]["tick_cpu_ms_median"], 2)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter measurements")
     parser.add_argument("--skip-serving", action="store_true")
     parser.add_argument("--skip-idle", action="store_true")
     parser.add_argument("--skip-encodings", action="store_true")
-    parser.add_argument("--only", choices=("ticks", "encodings"), default=None,
-                        help="run one part alone: the tick scales, or gzip beside identity")
+    parser.add_argument("--encodings-only", action="store_true",
+                        help="only gzip beside identity at 8 GPUs and at 300 containers")
     args = parser.parse_args(argv)
     ticks = 30 if args.quick else 100
     load_seconds = 3.0 if args.quick else 10.0
     idle_seconds = 20.0 if args.quick else 120.0
 
     report: dict = {"scales": [], "machine": {"cpus": os.cpu_count()}}
+    if args.encodings_only:
+        with tempfile.TemporaryDirectory(prefix="gpustats-bench-") as tmp:
+            report["encodings"] = measure_encodings(Path(tmp), load_seconds)
+        _print_encodings(report["encodings"])
+        return 0
     with tempfile.TemporaryDirectory(prefix="gpustats-bench-") as tmp:
         workdir = Path(tmp)
-        if args.only in (None, "ticks"):
-            _tick_scales(report, workdir, ticks)
-        if args.only is None:
-            report["peers"] = measure_peers(node_scenario(8, 64), workdir, ticks)
-            if not args.skip_idle:
-                report["idle_host"] = measure_idle_host(workdir, idle_seconds)
-            if not args.skip_serving:
-                report["serving"] = measure_serving(workdir, node_scenario(8, 64), load_seconds)
-                report["node_exporter"] = measure_node_exporter(load_seconds)
-        if args.only == "encodings" or (args.only is None and not args.skip_encodings):
+        report["scales"].append(measure_ticks("1gpu-idle", node_scenario(1), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu", node_scenario(8), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu-64proc", node_scenario(8, 64), workdir, ticks))
+        report["scales"].append(measure_ticks("8gpu-64proc-dcgm", node_scenario(8, 64), workdir,
+                                              ticks, ("--dcgm-compat",)))
+        report["scales"].append(_container_scale("8gpu-300c", 8, 0, 64, 300, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-300c-10klogs", 8, 0, 64, 300, workdir,
+                                                 ticks, log_entries=10_000))
+        report["scales"].append(_container_scale("8gpu-3000c", 8, 0, 64, 3000, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-7mig-300c", 8, 7, 64, 300, workdir, ticks))
+        report["scales"].append(_container_scale("8gpu-7mig-3000c", 8, 7, 64, 3000, workdir,
+                                                 ticks))
+        report["scales"].append(_dra_scale("8gpu-devplugin-110p", 8, 110, 3, 64, workdir, ticks,
+                                           dra=False))
+        report["scales"].append(_dra_scale("8gpu-dra-110p", 8, 110, 3, 64, workdir, ticks))
+        by_name = {s["scale"]: s for s in report["scales"]}
+        report["growth_ratio_3000c_over_300c"] = round(
+            by_name["8gpu-3000c"]["tick_cpu_ms_median"]
+            / by_name["8gpu-300c"]["tick_cpu_ms_median"], 2)
+        report["peers"] = measure_peers(node_scenario(8, 64), workdir, ticks)
+        if not args.skip_idle:
+            report["idle_host"] = measure_idle_host(workdir, idle_seconds)
+        if not args.skip_serving:
+            report["serving"] = measure_serving(workdir, node_scenario(8, 64), load_seconds)
+            report["node_exporter"] = measure_node_exporter(load_seconds)
+        if not args.skip_encodings:
             report["encodings"] = measure_encodings(workdir, load_seconds)
     report["targets"] = evaluate_targets(report)
 
@@ -438,17 +524,26 @@ def print_report(report: dict) -> None:
 
 
 def _print_figures(report: dict) -> None:
-    if report["scales"]:
-        print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
-              f"{'calls/tick':>12}{'calls/gpu':>11}")
+    print(f"{'scale':<18}{'gpus':>5}{'procs':>7}{'ctrs':>6}{'tick ms med':>13}{'p95':>8}"
+          f"{'calls/tick':>12}{'calls/gpu':>11}")
     for s in report["scales"]:
         print(f"{s['scale']:<18}{s['gpus']:>5}{s['processes']:>7}{s.get('containers', 0):>6}"
               f"{s['tick_cpu_ms_median']:>13}{s['tick_cpu_ms_p95']:>8}"
               f"{s['nvml_calls_per_tick']:>12}{s['nvml_calls_per_gpu_per_tick']:>11}")
-    renders = [f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
-               if "metrics_render_cpu_ms_median" in s]
-    if renders:
-        print("/metrics render CPU ms per snapshot: " + ", ".join(renders))
+    for s in report["scales"]:
+        if "log_relist_cpu_ms" in s:
+            r = s["log_relist_cpu_ms"]
+            print(f"{s['scale']}: naming from {s['log_entries']} log entries: first pass "
+                  f"{r['cold_cpu_ms']} ms CPU, a tick after a pod started "
+                  f"{r['after_pod_start_cpu_ms']} ms CPU")
+    print("/metrics render CPU ms per snapshot: " + ", ".join(
+        f"{s['scale']} {s['metrics_render_cpu_ms_median']}" for s in report["scales"]
+        if "metrics_render_cpu_ms_median" in s))
+    for s in report["scales"]:
+        if "cdi_parses" in s:
+            print(f"{s['scale']}: {s['claimed_accelerators']} claimed accelerators, "
+                  f"{s['cdi_parses']} CDI parses for {s['cdi_spec_files']} spec files "
+                  f"over {s['ticks']} ticks")
     if "growth_ratio_3000c_over_300c" in report:
         print(f"growth 3000 vs 300 containers: x{report['growth_ratio_3000c_over_300c']} "
               "(linear would be x10 or less)")
@@ -463,15 +558,8 @@ def _print_figures(report: dict) -> None:
     if ne:
         print(f"node_exporter /metrics: {ne['rps']} req/s, p99 {ne['p99_ms']} ms "
               f"({ne['body_bytes']} bytes)")
-    encodings = report.get("encodings")
-    if encodings:
-        print(f"\n{'scale':<13}{'endpoint':<16}{'identity B':>11}{'gzip B':>9}{'id req/s':>10}"
-              f"{'gz req/s':>10}{'gz/id':>7}{'id p99':>8}{'gz p99':>8}{'errors':>7}")
-        for row in encodings:
-            i, g = row["identity"], row["gzip"]
-            print(f"{row['scale']:<13}{row['endpoint']:<16}{i['bytes']:>11}{g['bytes']:>9}"
-                  f"{i['rps']:>10}{g['rps']:>10}{row['gzip_over_identity_rps']!s:>7}"
-                  f"{i['p99_ms']!s:>8}{g['p99_ms']!s:>8}{i['errors'] + g['errors']:>7}")
+    if report.get("encodings"):
+        _print_encodings(report["encodings"])
     serving = report.get("serving")
     if serving:
         print(f"\nserving daemon RSS after warm-up: {serving['serving_rss_mb']} MB "
@@ -486,6 +574,16 @@ def _print_figures(report: dict) -> None:
                 print(f"{key:<16}{r['body_bytes']:>8}{r['rps']:>9}{r['p50_ms']!s:>8}"
                       f"{r['p99_ms']!s:>8}{r['ceiling_rps']:>9}{r['ratio_to_ceiling']!s:>7}"
                       f"{r['errors']:>8}")
+
+
+def _print_encodings(encodings: list[dict]) -> None:
+    print(f"\n{'scale':<13}{'endpoint':<16}{'identity B':>11}{'gzip B':>9}{'id req/s':>10}"
+          f"{'gz req/s':>10}{'gz/id':>7}{'id p99':>8}{'gz p99':>8}{'errors':>7}")
+    for row in encodings:
+        i, g = row["identity"], row["gzip"]
+        print(f"{row['scale']:<13}{row['endpoint']:<16}{i['bytes']:>11}{g['bytes']:>9}"
+              f"{i['rps']:>10}{g['rps']:>10}{row['gzip_over_identity_rps']!s:>7}"
+              f"{i['p99_ms']!s:>8}{g['p99_ms']!s:>8}{i['errors'] + g['errors']:>7}")
 
 
 if __name__ == "__main__":

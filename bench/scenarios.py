@@ -90,3 +90,34 @@ def fake_host(root, containers: int, pids: list[int], pods_of: int = 3) -> tuple
         with open(f"/proc/{name}") as src, open(os.path.join(proc, name), "w") as dst:
             dst.write(src.read())
     return cgroup, proc
+
+
+def fake_log_layout(root, containers: int, entries: int, pods_of: int = 3) -> str:
+    """The kubelet's log layout for ``fake_host``'s containers, padded with foreign and
+    dangling entries to ``entries`` names in all. Directory mtimes are set in the past, as on
+    a node between pod starts. Returns the log root."""
+    import os
+
+    pods_dir, links_dir = os.path.join(root, "pods"), os.path.join(root, "containers")
+    os.makedirs(pods_dir, exist_ok=True)
+    os.makedirs(links_dir, exist_ok=True)
+    made = 0
+    for i in range(containers):
+        n = i // pods_of
+        pod, cid = f"{n:08x}-0000-4000-8000-{n:012x}", f"{i:064x}"
+        pod_dir = f"bench_pod-{n}_{pod}"
+        if i % pods_of == 0:
+            os.makedirs(os.path.join(pods_dir, pod_dir))
+            made += 1
+        os.symlink(f"/var/log/pods/{pod_dir}/c{i}/0.log",
+                   os.path.join(links_dir, f"pod-{n}_bench_c{i}-{cid}.log"))
+        made += 1
+    for j in range(max(0, entries - made)):
+        if j % 2:
+            os.symlink(f"/gone/{j}", os.path.join(links_dir, f"stale-{j}_ns_c-{j + 10**6:064x}.log"))
+        else:
+            with open(os.path.join(links_dir, f"foreign {j}.txt"), "w"):
+                pass
+    for d in (pods_dir, links_dir):
+        os.utime(d, (1_000_000_000, 1_000_000_000))
+    return str(root)

@@ -17,6 +17,7 @@ from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, resolve
 from gpustats.engine.collector import Collector, Persister
 from gpustats.engine.containers import ContainerTracker
+from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
@@ -31,7 +32,10 @@ from gpustats.export.summary import summary_dict
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.cdi import CdiSpecs
 from gpustats.sources.cgroups import CgroupReader
+from gpustats.sources.mig_caps import MigCapabilities
+from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
@@ -95,6 +99,7 @@ class Daemon:
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.persist_interval)
         procs = ProcReader(self.roots)
+        self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots), gpus=self.gpus,
             errors=self.errors, store=self.store,
@@ -106,7 +111,11 @@ class Daemon:
                 pod_resources=PodResourcesClient(config.pod_resources_socket)
                 if config.pod_resources_socket else None,
                 runtime=RuntimeNamesClient(config.runtime_socket)
-                if config.runtime_socket else None),
+                if config.runtime_socket else None,
+                claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
+                if self.cdi_specs is not None else None,
+                names=(KubeletLogNames(config.log_root, errors=self.errors),)
+                if config.log_root else ()),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

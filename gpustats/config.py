@@ -74,6 +74,15 @@ def _optional_text(value: Any) -> str | None:
     return text or None
 
 
+def _optional_directory(value: Any) -> str | None:
+    text = str(value).strip()
+    if not text:
+        return None
+    if not text.startswith("/") or "\0" in text:
+        raise ValueError(f"expected an absolute directory path, got {text!r}")
+    return text.rstrip("/") or "/"
+
+
 def _url(value: Any) -> str | None:
     text = str(value).strip()
     if not text:
@@ -81,6 +90,20 @@ def _url(value: Any) -> str | None:
     if not text.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
     return text
+
+
+def _path_list(value: Any) -> tuple[str, ...]:
+    """Absolute directories, comma-separated (or a YAML list); empty turns the feature off."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    paths = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        if not text.startswith("/") or "\0" in text:
+            raise ValueError(f"expected absolute paths, got {text!r}")
+        paths.append(text)
+    return tuple(dict.fromkeys(paths))
 
 
 def parse_bool(value: Any) -> bool:
@@ -191,8 +214,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("cgroup_root", _text, "/sys/fs/cgroup", "where the cgroup hierarchies are mounted", "PATH"),
     Option("pod_resources_socket", _optional_text, "/var/lib/kubelet/pod-resources/kubelet.sock",
            "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
-    Option("runtime_socket", _optional_text, "/run/containerd/containerd.sock",
-           "container runtime CRI socket for container names (empty: off)", "PATH"),
+    Option("runtime_socket", _optional_text, None,
+           "container runtime CRI socket for container names, opt-in for hosts without the "
+           "kubelet's log layout (e.g. /run/containerd/containerd.sock; empty: off)", "PATH"),
+    Option("log_root", _optional_directory, "/var/log",
+           "directory holding the kubelet's pods/ and containers/ log layout, read for names "
+           "(empty: off)", "PATH"),
+    Option("cdi_spec_dirs", _path_list, "/etc/cdi,/var/run/cdi",
+           "CDI spec directories, for GPUs allocated through DRA claims (empty: off)",
+           "DIR,..."),
     Option("dcgm_exporter_url", _url, None,
            "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL"),
     Option("state_dir", _text, "/var/lib/gpustats",
@@ -241,6 +271,8 @@ class Config:
     cgroup_root: str
     pod_resources_socket: str | None
     runtime_socket: str | None
+    log_root: str | None
+    cdi_spec_dirs: tuple[str, ...]
     dcgm_exporter_url: str | None
     state_dir: str
     node_name: str | None

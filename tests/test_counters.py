@@ -151,7 +151,8 @@ def test_malformed_documents_are_rejected_whole(tmp_path, document):
     assert list(counters.items()) == []
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_load_never_raises_on_any_file(tmp_path, blob):
     (tmp_path / STATE_FILE).write_bytes(blob)

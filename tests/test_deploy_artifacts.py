@@ -58,11 +58,14 @@ def test_unit_contract():
         assert line in text
 
 
+def _manifest_files():
+    return sorted(p for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
 def test_kubernetes_validate_strict():
     tool = _tool("kubernetes-validate")
-    files = [str(p) for p in sorted(MANIFESTS.glob("*.yaml"))
-             if p.name not in ("kustomization.yaml", "servicemonitor.yaml",
-                                  "prometheusrule.yaml")]
+    files = [str(p) for p in _manifest_files()
+             if p.name not in ("servicemonitor.yaml", "prometheusrule.yaml")]
     result = subprocess.run([tool, "--strict", "-k", "1.33.0", *files], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -80,7 +83,7 @@ def test_checkov_no_failed_checks():
     assert failed == []
     skipped = {c["check_id"] for r in reports for c in r["results"]["skipped_checks"]}
     reasons = {}
-    for path in MANIFESTS.glob("*.yaml"):
+    for path in _manifest_files():
         for doc in yaml.safe_load_all(path.read_text()):
             for key, value in ((doc or {}).get("metadata", {}).get("annotations") or {}).items():
                 if key.startswith("checkov.io/skip"):
@@ -93,20 +96,85 @@ def test_checkov_no_failed_checks():
 def test_daemonset_contract():
     ds = yaml.safe_load((MANIFESTS / "daemonset.yaml").read_text())
     pod = ds["spec"]["template"]["spec"]
-    c = pod["containers"][0]
+    containers = {c["name"]: c for c in pod["containers"]}
+    c, proxy = containers["gpustats"], containers["kube-rbac-proxy"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     assert "nvidia.com/gpu" not in json.dumps(c["resources"])
-    sc = c["securityContext"]
-    assert sc["privileged"] is False and sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    host_mounts = [m for m in c["volumeMounts"] if m["name"] in ("sys", "proc", "pod-resources",
-                                                                 "containerd")]
-    assert all(m["readOnly"] for m in host_mounts) and len(host_mounts) == 4
+    for container in (c, proxy):
+        sc = container["securityContext"]
+        assert sc["privileged"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    # gpustats on the pod's loopback only; the proxy is the one way in.
+    assert "--listen=127.0.0.1:9477" in c["args"] and "ports" not in c
+    assert "--upstream=http://127.0.0.1:9477/" in proxy["args"]
+    assert "--ignore-paths=/healthz,/readyz" in proxy["args"]
+    assert proxy["ports"][0]["containerPort"] == 9478
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert c[probe]["httpGet"] == {"path": path, "port": 9478, "scheme": "HTTPS"}
+    # No runtime socket by default: not in the args, not among the volumes.
+    assert not any(a.startswith("--runtime-socket") for a in c["args"])
+    assert "--log-root=/var/log" in c["args"]
+    paths = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    assert not any(p and ("containerd" in p or "crio" in p or p.endswith(".sock"))
+                   for p in paths.values()), paths
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    for name in ("sys", "proc", "pod-resources", "log-pods", "log-containers", "nvidia-devices"):
+        assert mounts[name]["readOnly"] is True, name
+    assert mounts["log-pods"]["mountPath"] == "/var/log/pods"
+    assert mounts["log-containers"]["mountPath"] == "/var/log/containers"
+    assert mounts["nvidia-devices"]["mountPath"] == "/var/run/nvidia-container-devices/all"
+    # The API token reaches the proxy alone.
+    assert pod["automountServiceAccountToken"] is False
+    assert "kube-api-access" not in mounts
+    assert [m["name"] for m in proxy["volumeMounts"]] == ["kube-api-access"]
+
+
+def test_rbac_and_monitor_contract():
+    docs = {(d["kind"], d["metadata"]["name"]): d
+            for d in yaml.safe_load_all((MANIFESTS / "rbac.yaml").read_text())}
+    proxy = docs[("ClusterRole", "gpustats-kube-rbac-proxy")]["rules"]
+    assert {(r["apiGroups"][0], r["resources"][0], tuple(r["verbs"])) for r in proxy} == {
+        ("authentication.k8s.io", "tokenreviews", ("create",)),
+        ("authorization.k8s.io", "subjectaccessreviews", ("create",))}
+    reader = docs[("ClusterRole", "gpustats-reader")]["rules"]
+    assert reader == [{"nonResourceURLs": ["/metrics", "/stats/summary", "/api/v1/*"],
+                       "verbs": ["get"]}]
+    monitor = yaml.safe_load((MANIFESTS / "servicemonitor.yaml").read_text())
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
+    assert endpoint["relabelings"] == [
+        {"action": "labeldrop", "regex": "(pod|namespace|container|service|endpoint)"}]
+    quota = yaml.safe_load((MANIFESTS / "resourcequota.yaml").read_text())
+    assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
+        "system-node-critical"]
+
+
+def test_kustomize_renders_with_and_without_the_runtimeclass(tmp_path):
+    tool = _tool("kubectl")
+    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
+    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
+        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    rendered = subprocess.run([tool, "kustomize", str(MANIFESTS)], capture_output=True,
+                              text=True, timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(rendered.stdout)]
+    assert "RuntimeClass" in kinds and "ResourceQuota" in kinds and kinds.count("DaemonSet") == 1
+    # An overlay that leaves the component out (a GPU Operator cluster).
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    base["resources"] = [str(MANIFESTS / r) for r in base["resources"]]
+    base.pop("components")
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(base))
+    without = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                              str(overlay)], capture_output=True, text=True, timeout=120)
+    assert without.returncode == 0, without.stderr
+    assert "RuntimeClass" not in [d["kind"] for d in yaml.safe_load_all(without.stdout)]
 
 
 def test_dashboard_uses_declared_metrics_only():
@@ -123,7 +191,8 @@ def test_dashboard_uses_declared_metrics_only():
 
 def test_containerfile():
     text = (REPO_ROOT / "Containerfile").read_text()
-    assert re.search(r"^FROM .*python:3\.11", text, re.M)
+    assert re.search(r"^ARG BASE=.*python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE\}$", text, re.M)
     assert 'ENTRYPOINT ["gpustats"]' in text and re.search(r"^USER ", text, re.M)
 
 

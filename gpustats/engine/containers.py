@@ -2,10 +2,11 @@
 
 A container's GPUs come from, and are recorded with, these reasons: v1 ``devices.list``
 explicit ``c 195:<minor>`` entries; NVML's process list mapped through ``/proc/<pid>/cgroup``
-(what makes cgroup v2 and privileged containers work); kubelet pod-resources allocations,
-joined to a container by the runtime's name labels or, without a runtime, by a GPU that one
-container alone uses and one allocation alone holds. Names come from the runtime's labels or
-that join; a container nothing names is known by its cgroup ID only (never a guessed name).
+(what makes cgroup v2 and privileged containers work); kubelet pod-resources allocations
+(device-plugin devices, and DRA claim devices resolved through CDI), joined to a container by
+the runtime's name labels or, without a runtime, by a GPU that one container alone uses and one
+allocation alone holds. Names come from the runtime's labels or that join; a container nothing
+names is known by its cgroup ID only (never a guessed name).
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, Protocol, Sequence
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.containers import (
-    REASON_DEVICES_LIST, REASON_NVML_PROCESS, REASON_POD_RESOURCES, CgroupRef, ContainerIdentity,
-    ContainerNames, ContainerUsage, PodDeviceAllocation,
+    REASON_DEVICES_LIST, REASON_DRA, REASON_NVML_PROCESS, REASON_POD_RESOURCES, CgroupRef,
+    ContainerIdentity, ContainerNames, ContainerUsage, PodDeviceAllocation,
 )
 from gpustats.model.device import DeviceReading
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
 )
@@ -51,6 +53,20 @@ class AllocationSource(Protocol):
 
 class NamesSource(Protocol):
     def names(self, container_ids: Iterable[str]) -> dict[str, ContainerNames]: ...
+
+
+class ClaimSource(Protocol):
+    def begin_tick(self) -> None: ...
+
+    def resolve(self, claim: ClaimDevice, devices) -> tuple[tuple["GpuKey", ...], str | None]: ...
+
+
+@dataclass
+class _Claims:
+    """This tick's DRA claims per container: on which GPU key, and those left unresolved."""
+
+    by_key: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
+    unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
 
 
 @dataclass
@@ -98,12 +114,16 @@ class _Devices:
 class ContainerTracker:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
-                 runtime: NamesSource | None = None):
+                 runtime: NamesSource | None = None, claims: ClaimSource | None = None,
+                 names: Sequence[NamesSource] = ()):
         self._cgroups = cgroups
         self._procs = procs
         self._counters = counters
         self._pod_resources = pod_resources
-        self._runtime = runtime
+        self._claim_source = claims
+        # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
+        # layout), then the runtime's CRI labels.
+        self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
         # (pid, start time) -> its container (or None: in no container), for processes seen
         # last tick: a GPU process does not change cgroup.
         self._pid_owner: dict[tuple[int, int | None], object] = {}
@@ -130,18 +150,31 @@ class ContainerTracker:
             starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
             pid_to_container = self._map_processes(readings, containers, mappings, starts)
             self._map_devices_lists(containers, devices, mappings)
-            names = self._runtime.names(containers) if self._runtime is not None else {}
-            names = dict(names)
-            self._map_pod_resources(devices, containers, names, mappings)
+            names = self._names(containers)
+            claims = _Claims()
+            self._map_pod_resources(devices, containers, names, mappings, claims)
             _fold_parents_into_instances(mappings)
             self._counters.mark_alive([("container", cid) for cid in containers]
                                       + [("pod", uid) for uid in pods]
                                       + [("pod", c.pod_uid) for c in containers.values()
                                          if c.pod_uid])
             return self._build(containers, pods, names, mappings, devices, attributions,
-                               processes, pid_to_container)
+                               processes, pid_to_container, claims)
         finally:
             self._cgroups.end_tick()
+
+    def _names(self, containers: Mapping[str, ContainerIdentity]) -> dict[str, ContainerNames]:
+        """Each name source in trust order names what those before it left without a name."""
+        names: dict[str, ContainerNames] = {}
+        for source in self._name_sources:
+            wanted = {cid: identity for cid, identity in containers.items()
+                      if cid not in names or names[cid].container_name is None}
+            if not wanted:
+                break
+            for cid, found in source.names(wanted).items():
+                if cid in wanted and (cid not in names or found.container_name is not None):
+                    names[cid] = found
+        return names
 
     # ------------------------------------------------------------ mapping sources
 
@@ -185,7 +218,8 @@ class ContainerTracker:
                     mappings.setdefault(cid, {}).setdefault((uuid, None), set()).add(
                         REASON_DEVICES_LIST)
 
-    def _map_pod_resources(self, devices: _Devices, containers, names, mappings) -> None:
+    def _map_pod_resources(self, devices: _Devices, containers, names, mappings,
+                           claims: _Claims) -> None:
         if self._pod_resources is None:
             return
         allocations = self._pod_resources.allocations()
@@ -195,18 +229,33 @@ class ContainerTracker:
                    for cid, n in names.items() if not n.is_sandbox and n.container_name}
         holders: dict[str, set[tuple[str, str, str]]] = {}
         resolved = []
+        claim_tick = False
         for allocation in allocations:
+            owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
+            if allocation.claim is not None:
+                if self._claim_source is None:
+                    continue
+                if not claim_tick:
+                    self._claim_source.begin_tick()
+                    claim_tick = True
+                keys, reason = self._claim_source.resolve(allocation.claim, devices)
+                if reason is not None and by_name.get(owner) in containers:
+                    claims.unresolved.setdefault(by_name[owner], []).append(
+                        UnresolvedClaim(allocation.claim, reason))
+                for key in keys:
+                    holders.setdefault(key[0], set()).add(owner)
+                    resolved.append((owner, key, allocation.claim))
+                continue
             key = devices.resolve(allocation)
             if key is None:
                 continue
-            owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
             holders.setdefault(key[0], set()).add(owner)
-            resolved.append((owner, key))
+            resolved.append((owner, key, None))
         users: dict[str, set[str]] = {}
         for cid, keys in mappings.items():
             for uuid, _ in keys:
                 users.setdefault(uuid, set()).add(cid)
-        for owner, key in resolved:
+        for owner, key, claim in resolved:
             cid = by_name.get(owner)
             if cid is None:
                 # No runtime names: join only when this GPU has one holder and one user.
@@ -220,12 +269,18 @@ class ContainerTracker:
                                                     container_name=owner[2])
             if cid is None or cid not in containers:
                 continue
-            mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_POD_RESOURCES)
+            mappings.setdefault(cid, {}).setdefault(key, set()).add(
+                REASON_POD_RESOURCES if claim is None else REASON_DRA)
+            if claim is not None:
+                held = claims.by_key.setdefault(cid, {})
+                # One claim per container and GPU key is shown: the first by claim name.
+                if key not in held or _claim_order(claim) < _claim_order(held[key]):
+                    held[key] = claim
 
     # ------------------------------------------------------------ snapshot parts
 
     def _build(self, containers, pods, names, mappings, devices: _Devices, attributions,
-               processes, pid_to_container) -> ContainerView:
+               processes, pid_to_container, claims: _Claims) -> ContainerView:
         by_container: dict[str, list[ProcessStats]] = {}
         for p in processes:
             cid = pid_to_container.get((p.device_uuid, p.pid))
@@ -235,18 +290,27 @@ class ContainerTracker:
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
         pod_tick: dict[str, dict[str, tuple[float, float]]] = {}
+        pod_claims: dict[str, dict[str, ClaimDevice]] = {}
         for cid, identity in sorted(containers.items()):
             n = names.get(cid)
             if n is not None and n.is_sandbox:
                 continue
             accelerators = []
+            held = claims.by_key.get(cid, {})
             for key, reasons in sorted(mappings.get(cid, {}).items(),
                                        key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+                # A claim on the parent GPU also covers instances it was folded into.
+                claim = held.get(key) or held.get((key[0], None))
                 acc, energy, power = self._accelerator(cid, key, reasons, devices,
                                                        by_container.get(cid, []), tick_energy,
-                                                       attributions)
+                                                       attributions, claim)
                 accelerators.append(acc)
                 pod_uid = identity.pod_uid or (n.pod_uid if n else None)
+                if pod_uid is not None and claim is not None:
+                    shown = pod_claims.setdefault(pod_uid, {})
+                    first = shown.get(key[0])
+                    if first is None or _claim_order(claim) < _claim_order(first):
+                        shown[key[0]] = claim
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
@@ -254,7 +318,8 @@ class ContainerTracker:
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
-                pod_uid=identity.pod_uid, usage=usage, accelerators=tuple(accelerators))
+                pod_uid=identity.pod_uid, usage=usage, accelerators=tuple(accelerators),
+                unresolved_claims=tuple(claims.unresolved.get(cid, ())))
             pod_uid = identity.pod_uid or (n.pod_uid if n else None)
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
@@ -274,7 +339,8 @@ class ContainerTracker:
                 namespace=pod_names.pod_namespace if pod_names else None,
                 usage=usage, containers=tuple(members),
                 accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}),
-                                                    pod_history.get(uid, {}))))
+                                                    pod_history.get(uid, {}),
+                                                    pod_claims.get(uid, {}))))
         for gone in set(self._usage) - self._usage_seen:
             del self._usage[gone]
         self._usage_seen = set()
@@ -290,7 +356,7 @@ class ContainerTracker:
         return cached
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
-                     attributions):
+                     attributions, claim: ClaimDevice | None = None):
         uuid, gi = key
         mine = [p for p in procs if p.device_uuid == uuid and (gi is None
                                                                or p.gpu_instance_id == gi)]
@@ -316,20 +382,25 @@ class ContainerTracker:
             device_uuid=uuid, reasons=tuple(sorted(reasons)), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
-            attributed_power_watts=power, attributed_energy_joules=total)
+            attributed_power_watts=power, attributed_energy_joules=total, claim=claim)
         return acc, energy, power
 
     def _pod_accelerators(self, uid: str, tick: dict[str, tuple[float, float]],
-                          history: dict[str, float]) -> tuple[PodAccelerator, ...]:
+                          history: dict[str, float],
+                          claims: dict[str, ClaimDevice]) -> tuple[PodAccelerator, ...]:
         """GPUs the pod uses this tick, plus those whose energy it accumulated earlier."""
         out = {}
         for uuid, (energy, power) in tick.items():
             total = self._counters.advance(("pod", uid, uuid), energy)
-            out[uuid] = PodAccelerator(uuid, power, total)
+            out[uuid] = PodAccelerator(uuid, power, total, claims.get(uuid))
         for uuid, total in history.items():
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
+
+
+def _claim_order(claim: ClaimDevice) -> tuple[str, str, str]:
+    return claim.claim_namespace, claim.claim_name, claim.device_name or ""
 
 
 def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) -> None:

@@ -3,7 +3,8 @@
 Labels follow dcgm-exporter: ``gpu, UUID, pci_bus_id, device="nvidia<minor>", modelName``,
 ``GPU_I_PROFILE, GPU_I_ID`` on MIG instance series, ``Hostname`` (the node name),
 ``DCGM_FI_DRIVER_VERSION``, then the Kubernetes labels ``container, namespace, pod, pod_uid``
-when exactly one pod container holds the GPU (or the MIG instance). A label whose value is
+when exactly one pod container holds the GPU (or the MIG instance), with the ``dra_*`` labels
+of the DRA claim it holds it by. A label whose value is
 unknown is left out, never empty. Rendered here rather than through prometheus-client because
 dcgm-exporter's counters carry no ``_total`` suffix, which prometheus-client's text format adds.
 """
@@ -18,7 +19,9 @@ from gpustats.export.dcgm_table import (
 )
 from gpustats.model.device import MigInstanceReading
 from gpustats.model.health import XID_DESCRIPTIONS
-from gpustats.model.snapshot import ContainerStats, DeviceStats, PodStats, Snapshot
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, DeviceStats, PodStats, Snapshot,
+)
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, float | int]              # (rendered label set, value)
@@ -40,28 +43,40 @@ def _labels(*pairs: tuple[str, object]) -> Labels:
     return tuple((k, str(v)) for k, v in pairs if v is not None and str(v) != "")
 
 
-def _kubernetes_labels(pod: PodStats, container: ContainerStats) -> Labels | None:
-    """dcgm-exporter's pod attributes (sorted, as its template prints map keys); None for a pod
-    the kubelet has not named (known by its cgroup only).
-
-    DRA claim labels (``dra_claim_name``, ``dra_claim_namespace``, ``dra_driver_name``,
-    ``dra_pool_name``, ``dra_device_name``, ...) belong here once the snapshot carries claims.
-    """
+def _kubernetes_labels(pod: PodStats, container: ContainerStats, acc: ContainerAccelerator,
+                       mig_uuids: dict[tuple[str, int], str]) -> Labels | None:
+    """dcgm-exporter's pod attributes (sorted, as its template prints map keys), with the DRA
+    claim's where the device came from one; None for a pod the kubelet has not named (known by
+    its cgroup only)."""
     if not pod.name or not pod.namespace:
         return None
-    return _labels(("container", container.name), ("namespace", pod.namespace),
-                   ("pod", pod.name), ("pod_uid", pod.uid))
+    labels = _labels(("container", container.name), ("namespace", pod.namespace),
+                     ("pod", pod.name), ("pod_uid", pod.uid))
+    claim = acc.claim
+    if claim is None:
+        return labels
+    gi = acc.gpu_instance_id
+    return tuple(sorted(labels + _labels(
+        ("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
+        ("dra_driver_name", claim.driver_name), ("dra_pool_name", claim.pool_name),
+        ("dra_device_name", claim.device_name),
+        ("dra_mig_profile", acc.mig_profile if gi is not None else None),
+        ("dra_mig_device_uuid", mig_uuids.get((acc.device_uuid, gi)) if gi is not None
+         else None))))
 
 
 def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], Labels]:
     """(GPU UUID, GPU instance id) → Kubernetes labels, where one named pod container alone
     holds it. Containers outside pods and unnamed pods hold GPUs too, without labels."""
     seen: dict[tuple[str, int | None], list[Labels | None]] = {}
+    mig_uuids = {(d.identity.uuid, m.gpu_instance_id): m.uuid for d in snapshot.devices
+                 for m in (d.mig_instances or (d.reading.mig_instances if d.reading else ()))
+                 if m.uuid}
     for pod in snapshot.pods:
         for c in pod.containers:
             for a in c.accelerators:
                 seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(
-                    _kubernetes_labels(pod, c))
+                    _kubernetes_labels(pod, c, a, mig_uuids))
     for c in snapshot.containers:
         for a in c.accelerators:
             seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(None)

@@ -13,8 +13,8 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 
 GPU = ("gpu", "gpu_uuid")
 CONTAINER = ("container_id", "container", "pod", "namespace", "gpu", "gpu_uuid",
-             "gpu_instance_id")
-POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid")
+             "gpu_instance_id", "claim", "claim_namespace")
+POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid", "claim", "claim_namespace")
 # Identity only: a label whose value can change mid-life (how the share was computed) would
 # split a counter into a new series and break rate(); the method has its own gauge.
 # A process is its PID and its start time (clock ticks after boot, /proc/<pid>/stat field 22):
@@ -116,6 +116,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_container_gpu_compute_utilization_ratio", GAUGE,
            "Share of SM time the container's processes had over the tick (at most 1, also "
            "when MPS clients' percentages add up past 100).", CONTAINER, "ratio"),
+    Family("gpustats_container_gpu_claim_unresolved", GAUGE,
+           "1 for each DRA claim device a container holds that is not resolved to a GPU.",
+           ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
+            "driver", "pool", "device", "reason")),
     Family("gpustats_pod_gpu_watts", GAUGE, "Active GPU power attributed to a pod.", POD,
            "watts"),
     Family("gpustats_pod_gpu_joules", COUNTER,

@@ -21,6 +21,7 @@ from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
+from gpustats.model.dra import ClaimDevice
 from gpustats.model.snapshot import Snapshot
 
 
@@ -158,9 +159,15 @@ def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -
     owners = [(pod.name, pod.namespace, c) for pod in snapshot.pods for c in pod.containers]
     owners += [(None, None, c) for c in snapshot.containers]
     for pod_name, namespace, c in owners:
+        for u in c.unresolved_claims:
+            claim = u.claim
+            out.add("gpustats_container_gpu_claim_unresolved",
+                    (c.container_id, c.name, pod_name, namespace, claim.claim_name,
+                     claim.claim_namespace, claim.driver_name, claim.pool_name,
+                     claim.device_name, u.reason), 1)
         for a in c.accelerators:
             labels = (c.container_id, c.name, pod_name, namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid, a.gpu_instance_id)
+                      a.device_uuid, a.gpu_instance_id, *_claim_labels(a.claim))
             out.add("gpustats_container_gpu_watts", labels, a.attributed_power_watts)
             out.add("gpustats_container_gpu_joules", labels, a.attributed_energy_joules)
             out.add("gpustats_container_gpu_memory_used_bytes", labels,
@@ -182,9 +189,13 @@ def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -
     for pod in snapshot.pods:
         for a in pod.accelerators:
             labels = (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid)
+                      a.device_uuid, *_claim_labels(a.claim))
             out.add("gpustats_pod_gpu_watts", labels, a.attributed_power_watts)
             out.add("gpustats_pod_gpu_joules", labels, a.attributed_energy_joules)
+
+
+def _claim_labels(claim: ClaimDevice | None) -> tuple[str | None, str | None]:
+    return (claim.claim_name, claim.claim_namespace) if claim is not None else (None, None)
 
 
 def _daemon(out: _Families, snapshot: Snapshot) -> None:

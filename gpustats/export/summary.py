@@ -18,6 +18,7 @@ from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodStats, Snapshot,
 )
 from gpustats.model.containers import ContainerUsage
+from gpustats.model.dra import ClaimDevice
 
 MAKE = "nvidia"
 
@@ -164,6 +165,18 @@ def container_accelerator_dict(acc: ContainerAccelerator,
     _put(out, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
     _put(out, "gpuInstanceId", acc.gpu_instance_id)
     _put(out, "migProfile", acc.mig_profile)
+    if acc.claim is not None:
+        claim_keys(out, acc.claim)
+    return out
+
+
+def claim_keys(out: dict[str, Any], claim: ClaimDevice) -> dict[str, Any]:
+    """The DRA claim that allocated a device: ``claim{name, namespace}``, driver, pool, device."""
+    out["claim"] = {"name": claim.claim_name, "namespace": claim.claim_namespace}
+    _put(out, "driver", claim.driver_name)
+    _put(out, "pool", claim.pool_name)
+    _put(out, "device", claim.device_name)
+    _put(out, "shareId", claim.share_id)
     return out
 
 
@@ -185,6 +198,9 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
     if with_accelerators and container.accelerators:
         out["accelerators"] = [container_accelerator_dict(a, devices.get(a.device_uuid))
                                for a in container.accelerators]
+    if with_accelerators and container.unresolved_claims:
+        out["unresolvedClaims"] = [claim_keys({"reason": u.reason}, u.claim)
+                                   for u in container.unresolved_claims]
     return out
 
 
@@ -207,6 +223,9 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
             entry: dict[str, Any] = {"id": acc.device_uuid}
             _put(entry, "attributedPowerWatts", _round(acc.attributed_power_watts))
             _put(entry, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
+            if acc.claim is not None:
+                entry["claim"] = {"name": acc.claim.claim_name,
+                                  "namespace": acc.claim.claim_namespace}
             accs.append(entry)
         out["accelerators"] = accs
     return out

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpustats.model.dra import ClaimDevice
 from gpustats.model.host import CpuStats, MemoryStats
 
 # Why a container is mapped to a GPU (recorded per mapping in the snapshot).
 REASON_DEVICES_LIST = "devices.list"
 REASON_NVML_PROCESS = "nvml-process"
 REASON_POD_RESOURCES = "pod-resources"
+REASON_DRA = "dra"                    # a ResourceClaim device, resolved through CDI
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,11 @@ class DeviceRef:
 
 @dataclass(frozen=True)
 class PodDeviceAllocation:
-    """One device the kubelet allocated to one container (pod-resources ``List``)."""
+    """One device the kubelet allocated to one container (pod-resources ``List``).
+
+    Device-plugin devices carry ``device``; DRA claim devices carry ``claim`` instead (their
+    GPU is known only once CDI resolves them).
+    """
 
     pod_name: str
     pod_namespace: str
@@ -81,6 +87,7 @@ class PodDeviceAllocation:
     resource_name: str
     device_id: str
     device: DeviceRef | None
+    claim: ClaimDevice | None = None
 
 
 @dataclass(frozen=True)

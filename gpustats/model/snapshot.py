@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from gpustats.model.containers import ContainerUsage
 from gpustats.model.device import DeviceIdentity, DeviceReading
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
 
@@ -72,6 +73,7 @@ class ContainerAccelerator:
     compute_utilization_percent: float | None = None
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
+    claim: ClaimDevice | None = None                # the DRA claim that allocated it
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class ContainerStats:
     pod_uid: str | None = None
     usage: ContainerUsage = ContainerUsage()
     accelerators: tuple[ContainerAccelerator, ...] = ()
+    unresolved_claims: tuple[UnresolvedClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class PodAccelerator:
     device_uuid: str
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative, includes gone containers
+    claim: ClaimDevice | None = None
 
 
 @dataclass(frozen=True)

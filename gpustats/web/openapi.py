@@ -72,6 +72,16 @@ _DEVICE = {
         "health": _HEALTH, "saturation": _SATURATION,
     },
 }
+_CLAIM_REF = {
+    "type": "object", "required": ["name", "namespace"],
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+}
+_CLAIM_KEYS = {"claim": _CLAIM_REF, "driver": {"type": "string"}, "pool": {"type": "string"},
+               "device": {"type": "string"}, "shareId": {"type": "string"}}
+_UNRESOLVED_CLAIM = {
+    "type": "object", "required": ["claim", "reason"],
+    "properties": {**_CLAIM_KEYS, "reason": {"type": "string"}},
+}
 _CONTAINER_ACCELERATOR = {
     "type": "object", "required": ["make", "id"],
     "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
@@ -79,13 +89,14 @@ _CONTAINER_ACCELERATOR = {
                    "attributedEnergyJoules": _NUM, "gpuInstanceId": _U64,
                    "migProfile": {"type": "string"},
                    # A MIG tenant's entry is its MIG device (id MIG-…); this is the GPU's UUID.
-                   "parentId": {"type": "string"}},
+                   "parentId": {"type": "string"}, **_CLAIM_KEYS},
 }
 _CONTAINER = {
     "type": "object", "required": ["name", "startTime"],
     "properties": {"name": {"type": "string"}, "startTime": _TIME, "cpu": _CPU,
                    "memory": _MEMORY,
-                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
+                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR},
+                   "unresolvedClaims": {"type": "array", "items": _UNRESOLVED_CLAIM}},
 }
 _LOOSE_CONTAINER = {
     "type": "object", "required": ["id", "startTime"],
@@ -93,7 +104,8 @@ _LOOSE_CONTAINER = {
                    "podUid": {"type": "string"},     # in a pod no name source names (yet)
                    "runtime": {"type": "string"}, "cgroup": {"type": "string"},
                    "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
-                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
+                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR},
+                   "unresolvedClaims": {"type": "array", "items": _UNRESOLVED_CLAIM}},
 }
 _POD = {
     "type": "object", "required": ["podRef", "startTime", "containers"],
@@ -107,7 +119,7 @@ _POD = {
         "accelerators": {"type": "array", "items": {
             "type": "object", "required": ["id"],
             "properties": {"id": {"type": "string"}, "attributedPowerWatts": _NUM,
-                           "attributedEnergyJoules": _NUM}}},
+                           "attributedEnergyJoules": _NUM, "claim": _CLAIM_REF}}},
     },
 }
 _SUMMARY = {

@@ -4,6 +4,10 @@ The NVIDIA device plugin reports ``GPU-<uuid>`` for a full GPU, ``MIG-<uuid>`` f
 device (``MIG-GPU-<uuid>/<gi>/<ci>`` on drivers before R470), and ``<id>::<n>`` for
 time-slicing and MPS replicas. GKE's plugin reports ``nvidia0``-style names, which carry no
 UUID: those are not mapped (the NVML process path still is).
+
+Devices allocated through ResourceClaims (DRA) come in ``dynamic_resources`` instead, from
+every driver: which of them are GPUs is decided later, from their CDI devices. Kubelets before
+1.35 send no ``share_id`` and before 1.31 no driver, pool or device name; those stay ``None``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from typing import Callable
 
 from gpustats.model.containers import DeviceRef, PodDeviceAllocation
+from gpustats.model.dra import ClaimDevice
 from gpustats.sources.grpc_channel import UnixChannel
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,22 @@ def parse_device_id(device_id: str) -> DeviceRef | None:
     return None
 
 
+def claim_devices(dynamic_resource) -> list[ClaimDevice]:
+    """One pod-resources ``DynamicResource`` → a ClaimDevice per claimed device."""
+    out = []
+    for resource in dynamic_resource.claim_resources:
+        out.append(ClaimDevice(
+            claim_name=dynamic_resource.claim_name,
+            claim_namespace=dynamic_resource.claim_namespace,
+            driver_name=resource.driver_name or None, pool_name=resource.pool_name or None,
+            device_name=resource.device_name or None,
+            share_id=resource.share_id if resource.HasField("share_id") else None,
+            cdi_devices=tuple(d.name for d in resource.cdi_devices if d.name)))
+    return out
+
+
 def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
-    """Flatten a ListPodResourcesResponse to NVIDIA device allocations."""
+    """Flatten a ListPodResourcesResponse to NVIDIA device-plugin and DRA claim allocations."""
     out = []
     for pod in response.pod_resources:
         for container in pod.containers:
@@ -56,6 +75,13 @@ def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
                         pod_name=pod.name, pod_namespace=pod.namespace,
                         container_name=container.name, resource_name=devices.resource_name,
                         device_id=device_id, device=parse_device_id(device_id)))
+            for dynamic in container.dynamic_resources:
+                for claim in claim_devices(dynamic):
+                    out.append(PodDeviceAllocation(
+                        pod_name=pod.name, pod_namespace=pod.namespace,
+                        container_name=container.name, resource_name=claim.driver_name or "",
+                        device_id=f"{claim.pool_name or ''}/{claim.device_name or ''}",
+                        device=None, claim=claim))
     return tuple(out)
 
 

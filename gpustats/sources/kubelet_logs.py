@@ -1,0 +1,269 @@
+"""Pod and container names from the kubelet's log layout: directory and link names, never content.
+
+The kubelet (and only the kubelet) lays out every container's log as
+``<root>/pods/<namespace>_<pod>_<pod-uid>/<container>/<restart>.log`` and links it from
+``<root>/containers/<pod>_<namespace>_<container>-<container-id>.log``. Kubernetes names are
+DNS labels/subdomains and hold no ``_``, so the names split unambiguously; the link's target
+gives the pod UID. An entry that does not parse (a foreign file, a pre-1.14 ``pods/<uid>``
+directory, a link whose target disagrees with its name) is skipped and counted.
+
+Each directory is re-listed only when its mtime changes (or was too recent to trust), so a
+steady node costs two ``stat`` calls a tick however many entries it holds; a link's target is
+read only for containers the tracker asks about, once per container ID.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Protocol
+
+from gpustats.model.containers import ContainerNames
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOG_ROOT = "/var/log"
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"                 # DNS-1123 label
+_SUBDOMAIN = r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?"           # DNS-1123 subdomain
+_UID = r"[0-9a-f][-0-9a-f]{0,63}"
+_POD_DIR = re.compile(rf"^(?P<namespace>{_LABEL})_(?P<pod>{_SUBDOMAIN})_(?P<uid>{_UID})$")
+_LINK = re.compile(rf"^(?P<pod>{_SUBDOMAIN})_(?P<namespace>{_LABEL})_(?P<container>{_LABEL})"
+                   r"-(?P<id>[0-9a-f]{64})\.log$")
+_LOG_FILE = re.compile(r"^[0-9]{1,9}\.log(?:\.[0-9]{8}-[0-9]{6})?(?:\.gz)?$")
+_CONTAINER = re.compile(rf"^{_LABEL}$")
+
+# A directory whose mtime is this close to the time it was listed may change again within the
+# same mtime tick (coarse timestamps): list it again next time rather than trust the cache.
+_RACY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class PodLogDir:
+    """``pods/<namespace>_<pod>_<uid>``: one pod's names."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class ContainerLogLink:
+    """``containers/<pod>_<namespace>_<container>-<id>.log``: one container's names."""
+
+    pod_name: str
+    namespace: str
+    container_name: str
+    container_id: str
+
+
+def parse_pod_dir(name: str) -> PodLogDir:
+    """``ml_trainer-0_5c3e…`` → namespace ``ml``, pod ``trainer-0``, UID. ValueError otherwise."""
+    match = _POD_DIR.fullmatch(name)
+    if match is None:
+        raise ValueError(f"not a <namespace>_<pod>_<uid> pod log directory: {name!r}")
+    return PodLogDir(match["namespace"], match["pod"], match["uid"])
+
+
+def parse_container_link(name: str) -> ContainerLogLink:
+    """``trainer-0_ml_main-<64 hex>.log`` → pod, namespace, container, container ID."""
+    match = _LINK.fullmatch(name)
+    if match is None:
+        raise ValueError(f"not a <pod>_<namespace>_<container>-<id>.log link: {name!r}")
+    return ContainerLogLink(match["pod"], match["namespace"], match["container"], match["id"])
+
+
+def parse_link_target(target: str) -> tuple[PodLogDir, str]:
+    """``/var/log/pods/<ns>_<pod>_<uid>/<container>/<n>.log`` → (pod dir, container name).
+
+    Only the last three components count: the target is a host path, which need not exist in
+    this mount namespace (the link may be dangling here and still name its container).
+    """
+    parts = target.replace("\\", "/").rstrip("/").split("/")
+    if len(parts) < 3 or not _LOG_FILE.fullmatch(parts[-1]) \
+            or not _CONTAINER.fullmatch(parts[-2]):
+        raise ValueError(f"not a pods/<ns>_<pod>_<uid>/<container>/<n>.log target: {target!r}")
+    return parse_pod_dir(parts[-3]), parts[-2]
+
+
+def names_of(link: ContainerLogLink, target: tuple[PodLogDir, str] | None) -> ContainerNames:
+    """The names one link gives; the UID only when the target agrees with the link's name."""
+    uid = None
+    if target is not None:
+        pod, container = target
+        if (pod.namespace, pod.name, container) != (link.namespace, link.pod_name,
+                                                    link.container_name):
+            raise ValueError("link name and target name different containers")
+        uid = pod.uid
+    return ContainerNames(pod_name=link.pod_name, pod_namespace=link.namespace, pod_uid=uid,
+                          container_name=link.container_name)
+
+
+class ErrorCounter(Protocol):
+    def record(self, source: str, reason: str, count: int = 1) -> None: ...
+
+
+class _Listing:
+    """One directory's entry names, re-listed when its mtime changes."""
+
+    def __init__(self, path: str, wall: Callable[[], float]):
+        self.path = path
+        self._wall = wall
+        self._stamp: tuple[int, int, int] | None = None
+        self._racy = True
+        self.names: tuple[str, ...] = ()
+        self.listings = 0
+
+    def refresh(self) -> bool:
+        """True when the names changed since the last call (the directory was re-listed)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            changed = self._stamp is not None or bool(self.names)
+            self._stamp, self.names = None, ()
+            return changed
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        if stamp == self._stamp and not self._racy:
+            return False
+        listed_at = self._wall()
+        try:
+            with os.scandir(self.path) as it:
+                names = tuple(entry.name for entry in it)
+        except OSError as exc:
+            log.warning("cannot list %s: %s", self.path, exc.strerror or exc)
+            names = ()
+        self.listings += 1
+        self._stamp = stamp
+        self._racy = listed_at - st.st_mtime_ns / 1e9 < _RACY_SECONDS
+        changed = names != self.names
+        self.names = names
+        return changed
+
+
+class KubeletLogNames:
+    """Names by container ID (link names) and by pod UID (pod directory names)."""
+
+    def __init__(self, log_root: str = DEFAULT_LOG_ROOT, *, errors: ErrorCounter | None = None,
+                 wall: Callable[[], float] = time.time):
+        self._root = log_root
+        self._errors = errors
+        self._pods = _Listing(os.path.join(log_root, "pods"), wall)
+        self._links = _Listing(os.path.join(log_root, "containers"), wall)
+        self._by_uid: dict[str, PodLogDir] = {}
+        self._by_id: dict[str, list[tuple[str, ContainerLogLink]]] = {}
+        self._resolved: dict[str, ContainerNames] = {}
+        self._pod_memo: dict[str, PodLogDir | None] = {}
+        self._link_memo: dict[str, ContainerLogLink | None] = {}
+        # Entry names in the last listings that did not parse (each counted once, when new).
+        self.skipped_pod_dirs: frozenset[str] = frozenset()
+        self.skipped_links: frozenset[str] = frozenset()
+
+    def names(self, containers: Iterable[str] | Mapping[str, object]
+              ) -> dict[str, ContainerNames]:
+        """Names for the wanted container IDs; a mapping's values may carry ``pod_uid``."""
+        self._refresh()
+        wanted = containers if isinstance(containers, Mapping) else dict.fromkeys(containers)
+        for gone in set(self._resolved) - set(wanted):
+            del self._resolved[gone]
+        out: dict[str, ContainerNames] = {}
+        for cid, identity in wanted.items():
+            names = self._container(cid)
+            if names is None:
+                pod = self._by_uid.get(getattr(identity, "pod_uid", None) or "")
+                if pod is not None:
+                    # The pod's directory names the pod. The kubelet links every container
+                    # right after creating it, before starting it; a container of a known pod
+                    # without a link is the pod's sandbox (or, for the few milliseconds
+                    # between create and link, a container its next tick will name).
+                    names = ContainerNames(pod.name, pod.namespace, pod.uid, None,
+                                           is_sandbox=True)
+            if names is not None:
+                out[cid] = names
+        return out
+
+    def _container(self, cid: str) -> ContainerNames | None:
+        cached = self._resolved.get(cid)
+        if cached is not None:
+            return cached
+        candidates = []
+        for file_name, link in self._by_id.get(cid, ()):
+            try:
+                target = parse_link_target(
+                    os.readlink(os.path.join(self._links.path, file_name)))
+            except (OSError, ValueError):
+                target = None      # vanished, not a link, or not a log path: the name holds
+            try:
+                candidates.append(names_of(link, target))
+            except ValueError:
+                log.debug("log link %s points at another container's log; skipped", file_name)
+                self._count("container_link", {file_name})
+        # Links the target confirms outrank those it does not; two different answers: none.
+        confirmed = {n for n in candidates if n.pod_uid is not None}
+        answers = confirmed or set(candidates)
+        if len(answers) != 1:
+            self._by_id.pop(cid, None)
+            if len(answers) > 1:
+                log.debug("container %s has %d conflicting log links; left unnamed", cid,
+                          len(answers))
+            return None
+        names = answers.pop()
+        if names.pod_uid is None:
+            pod = self._pod_named(names.pod_namespace, names.pod_name)
+            if pod is not None:
+                names = ContainerNames(pod.name, pod.namespace, pod.uid, names.container_name)
+        self._resolved[cid] = names
+        return names
+
+    def _pod_named(self, namespace: str, name: str) -> PodLogDir | None:
+        found = [p for p in self._by_uid.values() if (p.namespace, p.name) == (namespace, name)]
+        return found[0] if len(found) == 1 else None   # two UIDs (a re-created pod): unknown
+
+    def _refresh(self) -> None:
+        # Names parsed in an earlier listing are not parsed again: a re-listing after one pod
+        # started costs the directory read and the new names only.
+        if self._pods.refresh():
+            self._pod_memo = _parse_all(self._pods.names, parse_pod_dir, self._pod_memo)
+            skipped = frozenset(n for n, p in self._pod_memo.items() if p is None)
+            self._count("pod_dir", skipped - self.skipped_pod_dirs)
+            self.skipped_pod_dirs = skipped
+            self._by_uid = {p.uid: p for p in self._pod_memo.values() if p is not None}
+            # Names stay valid while their pod's directory does; the rest are worked out again.
+            self._resolved = {cid: n for cid, n in self._resolved.items()
+                              if n.pod_uid in self._by_uid}
+        if self._links.refresh():
+            self._link_memo = _parse_all(self._links.names, parse_container_link,
+                                         self._link_memo)
+            skipped = frozenset(n for n, p in self._link_memo.items() if p is None)
+            self._count("container_link", skipped - self.skipped_links)
+            self.skipped_links = skipped
+            by_id: dict[str, list[tuple[str, ContainerLogLink]]] = {}
+            for name, link in self._link_memo.items():
+                if link is not None:
+                    by_id.setdefault(link.container_id, []).append((name, link))
+            self._by_id = by_id
+            self._resolved = {cid: n for cid, n in self._resolved.items() if cid in by_id}
+
+    def _count(self, kind: str, new: set[str]) -> None:
+        if not new:
+            return
+        log.debug("%d new entries under %s are not kubelet %s names; skipped", len(new),
+                  self._root, kind.replace("_", " "))
+        if self._errors is not None:
+            self._errors.record("kubelet_logs", f"unparseable_{kind}", len(new))
+
+
+def _parse_all(names: tuple[str, ...], parse: Callable, memo: dict) -> dict:
+    """``name -> parse(name)`` (None where it does not parse), reusing ``memo``'s answers."""
+    out = {}
+    for name in names:
+        if name in memo:
+            out[name] = memo[name]
+            continue
+        try:
+            out[name] = parse(name)
+        except ValueError:
+            out[name] = None
+    return out
