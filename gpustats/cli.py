@@ -148,7 +148,8 @@ class Daemon:
         except NvmlUnavailable as exc:
             self.errors.record("nvml", f"load_{exc.reason}")
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
-        return DeviceSweeper(session), session.driver_version
+        return (DeviceSweeper(session, energy_every=self.config.energy_every),
+                session.driver_version)
 
     def create_app(self):
         return create_app(self.store, WebSettings(self.config.housekeeping_interval),
