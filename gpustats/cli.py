@@ -173,7 +173,8 @@ class Daemon:
         except NvmlUnavailable as exc:
             self.errors.failed("nvml", f"load_{exc.reason}", f"NVML cannot be loaded: {exc}")
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
-        return _ReportedSweeper(DeviceSweeper(session), self.errors), session.driver_version
+        return (_ReportedSweeper(DeviceSweeper(session, energy_every=self.config.energy_every),
+                                 self.errors), session.driver_version)
 
     def _persisted(self, ok: bool) -> None:
         if ok:

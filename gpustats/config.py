@@ -54,6 +54,18 @@ def _positive_seconds(value: Any) -> float:
     return seconds
 
 
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
 def _ratio(value: Any) -> float:
     ratio = float(value)
     if not 0.0 < ratio <= 1.0:
@@ -271,6 +283,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
+    Option("energy_every", _positive_int, 1,
+           "read each GPU's energy counter every N ticks, integrating power in between", "N"),
     Option("health_listen", _optional_listen, None,
            "also serve /healthz and /readyz on this address, apart from the data port "
            "(empty: off)", "HOST:PORT"),
@@ -308,6 +322,7 @@ class Config:
     state_reset: bool
     dcgm_compat: bool
     history_duration: int
+    energy_every: int = 1
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     config_file: str | None = field(default=None)

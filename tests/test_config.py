@@ -84,6 +84,9 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_DCGM_COMPAT": "2"}, "GPUSTATS_DCGM_COMPAT"),
     (["--cdi-spec-dirs", "/etc/cdi,relative/cdi"], {}, "--cdi-spec-dirs"),
     ([], {"GPUSTATS_CDI_SPEC_DIRS": "cdi"}, "absolute"),
+    (["--energy-every", "0"], {}, "--energy-every"),
+    (["--energy-every", "2.5"], {}, "whole number"),
+    ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:

@@ -231,3 +231,34 @@ def test_scenario_rejects_bad_new_keys():
         parse_scenario({"devices": [{"uuid": A, "unsupported": ["fields.temperature"]}]})
     with pytest.raises(ValueError, match="encoder_utilization_percent"):
         parse_scenario({"devices": [{"uuid": A, "encoder_utilization_percent": 101}]})
+
+
+@pytest.mark.parametrize("late, shift", [(0.3, 0.3), (0.0, 0.0), (5.0, 0.0), (-2.0, 0.0)])
+def test_reading_stamped_at_the_energy_fields_own_time(tmp_path, late, shift):
+    """A field value taken 0.3 s before the call returned dates the reading 0.3 s back; a
+    timestamp far off (clock step) is not trusted."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"devices": [RICH]}))
+    clock = Clock()
+    sim = SimulatedNvml(str(path), monotonic=clock, wall=lambda: 1_700_000_000.0)
+    sim.install()
+    session = NvmlSession.open(CollectionErrors())
+    sweeper = DeviceSweeper(session, monotonic=clock, wall=lambda: 1_700_000_000.0 + late)
+    try:
+        (reading,) = sweeper.sweep()
+    finally:
+        sweeper.close()
+        session.close()
+        sim.uninstall()
+    assert reading.monotonic_seconds == pytest.approx(clock.now - shift)
+
+
+@pytest.mark.parametrize("key", ["sm_clock_mhz", "memory_clock_mhz", "pcie_replay_count",
+                                 "memory_temperature_celsius", "encoder_utilization_percent",
+                                 "decoder_utilization_percent", "memory_reserved_bytes",
+                                 "utilization_percent"])
+def test_scenario_rejects_null_for_a_key_with_a_default(key):
+    from gpustats.simulator import parse_scenario
+
+    with pytest.raises(ValueError, match=key):
+        parse_scenario({"devices": [{"uuid": A, key: None}]})

@@ -8,7 +8,7 @@ negotiated from the Accept header through prometheus-client.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from typing import Callable, Hashable, Iterable
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric,
@@ -241,11 +241,16 @@ class MetricsRenderer:
         self._store = store
         self._dcgm_compat = dcgm_compat
 
-    def __call__(self, accept: str | None) -> tuple[bytes, str]:
+    def negotiate(self, accept: str | None
+                  ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
+        """(memo key, body builder, content type) of the format the Accept header asks for."""
         _, content_type = choose_encoder(accept or "")
-        rendered = self._store.render(
-            ("metrics", content_type),
-            lambda snapshot: render(snapshot, accept, self._dcgm_compat))
+        build = lambda s: render(s, accept, self._dcgm_compat)[0]  # noqa: E731
+        return ("metrics", content_type), build, content_type
+
+    def __call__(self, accept: str | None) -> tuple[bytes, str]:
+        key, build, content_type = self.negotiate(accept)
+        rendered = self._store.render(key, build)
         if rendered is None:
             return b"", content_type
-        return rendered[1]
+        return rendered[1], content_type

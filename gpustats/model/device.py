@@ -99,7 +99,9 @@ class DeviceReading:
     utilization_percent: int | None = None       # device duty cycle
     memory_utilization_percent: int | None = None
     power_watts: float | None = None
-    energy_counter_millijoules: int | None = None  # raw hardware counter; resets on driver reload
+    # The hardware counter (resets on driver reload); with --energy-every > 1, between its
+    # reads, the last read plus integrated power (never behind a later hardware value).
+    energy_counter_millijoules: int | None = None
     power_limit_watts: float | None = None
     temperature_celsius: int | None = None
     mig_enabled: bool | None = None

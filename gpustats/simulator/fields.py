@@ -9,6 +9,7 @@ device's ``unsupported`` list answers NOT_SUPPORTED both as a field and through 
 
 from __future__ import annotations
 
+import ctypes
 from ctypes import POINTER, c_uint, cast
 
 import pynvml
@@ -27,6 +28,16 @@ _CLOCKS = {pynvml.NVML_CLOCK_SM: ("sm_clock", "sm_clock_mhz"),
            pynvml.NVML_CLOCK_MEM: ("memory_clock", "memory_clock_mhz")}
 
 
+class _FieldValue(ctypes.Structure):
+    """pynvml's ``c_nvmlFieldValue_t`` layout without its Python-level attribute hooks."""
+
+    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
+
+
+_REMAPPED = {pynvml.NVML_FI_DEV_REMAPPED_COR: 0, pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,
+             pynvml.NVML_FI_DEV_REMAPPED_PENDING: 2, pynvml.NVML_FI_DEV_REMAPPED_FAILURE: 3}
+
+
 class FieldCalls:
     """Mixin of ``SimulatedNvml``: reads the scenario, the energy and violation accumulators."""
 
@@ -35,14 +46,14 @@ class FieldCalls:
     def _field_values(self, device, instance, count, values) -> int:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
-        array = cast(values, POINTER(pynvml.c_nvmlFieldValue_t))
+        array = cast(values, POINTER(_FieldValue))
         self._advance()
         stamp_us = int(self._wall() * 1e6)
         for i in range(count):
             entry = array[i]
             entry.timestamp = stamp_us
             entry.latencyUsec = 0
-            reading, found = self._field(device, int(entry.fieldId))
+            reading, found = self._field(device, entry.fieldId)
             if reading is None:
                 entry.nvmlReturn = INVALID_ARGUMENT      # a field id this "driver" does not know
                 continue
@@ -73,12 +84,10 @@ class FieldCalls:
             return "violations", (_U64, int(self._violation_ns.get(device.uuid, {}).get(key, 0.0)))
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return "pcie_replay", (_U64, device.pcie_replay_count)
-        remapped = {pynvml.NVML_FI_DEV_REMAPPED_COR: 0, pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,
-                    pynvml.NVML_FI_DEV_REMAPPED_PENDING: 2, pynvml.NVML_FI_DEV_REMAPPED_FAILURE: 3}
-        if field_id in remapped:
+        if field_id in _REMAPPED:
             if device.mig_instances:
                 return "remapped_rows", None      # not supported with MIG on (nvml.md §2.8)
-            return "remapped_rows", (_U32, int(device.remapped_rows[remapped[field_id]]))
+            return "remapped_rows", (_U32, int(device.remapped_rows[_REMAPPED[field_id]]))
         return None, None
 
     # ------------------------------------------------------------ the single calls

@@ -208,6 +208,13 @@ def _percent(data: dict, key: str, where: str, default: Any) -> Any:
     return value
 
 
+def _given(value: Any, key: str, where: str) -> Any:
+    """A key that has a default must not be given as null."""
+    if value is None:
+        raise ValueError(f"{where}.{key}: expected a number, got null")
+    return value
+
+
 def _gpm(value: Any, where: str) -> tuple[tuple[str, float], ...] | None:
     if value is None:
         return None
@@ -241,8 +248,8 @@ def _remapped_rows(value: Any, where: str) -> tuple[int, int, bool, bool]:
     for key in ("pending", "failure"):
         if not isinstance(data.get(key, False), bool):
             raise ValueError(f"{where}.{key}: expected true or false")
-    return (_number(data, "correctable", where, 0, integer=True),
-            _number(data, "uncorrectable", where, 0, integer=True),
+    return (_given(_number(data, "correctable", where, 0, integer=True), "correctable", where),
+            _given(_number(data, "uncorrectable", where, 0, integer=True), "uncorrectable", where),
             data.get("pending", False), data.get("failure", False))
 
 
@@ -308,22 +315,33 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         memory_total_bytes=_number(data, "memory_total_bytes", where, 80 * GIB, integer=True),
         memory_used_bytes=_number(data, "memory_used_bytes", where,
                                   processes_memory.get(uuid, 0), integer=True),
-        utilization_percent=int(_percent(data, "utilization_percent", where, 0)),
-        memory_utilization_percent=int(_percent(data, "memory_utilization_percent", where, 0)),
+        utilization_percent=int(_given(_percent(data, "utilization_percent", where, 0),
+                                        "utilization_percent", where)),
+        memory_utilization_percent=int(_given(_percent(data, "memory_utilization_percent", where, 0),
+                                               "memory_utilization_percent", where)),
         power_watts=_number(data, "power_watts", where, 70.0),
         energy_counter_base_millijoules=_number(data, "energy_counter_base_millijoules", where, 0,
                                                 integer=True),
         power_limit_watts=_number(data, "power_limit_watts", where, 700.0),
         temperature_celsius=_number(data, "temperature_celsius", where, 40, integer=True,
                                     minimum=-273),
-        memory_temperature_celsius=_number(data, "memory_temperature_celsius", where, 45,
-                                           integer=True, minimum=-273),
-        sm_clock_mhz=_number(data, "sm_clock_mhz", where, 1980, integer=True),
-        memory_clock_mhz=_number(data, "memory_clock_mhz", where, 2619, integer=True),
-        pcie_replay_count=_number(data, "pcie_replay_count", where, 0, integer=True),
-        encoder_utilization_percent=int(_percent(data, "encoder_utilization_percent", where, 0)),
-        decoder_utilization_percent=int(_percent(data, "decoder_utilization_percent", where, 0)),
-        memory_reserved_bytes=_number(data, "memory_reserved_bytes", where, 0, integer=True),
+        memory_temperature_celsius=_given(_number(data, "memory_temperature_celsius", where, 45,
+                                                  integer=True, minimum=-273),
+                                          "memory_temperature_celsius", where),
+        sm_clock_mhz=_given(_number(data, "sm_clock_mhz", where, 1980, integer=True),
+                            "sm_clock_mhz", where),
+        memory_clock_mhz=_given(_number(data, "memory_clock_mhz", where, 2619, integer=True),
+                                "memory_clock_mhz", where),
+        pcie_replay_count=_given(_number(data, "pcie_replay_count", where, 0, integer=True),
+                                 "pcie_replay_count", where),
+        encoder_utilization_percent=int(_given(_percent(data, "encoder_utilization_percent",
+                                                        where, 0),
+                                               "encoder_utilization_percent", where)),
+        decoder_utilization_percent=int(_given(_percent(data, "decoder_utilization_percent",
+                                                        where, 0),
+                                               "decoder_utilization_percent", where)),
+        memory_reserved_bytes=_given(_number(data, "memory_reserved_bytes", where, 0,
+                                             integer=True), "memory_reserved_bytes", where),
         remapped_rows=_remapped_rows(data.get("remapped_rows"), f"{where}.remapped_rows"),
         unsupported=unsupported,
         lost=bool(data.get("lost", False)),

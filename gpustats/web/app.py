@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Hashable, Protocol
 
 from flask import Blueprint, Flask, Response, current_app, json, request
 
@@ -12,11 +12,16 @@ from gpustats.engine.store import SnapshotStore
 from gpustats.export.gpus import gpus_json
 from gpustats.export.status import status_json
 from gpustats.export.summary import summary_json
+from gpustats.model.snapshot import Snapshot
 from gpustats.web.errors import json_error, register_error_handlers
 from gpustats.web.openapi import openapi_document
+from gpustats.web.representation import snapshot_response
 
-# (Accept header) -> (body, content type); rendered once per snapshot by the exporter.
-MetricsRenderer = Callable[[str | None], tuple[bytes, str]]
+
+class MetricsRenderer(Protocol):
+    def negotiate(self, accept: str | None
+                  ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
+        """(memo key, body builder, content type) of the format the Accept header asks for."""
 
 
 @dataclass(frozen=True)
@@ -47,11 +52,12 @@ stats = Blueprint("stats", __name__)
 @stats.route("/stats/summary/", methods=["GET", "POST"])
 def summary() -> Response:
     only = _kubelet_flag("only_cpu_and_memory")
-    rendered = _store().render(("summary", only),
-                               lambda s: summary_json(s, only_cpu_and_memory=only))
-    if rendered is None:
+    response = snapshot_response(request, _store(), ("summary", only),
+                                 lambda s: summary_json(s, only_cpu_and_memory=only),
+                                 "application/json", "cm" if only else "s")
+    if response is None:
         return json_error(503, "not_ready", "no collection tick has completed yet")
-    return Response(rendered[1], mimetype="application/json")
+    return response
 
 
 api = Blueprint("api", __name__)
@@ -59,10 +65,10 @@ api = Blueprint("api", __name__)
 
 @api.route("/api/v1/gpus")
 def gpus() -> Response:
-    rendered = _store().render("gpus", gpus_json)
-    if rendered is None:
+    response = snapshot_response(request, _store(), "gpus", gpus_json, "application/json", "g")
+    if response is None:
         return json_error(503, "not_ready", "no collection tick has completed yet")
-    return Response(rendered[1], mimetype="application/json")
+    return response
 
 
 @api.route("/api/v1/status")
@@ -122,8 +128,13 @@ def metrics_view() -> Response:
     renderer: MetricsRenderer | None = current_app.extensions.get("gpustats.metrics")
     if renderer is None:
         return json_error(404, "not_found", "metrics are not enabled")
-    body, content_type = renderer(request.headers.get("Accept"))
-    return Response(body, content_type=content_type)
+    key, build, content_type = renderer.negotiate(request.headers.get("Accept"))
+    representation = "om" if content_type.startswith("application/openmetrics") else "t"
+    response = snapshot_response(request, _store(), key, build, content_type, representation,
+                                 vary=("Accept",))
+    if response is None:
+        return Response(b"", content_type=content_type)      # before the first tick, as before
+    return response
 
 
 def create_app(store: SnapshotStore, settings: WebSettings,

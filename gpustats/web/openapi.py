@@ -239,9 +239,17 @@ _ONLY_CPU = {"name": "only_cpu_and_memory", "in": "query", "required": False,
              "description": "exactly `true`, given once: node and pod CPU/memory only (no "
                             "accelerators); any other value or a repetition is false, as the "
                             "kubelet reads it"}
-_SUMMARY_OP = {"parameters": [_ONLY_CPU],
+# Snapshot bodies: gzip when accepted, an ETag per snapshot, 304 for a poller that has it.
+_CONDITIONAL = [
+    {"name": "Accept-Encoding", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "gzip (or *) with q > 0: the body is gzip-compressed"},
+    {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "the ETag of a body already held: 304 while the snapshot is the same"},
+]
+_NOT_MODIFIED = {"description": "the snapshot named by If-None-Match is still the latest"}
+_SUMMARY_OP = {"parameters": [_ONLY_CPU, *_CONDITIONAL],
                "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape"),
-                             "503": _NOT_READY}}
+                             "304": _NOT_MODIFIED, "503": _NOT_READY}}
 
 
 def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
@@ -253,9 +261,10 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
         "paths": {
             "/stats/summary": {"get": dict(_SUMMARY_OP, operationId="getSummary"),
                                "post": dict(_SUMMARY_OP, operationId="postSummary")},
-            "/api/v1/gpus": {"get": {"operationId": "listGpus", "responses": {
+            "/api/v1/gpus": {"get": {"operationId": "listGpus", "parameters": _CONDITIONAL,
+                                     "responses": {
                 "200": _json(_GPUS, "identity, health and saturation per GPU"),
-                "503": _NOT_READY}}},
+                "304": _NOT_MODIFIED, "503": _NOT_READY}}},
             "/api/v1/status": {"get": {"operationId": "status", "responses": {
                 "200": _json(_STATUS, "each data source's state, last error and age"),
                 "503": _NOT_READY}}},
@@ -274,7 +283,9 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
                                              "snapshotSequence": _U64,
                                              "snapshotAgeSeconds": _NUM}}, "ready"),
                 "503": _json(_ERROR, "not ready or stale")}}},
-            "/metrics": {"get": {"operationId": "metrics", "responses": {
+            "/metrics": {"get": {"operationId": "metrics", "parameters": _CONDITIONAL,
+                                 "responses": {
+                "304": _NOT_MODIFIED,
                 "200": {"description": "Prometheus text or OpenMetrics exposition",
                         "content": {"text/plain": {"schema": {"type": "string"}},
                                     "application/openmetrics-text": {

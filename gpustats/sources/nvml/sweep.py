@@ -10,7 +10,8 @@ encoder/decoder utilization every ``detail_every`` ticks (dcgm-exporter samples 
 30 s by default); power limit, MIG mode and, while the process list stays the same, MPS clients
 every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driver, nvml.md
 §2.7) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
-carried in the readings between its reads.
+carried in the readings between its reads. With ``energy_every`` > 1 the energy counter is
+read every that many ticks and estimated from power in between (``energy_reads.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gpustats.model.device import (
     RemappedRowsReading, ViolationReading,
 )
 from gpustats.sources.nvml import fields
+from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
@@ -106,17 +108,20 @@ class DeviceSweeper:
     """Reads every device of one NVML session; one instance per session."""
 
     def __init__(self, session: NvmlSession, *, monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
                  slow_every: int = 12, violation_every: int = 3, pcie_every: int = 6,
-                 detail_every: int = 6):
+                 detail_every: int = 6, energy_every: int = 1):
         self._session = session
         self._q: Querier = session.querier
         self._monotonic = monotonic
+        self._wall = wall
         self._slow_every = slow_every
         self._detail_every = detail_every
         self._violation_every = violation_every
         self._pcie_every = pcie_every
         self._state: dict[int, _DeviceState] = {}
         self._gpm = GpmSampler(self._q, monotonic)
+        self._energy = DeferredEnergy(energy_every)
 
     @property
     def calls(self) -> int:
@@ -153,15 +158,22 @@ class DeviceSweeper:
         q, h, uuid = self._q, device.handle, ident.uuid
         tick = state.ticks
         slow = tick % self._slow_every == 0
-        values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY))
-        read_at = self._monotonic()        # the counter's time: delta / dt stays exact
-        energy_mj = fields.value(values, "energy")
-        if energy_mj is None:
-            energy_mj = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
-            read_at = self._monotonic()
+        energy_due = self._energy.due(uuid, tick)
+        values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY) if energy_due
+                                else fields.EVERY_TICK)
+        read_at = self._field_time(values, "energy")   # the counter's time: delta / dt exact
         power_mw = fields.value(values, "power")
         if power_mw is None:
             power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
+        power_w = power_mw / 1000.0 if power_mw is not None else None
+        energy_mj = None if energy_due else self._energy.estimate(uuid, read_at, power_w)
+        if energy_mj is None:
+            hardware = fields.value(values, "energy") if energy_due else None
+            if hardware is None:
+                hardware = q.read(uuid, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+                read_at = self._monotonic()
+            if hardware is not None:
+                energy_mj = self._energy.hardware(uuid, int(hardware), read_at, power_w)
         memory = self._memory(uuid, h)
         util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
         temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
@@ -193,7 +205,7 @@ class DeviceSweeper:
             memory_used_bytes=int(memory.used) if memory is not None else None,
             utilization_percent=int(util.gpu) if util is not None else None,
             memory_utilization_percent=int(util.memory) if util is not None else None,
-            power_watts=power_mw / 1000.0 if power_mw is not None else None,
+            power_watts=power_w,
             energy_counter_millijoules=int(energy_mj) if energy_mj is not None else None,
             power_limit_watts=state.power_limit_watts,
             temperature_celsius=int(temperature) if temperature is not None else None,
@@ -218,6 +230,20 @@ class DeviceSweeper:
             remapped_rows=state.remapped_rows,
             unsupported_fields=q.unsupported_fields(uuid),
         )
+
+    def _field_time(self, values: fields.FieldValues, name: str) -> float:
+        """Monotonic time at which the driver took field ``name`` (its CPU timestamp), or now.
+
+        A field may come from the driver's cache, and the call returns after the value was
+        taken; the entry's own timestamp keeps counter deltas and their intervals together.
+        A timestamp more than a second off (clock step, cache this old) is not trusted.
+        """
+        now = self._monotonic()
+        found = values.get(name)
+        if found is None or not found[1]:
+            return now
+        age = self._wall() - found[1] / 1e6
+        return now - age if 0.0 <= age <= 1.0 else now
 
     def _field_backed(self, uuid: str, h: Any, state: _DeviceState, values: fields.FieldValues,
                       tick: int) -> None:
