@@ -45,7 +45,7 @@ from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
 from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from gpustats.serving import ListenError, Listeners
+from gpustats.serving import Interrupt, ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
 from gpustats.sources.pci import PciGpu, PciScanner
 from gpustats.web.app import WebSettings, create_app
@@ -246,7 +246,7 @@ def run_once(daemon: Daemon, interval: float = 1.0) -> int:
     return 0
 
 
-class _Stop(Exception):
+class _Stop(Interrupt):
     pass
 
 

@@ -78,6 +78,12 @@ def _server(app, host: str, port: int, *, threads: int, connections: int):
         outbuf_overflow=64 * 1024 * 1024)
 
 
+class Interrupt(wasyncore.ExitNow):
+    """Raised from a signal handler to leave the serving loop. The loop re-raises this kind
+    from inside a connection's callbacks, where any other exception would be caught and
+    logged as that connection's error (and the signal lost)."""
+
+
 class ListenError(Exception):
     """An address that cannot be listened on (in use, not this host's, not permitted)."""
 
