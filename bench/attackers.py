@@ -102,6 +102,7 @@ class LargePosts(_Attacker):
         self.pid = pid
         self.sent = 0
         self.refused_413 = 0
+        self.refused_reset = 0
         self.other = 0
         self.max_deleted_files = 0
 
@@ -126,6 +127,10 @@ class LargePosts(_Attacker):
                     self.refused_413 += 1
                 else:
                     self.other += 1
+            except (ConnectionResetError, BrokenPipeError):
+                # The server answered 413 and closed while this side was still sending: the
+                # kernel resets the connection and the 413 may be lost with it. Refused too.
+                self.refused_reset += 1
             except OSError:
                 self.other += 1
             finally:
@@ -204,6 +209,7 @@ def report(found: dict) -> dict:
            "trickling_sockets": found["trickle"].count,
            "trickling_reopened": found["trickle"].reopened,
            "large_posts": posts.sent, "large_posts_413": posts.refused_413,
+           "large_posts_reset": posts.refused_reset,
            "large_posts_other": posts.other, "spooled_files_max": posts.max_deleted_files}
     for name in ("healthz", "summary", "healthz_health_port"):
         if name in found:
