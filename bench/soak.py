@@ -188,6 +188,8 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         attack_stop.set()
         for t in threads:
             t.join(15)
+        # Attackers finish before the daemon stops: a POST cut off by the shutdown is no answer.
+        attack_report = attack.report(attacks) if attacks is not None else None
         churner.stop()
         daemon.stop()
     after_warm = [s for s in samples if s["t"] >= warmup] or samples
@@ -205,8 +207,8 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         "threads_min": min(s["threads"] for s in after_warm),
         "threads_max": max(s["threads"] for s in after_warm),
     }
-    if attacks is not None:
-        result["attack"] = attack.report(attacks)
+    if attack_report is not None:
+        result["attack"] = attack_report
     if own_tmp:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
