@@ -23,6 +23,7 @@ import tempfile
 import time
 from typing import Callable
 
+from gpustats.hostfs import UnsafeFile, read_regular
 from gpustats.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
@@ -34,44 +35,23 @@ RESET_SUFFIX = ".reset-"
 KEEP_ASIDE = 5
 MAX_STATE_BYTES = 64 * 1024 * 1024
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024
+READ_DEADLINE_SECONDS = 5.0
 
 
 class NewerStateVersion(Exception):
     """The state file was written by a newer gpustats; its counters cannot be read safely."""
 
 
-class NotARegularFile(OSError):
-    pass
-
-
 def read_regular_file(path: str, max_bytes: int) -> bytes | None:
-    """Contents of a regular file, ``None`` when absent. Never blocks on a FIFO or device.
+    """Contents of a regular file, ``None`` when absent; never blocks on a FIFO or device.
 
-    Raises ``NotARegularFile`` for anything else in its place and ``ValueError`` when the file
-    is larger than ``max_bytes``.
+    ``UnsafeFile`` for anything else in its place, a file over ``max_bytes`` or a read past
+    its deadline; ``OSError`` when it cannot be read.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        return read_regular(path, max_bytes=max_bytes, deadline_seconds=READ_DEADLINE_SECONDS)
     except FileNotFoundError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotARegularFile(f"{path} is not a regular file")
-        if info.st_size > max_bytes:
-            raise ValueError(f"{info.st_size} bytes, more than the {max_bytes} accepted")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > max_bytes:
-                raise ValueError(f"more than the {max_bytes} bytes accepted")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _utc_stamp(epoch: float) -> str:
@@ -118,7 +98,7 @@ class StateFiles:
     def _read_or_set_aside(self, path: str, cap: int, consequence: str) -> bytes | None:
         try:
             return read_regular_file(path, cap)
-        except (OSError, ValueError) as exc:
+        except (OSError, UnsafeFile) as exc:
             log.error("energy counter file %s is unreadable (%s); %s", path, exc, consequence)
             self.keep_aside(path, CORRUPT_SUFFIX)
             return None
@@ -253,7 +233,7 @@ class StateFiles:
                          | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
-                raise NotARegularFile(f"{self.journal_path} is not a regular file")
+                raise OSError(f"{self.journal_path} is not a regular file")
             self._journal_fd = fd
         return self._journal_fd
 
