@@ -11,6 +11,7 @@ trickling a header byte a second, and a stream of POSTs declaring 300 MB bodies
 (``bench/attackers.py``), while probes time /healthz and /stats/summary on fresh connections
 (1 s timeout) on the data port and on the separate health port. Reported: requests, 5xx and
 errors, RSS after warm-up and at the end, thread count over time, and the attack figures.
+The history window is set to the warm-up, so it is full (steady) when RSS is first taken.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import http.client
 import json
 import os
-import random
 import shutil
 import tempfile
 import threading
@@ -133,7 +133,12 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
     daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
                          "--housekeeping-interval", "1", "--pod-resources-socket", "",
                          "--runtime-socket", "", "--idle-power-watts", "100",
-                         "--health-listen", f"127.0.0.1:{health_port}"], workdir)
+                         "--health-listen", f"127.0.0.1:{health_port}",
+                         # The history ring grows until its window is full (every churned
+                         # container keeps its rows for the window): make it full by the end
+                         # of the warm-up, so RSS growth after it is a leak, not the ring
+                         # filling. Its own bound is measured by bench.history.
+                         "--history-duration", str(max(1, int(warmup)))], workdir)
     churner = Churn(base, churn, fake=not real)
     stop = threading.Event()
     counts = {"requests": 0, "5xx": 0, "errors": 0}
