@@ -7,18 +7,15 @@ ever decreases, within a run or across a restart.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
-import subprocess
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
 from tests.conftest import free_port
 from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.prometheus import PrometheusServer
 from tests.invariants import assert_conservation, assert_never_decreased, counters
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -77,30 +74,6 @@ def metric_sum(values, name, **labels):
 # ------------------------------------------------------------------ 1. crash between saves
 
 
-def _prometheus(tmp_path, target_port):
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 500ms, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: gpustats\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n")
-    log = open(tmp_path / "prometheus.log", "w")
-    server = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    return server, port, log
-
-
-def _query(port, expr, at=None):
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = f"{at:.3f}"
-    url = f"http://127.0.0.1:{port}/api/v1/query?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read())["data"]["result"]
-
-
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path):
     """Persist interval 30 s, 0.5 s ticks: killed between two saves, restarted. Every counter
@@ -110,14 +83,14 @@ def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path
     scenario = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
     args = ("--housekeeping-interval", "0.5", "--persist-interval", "30")
     port = free_port()
-    server, prom_port, log = _prometheus(tmp_path, port)
+    prometheus = PrometheusServer(tmp_path, [port], scrape_interval="500ms")
     try:
         daemon = start(start_daemon, tmp_path, scenario, cgroup, proc, *args, port=port)
         series = "gpustats_node_gpu_joules_total"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:          # Prometheus has the series before the kill
             try:
-                if _query(prom_port, f"count_over_time({series}[1m]) >= 3"):
+                if prometheus.query(f"count_over_time({series}[1m]) >= 3"):
                     break
             except OSError:
                 pass
@@ -132,7 +105,7 @@ def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path
         watch(daemon, 4.0, previous=first_after)
         time.sleep(1.0)                             # the last scrapes are in
         at = time.time()
-        samples = _query(prom_port, f"{series}[2m]", at)[0]["values"]
+        samples = prometheus.query(f"{series}[2m]", at)[0]["values"]
         (t0, v0), (t1, v1) = samples[0], samples[-1]
         span = float(t1) - float(t0)
         assert span > 8, samples
@@ -143,19 +116,17 @@ def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path
         for name in (series, "gpustats_node_gpu_active_joules_total",
                      "gpustats_container_gpu_joules_total", "gpustats_pod_gpu_joules_total",
                      "gpustats_process_gpu_joules_total"):
-            resets = _query(prom_port, f"resets({name}[{window}s])", at)
+            resets = prometheus.query(f"resets({name}[{window}s])", at)
             assert resets and all(float(r["value"][1]) == 0 for r in resets), (name, resets)
-        increase = float(_query(prom_port, f"increase({series}[{window}s])",
-                                float(t1))[0]["value"][1])
+        increase = float(prometheus.query(f"increase({series}[{window}s])",
+                                          float(t1))[0]["value"][1])
         assert increase == pytest.approx(300.0 * window, rel=0.05), (increase, window)
         # Attributed counters do not invent the gap: at most 200 W over the span.
-        attributed = float(_query(prom_port, "increase(gpustats_container_gpu_joules_total"
-                                  f"[{window}s])", float(t1))[0]["value"][1])
+        attributed = float(prometheus.query("increase(gpustats_container_gpu_joules_total"
+                                            f"[{window}s])", float(t1))[0]["value"][1])
         assert 0 < attributed <= 200.0 * window * 1.05
     finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
+        prometheus.stop()
 
 
 def test_the_gap_is_counted_on_the_device_only(start_daemon, tmp_path):

@@ -2,7 +2,6 @@
 
 import os
 
-import pytest
 
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroups import CgroupReader, detect_layout

@@ -5,7 +5,6 @@ Skipped, with the reason, where cgroups cannot be created (not root, no v1 hiera
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time

@@ -2,7 +2,6 @@
 fake dcgm-exporter, MIG turned on mid-run, and counters across a SIGKILL restart."""
 
 import json
-import logging
 import signal
 import time
 

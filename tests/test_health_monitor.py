@@ -1,7 +1,6 @@
 """The health thread with fake event sources: transitions, failures, shutdown budget."""
 
 import logging
-import threading
 import time
 
 from gpustats.engine.health_monitor import HealthMonitor

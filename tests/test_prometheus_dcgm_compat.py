@@ -10,14 +10,14 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from concurrent import futures
 
 import pytest
 
-from tests.conftest import REPO_ROOT, DaemonProcess, free_port
+from tests.prometheus import PrometheusServer
+from tests.conftest import REPO_ROOT, DaemonProcess
 from tests.fakehost import build, container_id, pod_uid, write_scenario
 
 grpc = pytest.importorskip("grpc")
@@ -103,56 +103,6 @@ class _Runtime(cri_grpc.RuntimeServiceServicer):
             cri.Container(id=container_id(3), labels={})])
 
 
-class _Prometheus:
-    def __init__(self, workdir, target_port):
-        self.port = free_port()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpustats\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n")
-        self.log_path = workdir / "prometheus.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self._log, stderr=subprocess.STDOUT)
-
-    def api(self, path: str, **params) -> dict:
-        query = urllib.parse.urlencode(params, doseq=True)
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/{path}?{query}",
-                                    timeout=5) as r:
-            body = json.loads(r.read())
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict]:
-        return self.api("query", query=expr)["result"]
-
-    def wait_for(self, expr: str, timeout: float = 45.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                result = self.query(expr)
-            except OSError:
-                result = []
-            if result:
-                return result
-            time.sleep(0.5)
-        raise AssertionError(f"no series for {expr} in {timeout} s:\n"
-                             + self.log_path.read_text()[-3000:])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("dcgm")
@@ -178,7 +128,7 @@ def node(tmp_path_factory):
     prometheus = None
     try:
         daemon.wait_ready()
-        prometheus = _Prometheus(workdir, daemon.port)
+        prometheus = PrometheusServer(workdir, [daemon.port])
         # Two scrapes of everything the expressions read (range functions need two samples).
         prometheus.wait_for('count_over_time(DCGM_FI_DEV_XID_ERRORS{err_code="48"}[1m]) >= 2')
         prometheus.wait_for('count_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"}[1m])'
@@ -206,7 +156,7 @@ def _value(series: dict) -> float:
     return float(series["value"][1])
 
 
-def _samples(prometheus: _Prometheus, selector: str) -> list[tuple[float, float]]:
+def _samples(prometheus: PrometheusServer, selector: str) -> list[tuple[float, float]]:
     """The raw samples of one series over the last minute."""
     (series,) = prometheus.query(selector + "[1m]")
     return [(float(t), float(v)) for t, v in series["values"]]
@@ -246,7 +196,7 @@ OPENCOST_EXPRESSIONS = (
 )
 
 
-def _all(prometheus: _Prometheus, metric_selector: str, label: str) -> str:
+def _all(prometheus: PrometheusServer, metric_selector: str, label: str) -> str:
     """Grafana's "All" for a multi-value variable: a regex alternation of every value, regex
     characters escaped as Grafana escapes them inside a PromQL string."""
     values = prometheus.api(f"label/{label}/values", **{"match[]": metric_selector})

@@ -1,7 +1,6 @@
 """The /metrics exposition: golden text, absence, counters, negotiation, caching, validity."""
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
