@@ -380,3 +380,13 @@ def test_changes_a_failed_write_could_not_keep_go_into_the_next_line(tmp_path, m
     reloaded = EnergyCounters()
     reloaded.load(StateFiles(str(tmp_path)))
     assert reloaded.value(("device", "GPU-a")) == 5.0
+
+
+def test_owners_without_counters_are_not_remembered():
+    """Churned containers that never used a GPU leave nothing behind (a soak found RSS
+    growing with every container created)."""
+    counters = EnergyCounters()
+    counters.mark_alive([("container", f"c{i}") for i in range(1000)])
+    counters.advance(("container", "gpu-user", "GPU-a", None), 1.0)
+    counters.mark_alive([("container", "gpu-user")])
+    assert counters._seen == {("container", "gpu-user"): counters._seen[("container", "gpu-user")]}

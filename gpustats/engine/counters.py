@@ -106,11 +106,17 @@ class EnergyCounters:
             return [(k, v) for k, v in self._values.items() if kind is None or k[0] == kind]
 
     def mark_alive(self, owners: Iterable[Owner]) -> None:
-        """These owners exist this tick: their counters are kept, advanced or not."""
+        """These owners exist this tick: their counters are kept, advanced or not.
+
+        Only owners that hold counters are remembered (every counter's owner is, from its
+        first advance or its load), so containers that never used a GPU cost nothing here.
+        """
         now = self._wall()
         with self._lock:
+            seen = self._seen
             for owner in owners:
-                self._seen[owner] = now
+                if owner in seen:
+                    seen[owner] = now
 
     def expire(self) -> int:
         """Drop counters whose owner has not existed within the retention; returns how many."""
