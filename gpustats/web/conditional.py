@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import threading
 
 from flask import Request, Response
+
+from gpustats.web.representation import accepts_gzip, compress
 
 
 def content_etag(body: bytes) -> str:
@@ -29,7 +30,7 @@ class Body:
         if self._gzipped is None:
             with self._lock:
                 if self._gzipped is None:
-                    self._gzipped = gzip.compress(self.data, compresslevel=6, mtime=0)
+                    self._gzipped = compress(self.data)
         return self._gzipped
 
 
@@ -40,7 +41,8 @@ GZIP_MIN_BYTES = 1024
 def respond(request: Request, body: Body, *, cache_control: str,
             headers: dict[str, str] | None = None) -> Response:
     """200 with the body (gzip when the client accepts it), or 304 when its ETag matches."""
-    use_gzip = len(body.data) >= GZIP_MIN_BYTES and request.accept_encodings["gzip"] > 0
+    use_gzip = len(body.data) >= GZIP_MIN_BYTES \
+        and accepts_gzip(request.headers.get("Accept-Encoding"))
     etag = body.etag + ("-gz" if use_gzip else "")
     if request.if_none_match.contains(etag):
         response = Response(status=304)
