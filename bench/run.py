@@ -64,6 +64,12 @@ def _fetch(url: str) -> bytes:
 # Ticks are spaced like a daemon's (GPM needs > 100 ms between samples); sleeping between
 # ticks does not count in the tick's CPU time.
 TICK_SPACING_SECONDS = 0.11
+# Ticks come faster here than the daemon's default 5 s, so windows measured in seconds are
+# scaled to hold what they hold at the defaults (the saturation window: 60 s = 12 ticks);
+# tick counts (CPU/memory every other tick at 5 s ticks and 10 s stats) follow the config.
+DEFAULT_TICK_SECONDS = 5.0
+STEADY_STATE_ARGS = ("--saturation-window",
+                     f"{60.0 / DEFAULT_TICK_SECONDS * TICK_SPACING_SECONDS:.2f}")
 
 
 def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
@@ -75,7 +81,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
     path = write_scenario(workdir / f"{name}.yaml", scenario)
     args = build_arg_parser().parse_args(
         ["--simulate", path, "--state-dir", str(workdir / f"state-{name}"),
-         "--pod-resources-socket", "", "--runtime-socket", "", *extra_args])
+         "--pod-resources-socket", "", "--runtime-socket", "", *STEADY_STATE_ARGS, *extra_args])
     daemon = Daemon(resolve(args, {}))
     try:
         for _ in range(3):

@@ -124,7 +124,8 @@ class Daemon:
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
-        cgroups = CgroupReader(self.roots, errors=self.errors)
+        usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
+        cgroups = CgroupReader(self.roots, errors=self.errors, forget_after_ticks=usage_every + 4)
         procs = ProcReader(self.roots, cgroups.report_unsafe)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
@@ -143,7 +144,7 @@ class Daemon:
                 claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
                 if self.cdi_specs is not None else None,
                 names=(KubeletLogNames(config.log_root, errors=self.errors),)
-                if config.log_root else ()),
+                if config.log_root else (), usage_every_ticks=usage_every),
             mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors)
             if config.dcgm_exporter_url else None,
             health=self.health, saturation_window=config.saturation_window,

@@ -283,6 +283,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
+    Option("cgroup_stats_interval", _positive_seconds, 10.0,
+           "seconds between reads of each container's and pod's CPU and memory (the kubelet's "
+           "cAdvisor housekeeping; spread over the ticks, at most once a tick)", "SECONDS"),
     Option("energy_every", _positive_int, 1,
            "read each GPU's energy counter every N ticks, integrating power in between", "N"),
     Option("health_listen", _optional_listen, None,
@@ -323,6 +326,7 @@ class Config:
     dcgm_compat: bool
     history_duration: int
     energy_every: int = 1
+    cgroup_stats_interval: float = 10.0
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     config_file: str | None = field(default=None)

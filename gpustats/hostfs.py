@@ -69,13 +69,16 @@ def read_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES,
             raise UnsafeFile(path, NOT_REGULAR, "not a regular file")
         chunks, size = [], 0
         while True:
-            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - size))
+            wanted = min(_CHUNK, max_bytes + 1 - size)
+            chunk = os.read(fd, wanted)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
             if size > max_bytes:
                 raise UnsafeFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
+            if len(chunk) < wanted:
+                break         # a short read of a regular file is its end: no empty read after
             if clock() > deadline:
                 raise UnsafeFile(path, DEADLINE, f"still reading after {deadline_seconds} s")
     finally:

@@ -87,6 +87,8 @@ def test_design_flags_exist():
     (["--energy-every", "0"], {}, "--energy-every"),
     (["--energy-every", "2.5"], {}, "whole number"),
     ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
+    (["--cgroup-stats-interval", "0"], {}, "--cgroup-stats-interval"),
+    ([], {"GPUSTATS_CGROUP_STATS_INTERVAL": "often"}, "GPUSTATS_CGROUP_STATS_INTERVAL"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:

@@ -171,7 +171,7 @@ def test_containers_outside_pods_are_top_level():
     assert view.containers[0].cgroup_path == f"/docker/{D}"
 
 
-def test_containers_without_gpu_refresh_every_other_tick_and_keep_rates(tmp_path):
+def test_cpu_and_memory_reread_every_nth_tick_and_rates_kept(tmp_path):
     from gpustats.hostfs import HostRoots
     from gpustats.sources.cgroups import CgroupReader
     from gpustats.sources.procs import ProcReader
@@ -182,14 +182,48 @@ def test_containers_without_gpu_refresh_every_other_tick_and_keep_rates(tmp_path
     scope = root / f"kubepods/pod{UID}/{A}"
     scope.mkdir(parents=True)
     (scope / "memory.current").write_text("100\n")
-    reader = CgroupReader(HostRoots(cgroup=str(root), proc=str(tmp_path / "proc")))
+    reader = CgroupReader(HostRoots(cgroup=str(root), proc=str(tmp_path / "proc")),
+                          forget_after_ticks=6)
     tracker = ContainerTracker(reader, ProcReader(HostRoots(proc=str(tmp_path / "proc"))),
-                               EnergyCounters())
+                               EnergyCounters(), usage_every_ticks=2)
     reads = []
     for n in range(6):
         (scope / "cpu.stat").write_text(f"usage_usec {1000 * (n + 1)}\n")
         view = tracker.tick((), {}, ())
         reads.append(view.pods[0].containers[0].usage.cpu.usage_core_nano_seconds)
+    assert reads[0] == 1_000_000                   # read at first sight
     repeats = sum(reads[i] == reads[i - 1] for i in range(1, len(reads)))
-    assert repeats in (2, 3)                       # re-read every other tick, not every tick
+    assert repeats in (2, 3)                       # then every other tick, not every tick
     assert view.pods[0].containers[0].usage.cpu.usage_nano_cores is not None
+
+
+class CountingCgroups(FakeCgroups):
+    def __init__(self, containers):
+        super().__init__(containers)
+        self.read = []
+
+    def usage(self, key, ref):
+        self.read.append(key)
+        return ContainerUsage(start_time=1.0)
+
+
+def test_reads_are_spread_over_the_ticks_and_gpu_holders_follow_the_same_cadence():
+    """Each cgroup on its own phase: every tick reads a share, each cgroup once per N ticks."""
+    ids = [f"{i:064x}" for i in range(90)]
+    containers = {cid: ContainerIdentity(container_id=cid, runtime="docker",
+                                         cgroup=CgroupRef((("", f"/docker/{cid}"),)))
+                  for cid in ids}
+    cgroups = CountingCgroups(containers)
+    procs = FakeProcs({7: f"/docker/{ids[0]}"})
+    tracker = ContainerTracker(cgroups, procs, EnergyCounters(), usage_every_ticks=3)
+    gpu = reading(GPU0, 0, processes=(ProcessReading(pid=7),))
+    per_tick = []
+    for _ in range(7):
+        cgroups.read = []
+        tracker.tick((gpu,), {}, ())
+        per_tick.append(list(cgroups.read))
+    assert sorted(per_tick[0]) == sorted(ids)                  # all at first sight
+    later = per_tick[1:]
+    assert all(10 <= len(t) <= 50 for t in later)              # a share each tick (90 / 3)
+    for cid in ids:                                            # the GPU holder included
+        assert sum(t.count(cid) for t in later) == 2           # once every 3 ticks over 6

@@ -67,3 +67,15 @@ def test_missing_file_raises_oserror_and_reads_as_none(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_regular(str(tmp_path / "gone"))
     assert read_text(str(tmp_path / "gone")) is None
+
+
+def test_a_short_read_ends_the_file_without_another_read(tmp_path, monkeypatch):
+    small, exact = tmp_path / "cpu.stat", tmp_path / "exact"
+    small.write_bytes(b"usage_usec 12\n")
+    exact.write_bytes(b"y" * 65536)                    # one whole chunk: EOF needs a read
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    assert read_regular(str(small)) == b"usage_usec 12\n" and len(reads) == 1
+    reads.clear()
+    assert read_regular(str(exact)) == b"y" * 65536 and len(reads) == 2

@@ -60,6 +60,31 @@ def test_flat_keyed_and_limits(text):
     assert limit is None or isinstance(limit, int)
 
 
+stat_key = st.sampled_from(["anon", "anon_thp", "inactive_file", "total_inactive_file",
+                            "file", "pgfault", "pgmajfault", "x"])
+stat_line = st.one_of(
+    st.builds(lambda k, v: f"{k} {v}", stat_key,
+              st.one_of(st.integers(0, 1 << 63).map(str), st.sampled_from(["", "x", "1 2"]))),
+    st.text(alphabet="anopgfiletx_ 01\t", max_size=20),
+)
+
+
+@given(st.lists(stat_line, max_size=12), st.booleans())
+def test_flat_keyed_picks_what_a_full_parse_finds(lines, trailing_newline):
+    """A key's value is that of the first line that is the key, a space and an integer."""
+    text = "\n".join(lines) + ("\n" if trailing_newline else "")
+    wanted = frozenset({"anon", "inactive_file", "pgfault", "pgmajfault"})
+    expected = {}
+    for line in text.split("\n"):
+        key, space, value = line.partition(" ")
+        if space and key in wanted and key not in expected:
+            try:
+                expected[key] = int(value)
+            except ValueError:
+                pass
+    assert parse_flat_keyed(text, wanted) == expected
+
+
 @given(st.text())
 def test_proc_files(text):
     paths = parse_proc_cgroup(text)

@@ -115,7 +115,7 @@ class ContainerTracker:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
                  runtime: NamesSource | None = None, claims: ClaimSource | None = None,
-                 names: Sequence[NamesSource] = ()):
+                 names: Sequence[NamesSource] = (), usage_every_ticks: int = 1):
         self._cgroups = cgroups
         self._procs = procs
         self._counters = counters
@@ -128,10 +128,11 @@ class ContainerTracker:
         # last tick: a GPU process does not change cgroup.
         self._pid_owner: dict[tuple[int, int | None], object] = {}
         self._ticks = 0
-        # Containers and pods without a GPU have their CPU/memory re-read every
-        # ``idle_refresh_ticks`` ticks (each figure carries its own time); GPU users every tick.
-        self.idle_refresh_ticks = 2
-        self._usage: dict[object, ContainerUsage] = {}
+        # Each container's and pod's CPU/memory is read at first sight, then once every
+        # ``usage_every_ticks`` ticks, each cgroup on its own phase so that every tick reads an
+        # even share (each figure carries its own time, as cAdvisor's housekeeping does).
+        self._usage_every = max(1, usage_every_ticks)
+        self._usage: dict[object, tuple[int, ContainerUsage]] = {}     # key -> (phase, usage)
         self._usage_seen: set[object] = set()
 
     def tick(self, readings: tuple[DeviceReading, ...],
@@ -314,7 +315,7 @@ class ContainerTracker:
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
-            usage = self._usage_of(cid, identity.cgroup, bool(accelerators))
+            usage = self._usage_of(cid, identity.cgroup)
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
@@ -332,8 +333,7 @@ class ContainerTracker:
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
                               if c.container_id in names), None)
-            usage = self._usage_of(("pod", uid), pods.get(uid),
-                                   any(c.accelerators for c in members))
+            usage = self._usage_of(("pod", uid), pods.get(uid))
             pod_stats.append(PodStats(
                 uid=uid, name=pod_names.pod_name if pod_names else None,
                 namespace=pod_names.pod_namespace if pod_names else None,
@@ -346,14 +346,20 @@ class ContainerTracker:
         self._usage_seen = set()
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
 
-    def _usage_of(self, key: object, ref: CgroupRef | None, uses_gpu: bool) -> ContainerUsage:
+    def _usage_of(self, key: object, ref: CgroupRef | None) -> ContainerUsage:
         if ref is None:
             return ContainerUsage()
         self._usage_seen.add(key)
         cached = self._usage.get(key)
-        if cached is None or uses_gpu or (self._ticks + zlib.crc32(repr(key).encode())) % self.idle_refresh_ticks == 0:
-            cached = self._usage[key] = self._cgroups.usage(key, ref)
-        return cached
+        if cached is None:
+            phase = zlib.crc32(repr(key).encode()) % self._usage_every
+        elif (self._ticks + cached[0]) % self._usage_every:
+            return cached[1]
+        else:
+            phase = cached[0]
+        usage = self._cgroups.usage(key, ref)
+        self._usage[key] = (phase, usage)
+        return usage
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
                      attributions, claim: ClaimDevice | None = None):

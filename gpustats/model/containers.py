@@ -21,12 +21,17 @@ class CgroupRef:
     # controller name ("devices", "cpuacct", "memory", ...) -> path relative to that hierarchy;
     # the key "" holds the unified (v2) path.
     paths: tuple[tuple[str, str], ...]
+    _by_controller: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The first path of each controller, looked up several times per container and tick.
+        by_controller: dict[str, str] = {}
+        for name, path in self.paths:
+            by_controller.setdefault(name, path)
+        object.__setattr__(self, "_by_controller", by_controller)
 
     def path(self, controller: str) -> str | None:
-        for name, path in self.paths:
-            if name == controller:
-                return path
-        return None
+        return self._by_controller.get(controller)
 
 
 @dataclass(frozen=True)

@@ -59,17 +59,38 @@ def parse_devices_list(text: str) -> DeviceRules:
 def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str, int]:
     """``key value`` lines (cpu.stat, memory.stat); malformed lines are skipped.
 
-    With ``keys``, only those are converted (memory.stat has dozens of lines per read).
+    With ``keys``, only those are looked up (memory.stat has dozens of lines per read, and is
+    read for every container: finding a few keys beats splitting every line).
     """
+    if keys is not None:
+        return _pick_keyed(text, keys)
     values = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) != 2 or (keys is not None and parts[0] not in keys):
+        if len(parts) != 2:
             continue
         try:
             values[parts[0]] = int(parts[1])
         except ValueError:
             continue
+    return values
+
+
+def _pick_keyed(text: str, keys: frozenset[str]) -> dict[str, int]:
+    """Each key's value from the first line that is the key, a space and an integer."""
+    values = {}
+    for key in keys:
+        needle = key + " "
+        at = text.find(needle)
+        while at >= 0:
+            end = text.find("\n", at)
+            if at == 0 or text[at - 1] == "\n":            # not the tail of a longer key
+                try:
+                    values[key] = int(text[at + len(needle):end if end >= 0 else None])
+                    break
+                except ValueError:
+                    pass
+            at = text.find(needle, at + 1)
     return values
 
 

@@ -99,7 +99,10 @@ class CgroupReader:
 
     def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
                  wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic,
+                 forget_after_ticks: int = 5):
+        """``forget_after_ticks``: what is kept of a cgroup (its last CPU sample, start time,
+        limit) lasts this many ticks without a read; more than the ticks between its reads."""
         self._roots = roots
         self._errors = errors
         self._wall = wall
@@ -107,7 +110,8 @@ class CgroupReader:
         self._layout: Layout | None = None
         self._layout_checked = 0.0
         self._unsafe: list[UnsafeFile] = []      # files refused this tick
-        self._cpu = CpuRateTracker()
+        self._forget_after = forget_after_ticks
+        self._cpu = CpuRateTracker(forget_after_ticks)
         self._log_once = LogOnce(log, every_seconds=600.0)
         # Per-tick caches, pruned in end_tick to what was seen this tick.
         self._parsed: dict[str, object] = {}
@@ -116,6 +120,7 @@ class CgroupReader:
         self._start_times: dict[object, float | None] = {}
         self._limits: dict[object, tuple[float, int | None]] = {}
         self._key_ticks: dict[object, int] = {}
+        self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
 
     @property
@@ -164,11 +169,19 @@ class CgroupReader:
                     found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
                 return True
             _walk(root, on_dir)
+        # The same container as last tick keeps its identity object (built once, not per tick).
+        previous, self._identities = self._identities, {}
         for container_id, by_controller in paths.items():
             runtime, pod_uid, qos = meta[container_id]
-            found.containers[container_id] = ContainerIdentity(
-                container_id=container_id, runtime=runtime, pod_uid=pod_uid, qos_class=qos,
-                cgroup=CgroupRef(tuple(sorted(by_controller.items()))))
+            where = tuple(sorted(by_controller.items()))
+            identity = previous.get(container_id)
+            if identity is None or identity.cgroup.paths != where \
+                    or (identity.runtime, identity.pod_uid, identity.qos_class) != \
+                    (runtime, pod_uid, qos):
+                identity = ContainerIdentity(
+                    container_id=container_id, runtime=runtime, pod_uid=pod_uid, qos_class=qos,
+                    cgroup=CgroupRef(where))
+            found.containers[container_id] = self._identities[container_id] = identity
         return found
 
     # ------------------------------------------------------------ per-cgroup files
@@ -268,7 +281,7 @@ class CgroupReader:
         """Forget what belongs to cgroups not seen this tick; report this tick's state."""
         self._report_tick()
         self._cpu.end_tick()
-        horizon = self._tick - 5
+        horizon = self._tick - self._forget_after
         for key in [k for k, t in self._key_ticks.items() if t < horizon]:
             del self._key_ticks[key]
             self._start_times.pop(key, None)
