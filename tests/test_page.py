@@ -243,3 +243,17 @@ def test_odd_spans_are_rendered_but_not_kept(node):
                 client.application.view_functions["history.history_view"].__closure__
                 if isinstance(c.cell_contents, web_history._Rendered)][0]
     assert len(rendered._bodies) == web_history.KEPT_PER_TICK + 1
+
+
+def test_page_revalidates_like_snapshot_bodies(node):
+    """Weak comparison, a tag per content coding, GET and HEAD only: as /stats/summary does."""
+    store, history, client = node
+    tick(store, history, 0)
+    plain = client.get("/").headers["ETag"]
+    zipped = client.get("/", headers={"Accept-Encoding": "gzip"}).headers["ETag"]
+    assert plain != zipped and zipped.endswith('.gz"')
+    assert client.get("/", headers={"If-None-Match": f'"x", W/{plain}'}).status_code == 304
+    assert client.head("/", headers={"If-None-Match": plain}).status_code == 304
+    assert client.get("/", headers={"If-None-Match": zipped}).status_code == 200
+    assert client.get("/", headers={"If-None-Match": zipped,
+                                    "Accept-Encoding": "gzip"}).status_code == 304

@@ -7,7 +7,7 @@ import threading
 
 from flask import Request, Response
 
-from gpustats.web.representation import accepts_gzip, compress
+from gpustats.web.representation import accepts_gzip, coded_tag, compress, not_modified
 
 
 def content_etag(body: bytes) -> str:
@@ -40,11 +40,12 @@ GZIP_MIN_BYTES = 1024
 
 def respond(request: Request, body: Body, *, cache_control: str,
             headers: dict[str, str] | None = None) -> Response:
-    """200 with the body (gzip when the client accepts it), or 304 when its ETag matches."""
+    """200 with the body (gzip when the client accepts it), or 304 when ``If-None-Match``
+    names its ETag (compared as for snapshot bodies)."""
     use_gzip = len(body.data) >= GZIP_MIN_BYTES \
         and accepts_gzip(request.headers.get("Accept-Encoding"))
-    etag = body.etag + ("-gz" if use_gzip else "")
-    if request.if_none_match.contains(etag):
+    etag = coded_tag(body.etag, "gzip" if use_gzip else None)
+    if not_modified(request, etag):
         response = Response(status=304)
     else:
         response = Response(body.gzipped() if use_gzip else body.data,
@@ -53,7 +54,7 @@ def respond(request: Request, body: Body, *, cache_control: str,
             response.headers["Content-Encoding"] = "gzip"
     response.set_etag(etag)
     response.headers["Cache-Control"] = cache_control
-    response.headers["Vary"] = "Accept-Encoding"
+    response.vary.add("Accept-Encoding")
     for key, value in (headers or {}).items():
         response.headers[key] = value
     return response

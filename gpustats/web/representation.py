@@ -58,6 +58,16 @@ def etag(snapshot: Snapshot, representation: str) -> str:
     return f"{snapshot.sequence:x}-{int(snapshot.taken_at * 1000):x}-{representation}"
 
 
+def coded_tag(tag: str, coding: str | None) -> str:
+    """The tag of one content coding of a body: each coding is its own representation."""
+    return f"{tag}.gz" if coding == "gzip" else tag
+
+
+def not_modified(request: Request, tag: str) -> bool:
+    """A GET or HEAD whose ``If-None-Match`` names ``tag`` (weakly, RFC 9110 §13.1.2)."""
+    return request.method in ("GET", "HEAD") and request.if_none_match.contains_weak(tag)
+
+
 def snapshot_response(request: Request, store: SnapshotStore, key: Hashable,
                       build: Callable[[Snapshot], bytes], content_type: str,
                       representation: str, vary: tuple[str, ...] = ()) -> Response | None:
@@ -65,7 +75,6 @@ def snapshot_response(request: Request, store: SnapshotStore, key: Hashable,
     first snapshot. A GET or HEAD whose ``If-None-Match`` names this representation gets 304."""
     if accepts_gzip(request.headers.get("Accept-Encoding")):
         rendered = store.render_variant(key, build, "gzip", compress)
-        representation += ".gz"
         coding = "gzip"
     else:
         rendered = store.render(key, build)
@@ -73,8 +82,8 @@ def snapshot_response(request: Request, store: SnapshotStore, key: Hashable,
     if rendered is None:
         return None
     snapshot, body = rendered
-    tag = etag(snapshot, representation)
-    if request.method in ("GET", "HEAD") and request.if_none_match.contains_weak(tag):
+    tag = coded_tag(etag(snapshot, representation), coding)
+    if not_modified(request, tag):
         response = Response(status=304)
     else:
         response = Response(body, content_type=content_type)
