@@ -7,10 +7,13 @@ run or across a restart.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fakehost import metric_value
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",
           "gpustats_pod_gpu_joules", "gpustats_node_gpu_mig_joules")
@@ -61,3 +64,64 @@ def assert_never_decreased(before: dict[Series, float], after: dict[Series, floa
     lowered = {k: (before[k], after[k]) for k in before.keys() & after.keys()
                if after[k] < before[k] - 1e-6}
     assert not lowered, lowered
+
+
+def scrape(daemon) -> tuple[int, str]:
+    """(snapshot sequence, text) of one ``/metrics`` scrape."""
+    status, text = daemon.get("/metrics")
+    assert status == 200, text
+    return int(metric_value(text, "gpustats_snapshot_sequence_total")), text
+
+
+def consecutive_scrapes(daemon, timeout: float = 20.0) -> tuple[str, str]:
+    """Scrapes of two consecutive ticks (snapshot sequence n, then n + 1)."""
+    deadline = time.monotonic() + timeout
+    last = scrape(daemon)
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = scrape(daemon)
+        if now[0] == last[0] + 1:
+            return last[1], now[1]
+        if now[0] != last[0]:
+            last = now
+    raise AssertionError(f"no two consecutive ticks scraped in {timeout}s")
+
+
+def assert_attributed_watts(daemon, expected: float, gpu_uuid: str, container_id: str,
+                            ticks: int = 10, timeout: float = 30.0) -> None:
+    """The container's attributed power is ``expected`` (within 1 %), checked on figures that
+    the ticks' timing cannot move.
+
+    One tick's watts is its joules over its wall-clock length, and that length jitters under
+    load (a late read makes one tick short and the next long), so it is not compared with
+    ``expected`` directly. Instead: over ``ticks`` ticks, the container's share of the GPU's
+    joules times the GPU's (steady) power is ``expected``; and on two consecutive ticks, the
+    watts shown is the tick's joules over the tick's length, that length being the GPU's idle
+    joules of the tick over its idle watts (exact, however long the tick was).
+    """
+    gpu, mine = {"gpu_uuid": gpu_uuid}, {"gpu_uuid": gpu_uuid, "container_id": container_id}
+    first_sequence, first = scrape(daemon)
+    sequence, last = first_sequence, first
+    deadline = time.monotonic() + timeout
+    while sequence < first_sequence + ticks:
+        assert time.monotonic() < deadline, f"fewer than {ticks} ticks in {timeout}s"
+        time.sleep(0.1)
+        sequence, last = scrape(daemon)
+
+    def grew(name: str, labels: dict[str, str]) -> float:
+        return metric_value(last, name, **labels) - metric_value(first, name, **labels)
+
+    share_of_gpu = grew("gpustats_container_gpu_joules_total", mine) / \
+        grew("gpustats_node_gpu_joules_total", gpu)
+    power = metric_value(last, "gpustats_node_gpu_watts", **gpu)
+    assert power * share_of_gpu == pytest.approx(expected, rel=0.01), (power, share_of_gpu)
+
+    first, last = consecutive_scrapes(daemon)
+    idle_joules = grew("gpustats_node_gpu_joules_total", gpu) - \
+        grew("gpustats_node_gpu_active_joules_total", gpu)
+    idle_watts = metric_value(last, "gpustats_node_gpu_idle_watts", **gpu)
+    watts = metric_value(last, "gpustats_container_gpu_watts", **mine)
+    joules = grew("gpustats_container_gpu_joules_total", mine)
+    # watts == joules / (idle_joules / idle_watts), multiplied out (idle_joules may be 0).
+    assert watts * idle_joules == pytest.approx(joules * idle_watts, rel=1e-3), \
+        (watts, joules, idle_joules, idle_watts)
