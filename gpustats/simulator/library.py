@@ -60,6 +60,10 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._init_attempts = 0
         self._calls = 0
         self.calls_by_function: Counter[str] = Counter()
+        # Benchmarks set ``measure_cpu``: the CPU time spent inside the simulated driver, which
+        # stands in for the real driver's and is not gpustats's own.
+        self.measure_cpu = False
+        self.cpu_seconds = 0.0
         # Per device UUID: accumulated energy (mJ) and violation time (ns), advanced lazily.
         self._energy_mj: dict[str, float] = {}
         self._violation_ns: dict[str, dict[str, float]] = {}
@@ -210,6 +214,15 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             delay = self._scenario.call_delay_seconds
             if delay > 0:
                 time.sleep(delay)          # outside the lock: a slow driver, not a dead one
+            if not self.measure_cpu:
+                return serve(args)
+            started = time.thread_time()
+            try:
+                return serve(args)
+            finally:
+                self.cpu_seconds += time.thread_time() - started
+
+        def serve(args):
             with self._lock:
                 self._calls += 1
                 self.calls_by_function[name] += 1
