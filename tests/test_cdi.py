@@ -5,12 +5,18 @@ import logging
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpustats.hostfs import HostRoots
 from gpustats.model.dra import CdiDeviceNodes, MigCapability
 from gpustats.sources.cdi import CdiSpecs, load_document, parse_spec, read_spec_file
-from gpustats.sources.mig_caps import MigCapabilities, parse_access, read_mig_capabilities
+from gpustats.sources.mig_caps import (
+    MigCapabilities,
+    parse_access,
+    read_mig_capabilities,
+)
+from tests.clock import Clock
 
 CLAIM = "4b1c7e1a-5f0e-4d7b-9a52-0c9e2d7f3a11"
 GPU = "GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01"
@@ -106,21 +112,13 @@ def test_alias_bombs_are_bounded():
             parse_spec(load_document(text, "yaml"))
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_specs_parsed_once_per_change(tmp_path):
     static, run = tmp_path / "etc", tmp_path / "run"
     static.mkdir()
     run.mkdir()
     write(run / f"k8s.gpu.nvidia.com-claim_{CLAIM}.yaml", SPEC_YAML)
     (run / "notes.txt").write_text("not a spec")
-    clock = Clock()
+    clock = Clock(0.0)
     specs = CdiSpecs([str(static), str(run)], recheck_seconds=10, monotonic=clock)
     for _ in range(50):
         specs.refresh()
@@ -181,7 +179,7 @@ def test_malformed_file_logged_once_and_recovers(tmp_path, caplog):
     d.mkdir()
     write(d / "broken.yaml", "kind: [unclosed")
     write(d / "good.yaml", SPEC_YAML)
-    clock = Clock()
+    clock = Clock(0.0)
     specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
     with caplog.at_level(logging.WARNING):
         for _ in range(5):
@@ -236,7 +234,7 @@ def test_mig_capability_table(tmp_path):
 
 def test_mig_capabilities_reread_on_miss_rate_limited(tmp_path):
     proc = tmp_path / "proc"
-    clock = Clock()
+    clock = Clock(0.0)
     caps = MigCapabilities(HostRoots(proc=str(proc)), reread_seconds=10, monotonic=clock)
     assert caps.lookup(66) is None and caps.reads == 1
     make_caps(proc, {(1, 7, None): 66})

@@ -3,25 +3,24 @@ import logging
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import (
-    CORRUPT_SUFFIX, JOURNAL_FILE, KEEP_ASIDE, STATE_FILE, NewerStateVersion, StateFiles,
+    CORRUPT_SUFFIX,
+    JOURNAL_FILE,
+    KEEP_ASIDE,
+    STATE_FILE,
+    NewerStateVersion,
+    StateFiles,
 )
+from tests.clock import Clock
 
 
 def persist_to(counters, path):
     counters.attach(StateFiles(str(path)))
     return counters.persist()
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none())))
@@ -98,7 +97,7 @@ def test_disk_full_is_survived(tmp_path, monkeypatch, caplog):
 
 
 def test_retention_drops_counters_of_owners_gone_only():
-    clock = Clock()
+    clock = Clock(1000.0)
     counters = EnergyCounters(retention_seconds=60, wall=clock)
     counters.advance(("container", "c", "GPU-a", None), 5.0)
     counters.advance(("container", "live", "GPU-a", None), 3.0)
@@ -298,7 +297,7 @@ def test_version_1_files_are_still_read(tmp_path):
 
 
 def test_corrupt_copies_are_timestamped_and_bounded(tmp_path):
-    clock = Clock()
+    clock = Clock(1000.0)
     for i in range(KEEP_ASIDE + 3):
         clock.now += 1
         (tmp_path / STATE_FILE).write_text("{broken")

@@ -12,6 +12,8 @@ from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
+from tests.clock import Clock
+from tests.fakehost import write_scenario
 
 A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GIB = 1024 ** 3
@@ -27,21 +29,13 @@ RICH = {
 }
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def simulate(tmp_path):
     made = []
 
     def _simulate(scenario, **sweeper_args):
         path = tmp_path / f"s{len(made)}.yaml"
-        path.write_text(yaml.safe_dump(scenario))
+        write_scenario(path, scenario)
         clock = Clock()
         sim = SimulatedNvml(str(path), monotonic=clock)
         sim.install()

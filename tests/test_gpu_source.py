@@ -6,14 +6,7 @@ import pytest
 
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.model.device import DeviceIdentity, DeviceReading
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
+from tests.clock import Clock
 
 
 class Scanner:
@@ -52,7 +45,7 @@ def _source(scanner, opener, clock, retry=60.0):
 
 
 def test_no_gpu_never_loads_nvml_and_rescans_rarely():
-    clock, scanner = Clock(), Scanner()
+    clock, scanner = Clock(1000.0), Scanner()
     opened = []
     source = _source(scanner, lambda: opened.append(1), clock)
     for _ in range(100):
@@ -64,7 +57,7 @@ def test_no_gpu_never_loads_nvml_and_rescans_rarely():
 
 
 def test_hot_plugged_gpu_is_noticed_on_rescan():
-    clock, scanner = Clock(), Scanner()
+    clock, scanner = Clock(1000.0), Scanner()
     sweeper = Sweeper()
     source = _source(scanner, lambda: (sweeper, "580"), clock)
     assert source.readings() == ()
@@ -75,7 +68,7 @@ def test_hot_plugged_gpu_is_noticed_on_rescan():
 
 
 def test_failed_load_retries_at_interval(caplog):
-    clock, scanner = Clock(), Scanner(["0000:3b:00.0"])
+    clock, scanner = Clock(1000.0), Scanner(["0000:3b:00.0"])
     attempts = []
     sweeper = Sweeper()
 
@@ -97,7 +90,7 @@ def test_failed_load_retries_at_interval(caplog):
 
 
 def test_driver_gone_closes_and_reenters_retry(caplog):
-    clock, scanner = Clock(), Scanner(["0000:3b:00.0"])
+    clock, scanner = Clock(1000.0), Scanner(["0000:3b:00.0"])
     sweepers = []
 
     def opener():
@@ -117,7 +110,7 @@ def test_driver_gone_closes_and_reenters_retry(caplog):
 
 
 def test_other_sweep_errors_propagate():
-    clock, scanner = Clock(), Scanner(["x"])
+    clock, scanner = Clock(1000.0), Scanner(["x"])
     sweeper = Sweeper()
     source = _source(scanner, lambda: (sweeper, None), clock)
     source.readings()
@@ -127,7 +120,7 @@ def test_other_sweep_errors_propagate():
 
 
 def test_no_gpu_is_said_once_at_start(caplog):
-    clock, scanner = Clock(), Scanner()
+    clock, scanner = Clock(1000.0), Scanner()
     source = _source(scanner, lambda: None, clock)
     with caplog.at_level("INFO", logger="gpustats.engine.gpus"):
         for _ in range(100):

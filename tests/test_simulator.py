@@ -7,19 +7,13 @@ import pynvml
 import pytest
 import yaml
 
-from gpustats.simulator.scenario import load_scenario, parse_scenario
 from gpustats.simulator import SimulatedNvml
+from gpustats.simulator.scenario import load_scenario, parse_scenario
+from tests.clock import Clock
+from tests.fakehost import write_scenario
 
 A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture
@@ -28,7 +22,7 @@ def simulate(tmp_path):
 
     def _simulate(scenario, **kw):
         path = tmp_path / f"s{len(sims)}.yaml"
-        path.write_text(yaml.safe_dump(scenario))
+        write_scenario(path, scenario)
         sim = SimulatedNvml(str(path), **kw)
         sim.install()
         sims.append(sim)
