@@ -296,17 +296,17 @@ class ContainerTracker:
             n = names.get(cid)
             if n is not None and n.is_sandbox:
                 continue
+            pod_uid = identity.pod_uid or (n.pod_uid if n else None)
             accelerators = []
             held = claims.by_key.get(cid, {})
-            for key, reasons in sorted(mappings.get(cid, {}).items(),
-                                       key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+            keys = mappings.get(cid)
+            for key, reasons in (_by_gpu_key(keys) if keys else ()):
                 # A claim on the parent GPU also covers instances it was folded into.
                 claim = held.get(key) or held.get((key[0], None))
                 acc, energy, power = self._accelerator(cid, key, reasons, devices,
-                                                       by_container.get(cid, []), tick_energy,
+                                                       by_container.get(cid, ()), tick_energy,
                                                        attributions, claim)
                 accelerators.append(acc)
-                pod_uid = identity.pod_uid or (n.pod_uid if n else None)
                 if pod_uid is not None and claim is not None:
                     shown = pod_claims.setdefault(pod_uid, {})
                     first = shown.get(key[0])
@@ -321,7 +321,6 @@ class ContainerTracker:
                 runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
                 pod_uid=identity.pod_uid, usage=usage, accelerators=tuple(accelerators),
                 unresolved_claims=tuple(claims.unresolved.get(cid, ())))
-            pod_uid = identity.pod_uid or (n.pod_uid if n else None)
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
@@ -364,26 +363,37 @@ class ContainerTracker:
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
                      attributions, claim: ClaimDevice | None = None):
         uuid, gi = key
-        mine = [p for p in procs if p.device_uuid == uuid and (gi is None
-                                                               or p.gpu_instance_id == gi)]
         reading = devices.by_uuid.get(uuid)
-        memory = None
-        if reading is not None and not reading.lost \
-                and "processes" not in reading.unsupported_fields \
-                and all(p.memory_used_bytes is not None for p in mine):
-            memory = sum(p.memory_used_bytes for p in mine)   # 0: read, and none of theirs
-        utils = [p.compute_utilization_percent for p in mine]
-        # The container's share of SM time: MPS clients' percentages can add up past 100.
-        utilization = min(100.0, sum(utils)) \
-            if utils and all(u is not None for u in utils) else None
-        energy = power = None
         attribution = attributions.get(uuid)
-        if attribution is not None and attribution.tick_active_energy_joules is not None:
-            energy = sum(tick_energy.get((uuid, p.pid), 0.0) for p in mine)
-            power = sum(p.attributed_power_watts or 0.0 for p in mine)
+        accounted = attribution is not None and attribution.tick_active_energy_joules is not None
+        # One pass over this container's processes on this GPU (or GPU instance).
+        # Sums start as sum() does (int 0), so figures keep their types.
+        memory: int | None = 0          # 0: read, and none of theirs
+        utilization: float | None = 0
+        energy = power = 0
+        mine = 0
+        for p in procs:
+            if p.device_uuid != uuid or (gi is not None and p.gpu_instance_id != gi):
+                continue
+            mine += 1
+            if memory is not None:
+                memory = None if p.memory_used_bytes is None else memory + p.memory_used_bytes
+            if utilization is not None:
+                u = p.compute_utilization_percent
+                utilization = None if u is None else utilization + u
+            if accounted:
+                energy += tick_energy.get((uuid, p.pid), 0.0)
+                power += p.attributed_power_watts or 0.0
+        if reading is None or reading.lost or "processes" in reading.unsupported_fields:
+            memory = None
+        # The container's share of SM time: MPS clients' percentages can add up past 100.
+        utilization = min(100.0, utilization) if mine and utilization is not None else None
         counter = ("container", cid, uuid, gi)
-        total = self._counters.advance(counter, energy) if energy is not None \
-            else self._counters.value(counter)
+        if accounted:
+            total = self._counters.advance(counter, energy)
+        else:
+            energy = power = None
+            total = self._counters.value(counter)
         acc = ContainerAccelerator(
             device_uuid=uuid, reasons=tuple(sorted(reasons)), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
@@ -403,6 +413,13 @@ class ContainerTracker:
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
+
+
+def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:
+    """A container's GPU keys in GPU order, whole GPUs before their instances."""
+    if len(keys) == 1:
+        return list(keys.items())
+    return sorted(keys.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1))
 
 
 def _claim_order(claim: ClaimDevice) -> tuple[str, str, str]:
