@@ -22,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Hashable, Iterable
 
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
@@ -60,6 +60,7 @@ class DeviceRecord:
     minor_number: int | None = None
 
 
+_RECORD_FIELDS = tuple(f.name for f in fields(DeviceRecord))
 _RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_id": (str,),
                  "read_at": (int, float), "index": (int,), "pci_bus_id": (str,),
                  "name": (str,), "minor_number": (int,)}
@@ -274,7 +275,9 @@ def check_version(document: object) -> None:
 
 
 def _record_dict(record: DeviceRecord) -> dict:
-    return {k: v for k, v in asdict(record).items() if v is not None}
+    # Scalar fields only: read them directly (``asdict`` deep-copies, on every tick's journal).
+    return {name: value for name in _RECORD_FIELDS
+            if (value := getattr(record, name)) is not None}
 
 
 def _joules(value: object) -> float:
@@ -300,7 +303,7 @@ def _key(value: object) -> Key:
 def _record(value: object) -> DeviceRecord:
     if not isinstance(value, dict):
         raise ValueError(f"bad GPU record {value!r:.80}")
-    known = {f.name for f in fields(DeviceRecord)}
+    known = _RECORD_FIELDS
     values = {}
     for name, item in value.items():
         if name not in known:
