@@ -118,6 +118,27 @@ def start_daemon(tmp_path):
         daemon.stop(signal.SIGKILL)
 
 
+@pytest.fixture
+def in_process_daemon(tmp_path):
+    """Daemons built in this process from flags (state in ``tmp_path``, no kubelet or runtime
+    socket unless given), for tests that drive ticks by hand; closed at teardown."""
+    from gpustats.cli import Daemon
+    from gpustats.config import build_arg_parser, resolve
+
+    made = []
+
+    def _make(*args: str):
+        argv = ["--state-dir", str(tmp_path / "state"),
+                "--pod-resources-socket", "", "--runtime-socket", "", *args]
+        daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
+        made.append(daemon)
+        return daemon
+
+    yield _make
+    for daemon in made:
+        daemon.close()
+
+
 def make_pci_device(sysfs: Path, address: str, vendor: str = "0x10de",
                     pci_class: str = "0x030200", device: str = "0x2330") -> None:
     d = sysfs / "bus" / "pci" / "devices" / address

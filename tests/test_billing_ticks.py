@@ -7,8 +7,6 @@ import time
 
 import pytest
 
-from gpustats.cli import Daemon
-from gpustats.config import build_arg_parser, resolve
 from gpustats.export.prometheus import render
 from tests.fakehost import build, write_scenario
 
@@ -17,21 +15,13 @@ RELOAD_SECONDS = 0.25          # the simulator looks at its scenario file every 
 
 
 @pytest.fixture
-def daemons(tmp_path):
-    made = []
-
+def daemons(tmp_path, in_process_daemon):
     def _make(*args):
         cgroup, proc = build(tmp_path / "host", {4242: (1, 1)})
-        argv = ["--simulate", str(tmp_path / "s.yaml"), "--state-dir", str(tmp_path / "state"),
-                "--pod-resources-socket", "", "--runtime-socket", "",
-                "--cgroup-root", str(cgroup), "--proc-root", str(proc), *args]
-        daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
-        made.append(daemon)
-        return daemon, proc
+        return in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
+                                 str(cgroup), "--proc-root", str(proc), *args), proc
 
-    yield _make
-    for daemon in made:
-        daemon.close()
+    return _make
 
 
 def scenario(tmp_path, watts, processes=()):

@@ -7,8 +7,6 @@ import pynvml
 import pytest
 import yaml
 
-from gpustats.cli import Daemon
-from gpustats.config import build_arg_parser, resolve
 from gpustats.export.summary import summary_dict
 from gpustats.sources.nvml.energy_reads import DeferredEnergy
 
@@ -51,22 +49,14 @@ def test_nothing_to_integrate_from_asks_for_a_read():
 
 
 @pytest.fixture
-def daemon_with(tmp_path):
-    made = []
-
+def daemon_with(tmp_path, in_process_daemon):
     def _make(scenario, *args):
         path = tmp_path / "s.yaml"
         path.write_text(yaml.safe_dump(scenario))
-        argv = ["--simulate", str(path), "--state-dir", str(tmp_path / "state"),
-                "--pod-resources-socket", "", "--runtime-socket", "",
-                "--cgroup-root", str(tmp_path / "nocg"), *args]
-        daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
-        made.append(daemon)
-        return daemon, path
+        return in_process_daemon("--simulate", str(path),
+                                 "--cgroup-root", str(tmp_path / "nocg"), *args), path
 
-    yield _make
-    for daemon in made:
-        daemon.close()
+    return _make
 
 
 def _hardware_mj() -> int:

@@ -9,8 +9,6 @@ import logging
 import pytest
 import yaml
 
-from gpustats.cli import Daemon
-from gpustats.config import build_arg_parser, resolve
 from gpustats.export.summary import summary_dict
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -28,22 +26,17 @@ FIELDS = {  # simulator "unsupported" name -> summary keys that must disappear
 
 
 @pytest.fixture
-def make_daemon(tmp_path):
-    made = []
+def make_daemon(tmp_path, in_process_daemon):
+    paths = []
 
     def _make(scenario, *args):
-        path = tmp_path / f"s{len(made)}.yaml"
+        path = tmp_path / f"s{len(paths)}.yaml"
+        paths.append(path)
         path.write_text(yaml.safe_dump(scenario))
-        argv = ["--simulate", str(path), "--state-dir", str(tmp_path / "state"),
-                "--pod-resources-socket", "", "--runtime-socket", "",
-                "--cgroup-root", str(tmp_path / "nocg"), "--nvml-retry-interval", "0.01", *args]
-        daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
-        made.append(daemon)
-        return daemon, path
+        return in_process_daemon("--simulate", str(path), "--cgroup-root", str(tmp_path / "nocg"),
+                                 "--nvml-retry-interval", "0.01", *args), path
 
-    yield _make
-    for daemon in made:
-        daemon.close()
+    return _make
 
 
 def device(**extra):
