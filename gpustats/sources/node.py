@@ -8,6 +8,7 @@ from typing import Callable
 
 from gpustats.hostfs import HostRoots, UnsafeFile, read_text
 from gpustats.model.host import CpuStats, MemoryStats
+from gpustats.sources.cgroup_stats import CpuRateTracker
 from gpustats.sources.errors import CollectionErrors
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -81,7 +82,7 @@ class NodeReader:
         self._unsafe: list[UnsafeFile] = []
         self._wall = wall
         self._monotonic = monotonic
-        self._previous: tuple[float, int] | None = None   # (monotonic, core-ns)
+        self._cpu = CpuRateTracker()          # one key, the node: never forgotten
         self.boot_time: float | None = None
 
     def read(self) -> tuple[CpuStats | None, MemoryStats | None]:
@@ -107,14 +108,8 @@ class NodeReader:
             if boot is not None:
                 self.boot_time = float(boot)
             if busy is not None:
-                core_ns = busy * 1_000_000_000 // _CLOCK_TICKS
-                mono = self._monotonic()
-                rate = None
-                if self._previous is not None and mono > self._previous[0] \
-                        and core_ns >= self._previous[1]:
-                    rate = int((core_ns - self._previous[1]) / (mono - self._previous[0]))
-                self._previous = (mono, core_ns)
-                cpu = CpuStats(time=now, usage_core_nano_seconds=core_ns, usage_nano_cores=rate)
+                cpu = self._cpu.stats("node", now, self._monotonic(),
+                                      busy * 1_000_000_000 // _CLOCK_TICKS)
         meminfo = read_text(self._roots.proc_path("meminfo"), report)
         memory = None
         if meminfo is not None:
