@@ -184,7 +184,7 @@ class DeviceSweeper:
             limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
             self._refresh_mig(device, ident, state)
-        self._field_backed(uuid, h, state, values, tick)
+        self._field_backed(uuid, h, state, values, tick, slow)
         if tick % self._detail_every == 0:
             self._details(uuid, h, state)
 
@@ -246,10 +246,9 @@ class DeviceSweeper:
         return now - age if 0.0 <= age <= 1.0 else now
 
     def _field_backed(self, uuid: str, h: Any, state: _DeviceState, values: fields.FieldValues,
-                      tick: int) -> None:
+                      tick: int, slow: bool) -> None:
         """Violations, PCIe replays and remapped rows: from this tick's fields, else (fields not
         supported) through their own calls at their slower cadence, carried in between."""
-        slow = tick % self._slow_every == 0
         violations = fields.violations_of(values)
         if violations is not None:
             state.violations = violations
