@@ -30,6 +30,7 @@ from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
+from gpustats.fdlimit import kept_file_limit
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
@@ -125,7 +126,9 @@ class Daemon:
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
-        cgroups = CgroupReader(self.roots, errors=self.errors, forget_after_ticks=usage_every + 4)
+        self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
+                                              forget_after_ticks=usage_every + 4,
+                                              kept_files=kept_file_limit())
         procs = ProcReader(self.roots, cgroups.report_unsafe)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
@@ -226,6 +229,8 @@ class Daemon:
         self.persister.persist_now()
         self.state_files.close()
         self.gpus.close()
+        if self.housekeeping.stopped:
+            self.cgroups.close()      # a tick still running after the budget may read them
         if self.simulator is not None:
             self.simulator.uninstall()
 

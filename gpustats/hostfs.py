@@ -34,6 +34,7 @@ class HostRoots:
 _CHUNK = 65536
 MAX_FILE_BYTES = 4 * 1024 * 1024      # a cgroup or proc file is a few KB; more is not one
 DEFAULT_DEADLINE_SECONDS = 1.0
+INT_FILE_BYTES = 4096
 
 # Why a bounded read gave up (the ``reason`` of UnsafeFile), as counted in collection errors.
 NOT_REGULAR = "not_regular_file"
@@ -62,28 +63,43 @@ def read_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES,
     unreadable file raises the ``OSError``. Kernel files (sysfs, procfs, cgroupfs) are regular
     files whose size reads as 0 or 4096, so the size is never trusted.
     """
-    deadline = clock() + deadline_seconds
+    fd = _open_regular(path)
+    try:
+        return _read_bounded(fd, path, max_bytes, deadline_seconds, clock, positional=False)
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: str) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafeFile(path, NOT_REGULAR, "not a regular file")
-        chunks, size = [], 0
-        while True:
-            wanted = min(_CHUNK, max_bytes + 1 - size)
-            chunk = os.read(fd, wanted)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:
-                raise UnsafeFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
-            if len(chunk) < wanted:
-                break         # a short read of a regular file is its end: no empty read after
-            if clock() > deadline:
-                raise UnsafeFile(path, DEADLINE, f"still reading after {deadline_seconds} s")
-    finally:
+    except BaseException:
         os.close(fd)
-    return b"".join(chunks)
+        raise
+    return fd
+
+
+def _read_bounded(fd: int, path: str, max_bytes: int, deadline_seconds: float,
+                  clock: Callable[[], float], *, positional: bool) -> bytes:
+    """The whole file from offset 0 (``positional``: with pread, whatever the fd's offset)."""
+    deadline = clock() + deadline_seconds
+    chunks, size = [], 0
+    while True:
+        wanted = min(_CHUNK, max_bytes + 1 - size)
+        chunk = os.pread(fd, wanted, size) if positional else os.read(fd, wanted)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            raise UnsafeFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
+        if len(chunk) < wanted:
+            break         # a short read of a regular file is its end: no empty read after
+        if clock() > deadline:
+            raise UnsafeFile(path, DEADLINE, f"still reading after {deadline_seconds} s")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 Reporter = Callable[[UnsafeFile], None]
@@ -114,13 +130,81 @@ def read_text(path: str | None, report: Reporter | None = None, *,
 
 def read_int(path: str | None, report: Reporter | None = None) -> int | None:
     """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
-    text = read_text(path, report, max_bytes=4096)
+    return _as_int(read_text(path, report, max_bytes=INT_FILE_BYTES))
+
+
+def _as_int(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return int(text.strip())
+        return int(text)            # surrounding whitespace (the newline) is allowed
     except ValueError:
         return None
+
+
+class KeptFiles:
+    """Small kernel files re-read for as long as they exist (cgroup stat files).
+
+    Each is opened once, with ``read_regular``'s checks, then re-read with ``pread`` from
+    offset 0, which makes a kernel file produce its contents afresh: the open and close, most
+    of a small read's cost, are paid once. When the kernel object goes away (a cgroup is
+    removed) the kept descriptor answers ENODEV: it is closed and the file reads as gone. Each
+    file belongs to a group (its cgroup directory): ``keep_only`` closes those of groups no
+    longer seen. At most ``capacity`` descriptors are kept; past that, files are read the plain
+    way.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = max(0, capacity)
+        self._kept: dict[str, tuple[int, str]] = {}       # path -> (fd, group)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def read_text(self, path: str | None, group: str, report: Reporter | None = None, *,
+                  max_bytes: int = MAX_FILE_BYTES) -> str | None:
+        """As ``read_text``, through a kept descriptor."""
+        if path is None:
+            return None
+        kept = self._kept.get(path)
+        try:
+            if kept is not None:
+                fd = kept[0]
+            elif len(self._kept) < self.capacity:
+                fd = _open_regular(path)
+                self._kept[path] = (fd, group)
+            else:
+                return read_text(path, report, max_bytes=max_bytes)
+            data = _read_bounded(fd, path, max_bytes, DEFAULT_DEADLINE_SECONDS, time.monotonic,
+                                 positional=True)
+        except UnsafeFile as exc:
+            self._close(path)
+            if report is not None:
+                report(exc)
+            return None
+        except OSError:
+            self._close(path)        # gone (ENODEV from a removed cgroup), or never there
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def read_int(self, path: str | None, group: str,
+                 report: Reporter | None = None) -> int | None:
+        """As ``read_int``, through a kept descriptor."""
+        return _as_int(self.read_text(path, group, report, max_bytes=INT_FILE_BYTES))
+
+    def keep_only(self, groups) -> None:
+        """Closes the files of every group not in ``groups``."""
+        for path in [p for p, (_, group) in self._kept.items() if group not in groups]:
+            self._close(path)
+
+    def close(self) -> None:
+        for path in list(self._kept):
+            self._close(path)
+
+    def _close(self, path: str) -> None:
+        kept = self._kept.pop(path, None)
+        if kept is not None:
+            os.close(kept[0])
 
 
 def read_boot_id(roots: HostRoots) -> str | None:

@@ -19,10 +19,11 @@ gets none of that trust, so:
 from __future__ import annotations
 
 import logging
-import resource
 import threading
 
 from waitress import create_server, wasyncore
+
+from gpustats.fdlimit import HEALTH_CONNECTIONS, connection_limit
 
 log = logging.getLogger(__name__)
 
@@ -31,25 +32,6 @@ MAX_HEADER_BYTES = 16 * 1024
 CHANNEL_TIMEOUT_SECONDS = 5
 CLEANUP_SECONDS = 2
 IDLE_WAKE_SECONDS = 30              # no client connection: nothing to expire, sleep long
-MAX_CONNECTIONS = 1024              # ~10 KB of memory each when all are held open
-RESERVED_FDS = 64                   # cgroup, proc and state files, sockets to sources, logs
-HEALTH_CONNECTIONS = 64
-
-
-def connection_limit(wanted: int = MAX_CONNECTIONS, reserved: int = RESERVED_FDS) -> int:
-    """How many client connections the descriptor limit allows, raising the soft limit if needed."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + reserved
-    if soft != resource.RLIM_INFINITY and soft < need:
-        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return max(8, min(wanted, soft - reserved))
 
 
 def _run(server) -> None:

@@ -104,6 +104,32 @@ def test_vanishing_containers_never_raise(tmp_path, monkeypatch):
     assert C1 in again.containers and C3 in again.containers   # still under cpuacct, docker
 
 
+def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
+    root = v1_tree(tmp_path)
+    before = len(os.listdir("/proc/self/fd"))
+    reader = CgroupReader(HostRoots(cgroup=str(root)), kept_files=16)
+    found = reader.discover()
+    c1, c2 = found.containers[C1], found.containers[C2]
+    assert reader.device_rules(c2.cgroup).all_devices
+    assert reader.usage(C1, c1.cgroup).cpu.usage_core_nano_seconds == 5_000_000_000
+    reader.end_tick()
+    # devices.list of C2; cpuacct.usage, memory.usage_in_bytes, memory.stat of C1 (the limit
+    # is read every 30 s, not kept).
+    assert len(os.listdir("/proc/self/fd")) == before + 4
+    pod = f"kubepods/burstable/pod{UID}"
+    (root / "cpu,cpuacct" / pod / C1 / "cpuacct.usage").write_text("7000000000\n")
+    import shutil
+    shutil.rmtree(root / "devices" / pod / C2)
+    found = reader.discover()
+    assert C2 not in found.containers
+    assert reader.usage(C1, found.containers[C1].cgroup).cpu.usage_core_nano_seconds \
+        == 7_000_000_000
+    reader.end_tick()
+    assert len(os.listdir("/proc/self/fd")) == before + 3     # C2's file closed with it
+    reader.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_walk_survives_directories_removed_mid_walk(tmp_path, monkeypatch):
     root = v1_tree(tmp_path)
     real_scandir = os.scandir

@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from gpustats.hostfs import (
-    DEADLINE, NOT_REGULAR, TOO_LARGE, UnsafeFile, read_int, read_regular, read_text,
+    DEADLINE, NOT_REGULAR, TOO_LARGE, KeptFiles, UnsafeFile, read_int, read_regular, read_text,
 )
 
 
@@ -79,3 +79,84 @@ def test_a_short_read_ends_the_file_without_another_read(tmp_path, monkeypatch):
     assert read_regular(str(small)) == b"usage_usec 12\n" and len(reads) == 1
     reads.clear()
     assert read_regular(str(exact)) == b"y" * 65536 and len(reads) == 2
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_kept_file_is_opened_once_and_reads_fresh_contents(tmp_path, monkeypatch):
+    f = tmp_path / "memory.current"
+    f.write_text("100\n")
+    opens = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opens.append(a[0]) or real_open(*a, **k))
+    kept = KeptFiles(8)
+    assert kept.read_int(str(f), "/pod/c1") == 100
+    f.write_text("250\n")                              # rewritten in place, as the kernel does
+    assert kept.read_int(str(f), "/pod/c1") == 250
+    assert kept.read_text(str(f), "/pod/c1") == "250\n"
+    assert opens == [str(f)] and len(kept) == 1
+    kept.close()
+    assert len(kept) == 0
+
+
+def test_kept_files_past_capacity_are_read_the_plain_way(tmp_path):
+    paths = [tmp_path / f"f{i}" for i in range(3)]
+    for i, p in enumerate(paths):
+        p.write_text(f"{i}\n")
+    before = _open_fds()
+    kept = KeptFiles(2)
+    assert [kept.read_int(str(p), "g") for p in paths] == [0, 1, 2]
+    assert [kept.read_int(str(p), "g") for p in paths] == [0, 1, 2]
+    assert len(kept) == 2 and _open_fds() == before + 2
+    kept.close()
+    assert _open_fds() == before
+
+
+def test_keep_only_closes_the_files_of_groups_no_longer_seen(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).write_text("1\n")
+    before = _open_fds()
+    kept = KeptFiles(8)
+    kept.read_int(str(tmp_path / "a"), "/pod/a")
+    kept.read_int(str(tmp_path / "b"), "/pod/b")
+    kept.keep_only({"/pod/b"})
+    assert len(kept) == 1 and _open_fds() == before + 1
+    kept.close()
+
+
+def test_kept_files_refuse_what_plain_reads_refuse(tmp_path):
+    fifo, big = tmp_path / "memory.stat", tmp_path / "cpu.stat"
+    os.mkfifo(fifo)
+    big.write_bytes(b"x" * 5000)
+    seen = []
+    kept = KeptFiles(8)
+    assert kept.read_text(str(fifo), "g", seen.append) is None
+    assert kept.read_int(str(big), "g", seen.append) is None        # over an int file's cap
+    assert kept.read_text(str(tmp_path / "gone"), "g") is None
+    assert kept.read_text(None, "g") is None
+    assert [e.reason for e in seen] == [NOT_REGULAR, TOO_LARGE] and len(kept) == 0
+    big.write_bytes(b"y" * 200_000)                  # several chunks, read from offset 0
+    assert kept.read_text(str(big), "g") == "y" * 200_000
+    assert kept.read_text(str(big), "g") == "y" * 200_000
+    kept.close()
+
+
+def test_a_kept_file_of_a_removed_cgroup_reads_as_gone():
+    root = "/sys/fs/cgroup/memory"
+    if os.geteuid() != 0 or not os.path.exists(os.path.join(root, "memory.usage_in_bytes")):
+        pytest.skip("needs root and a cgroup v1 memory hierarchy")
+    group = os.path.join(root, f"gpustats-kept-{os.getpid()}")
+    try:
+        os.mkdir(group)
+    except OSError as exc:
+        pytest.skip(f"cannot create a cgroup here: {exc}")
+    kept = KeptFiles(8)
+    try:
+        path = os.path.join(group, "memory.usage_in_bytes")
+        assert kept.read_int(path, group) == 0 and len(kept) == 1
+    finally:
+        os.rmdir(group)
+    assert kept.read_int(path, group) is None       # the kept descriptor answers ENODEV
+    assert len(kept) == 0

@@ -14,13 +14,14 @@ RULES = {
     "saturation": PURE,
     "hostfs": set(),
     "sdnotify": set(),
+    "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
     "config": set(),
     "sources": {"model", "hostfs"},
     "simulator": set(),     # a tool below pynvml, not a source: imports no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},
-    "serving": set(),   # the HTTP listeners (waitress), handed the apps by cli
+    "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
     "cli": None,   # wires everything
     "__main__": None,
     "__init__": set(),

@@ -39,6 +39,11 @@ class Housekeeping:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def stopped(self) -> bool:
+        """No tick is running or will run (never started, or its thread has ended)."""
+        return self._thread is None or not self._thread.is_alive()
+
     def run_once(self) -> None:
         try:
             self._tick()

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpustats.hostfs import HostRoots, UnsafeFile, read_int, read_text
+from gpustats.hostfs import HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
@@ -100,10 +100,13 @@ class CgroupReader:
     def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 forget_after_ticks: int = 5):
+                 forget_after_ticks: int = 5, kept_files: int = 0):
         """``forget_after_ticks``: what is kept of a cgroup (its last CPU sample, start time,
-        limit) lasts this many ticks without a read; more than the ticks between its reads."""
+        limit) lasts this many ticks without a read; more than the ticks between its reads.
+        ``kept_files``: how many of the files read every few ticks (CPU, memory, devices) may
+        stay open between reads (``hostfs.KeptFiles``); the rest are opened for each read."""
         self._roots = roots
+        self._files = KeptFiles(kept_files)
         self._errors = errors
         self._wall = wall
         self._monotonic = monotonic
@@ -205,7 +208,7 @@ class CgroupReader:
         if rel is None:
             return None
         path = self._file("devices", rel, "devices.list")
-        text = read_text(path, self.report_unsafe) if path else None
+        text = self._files.read_text(path, rel, self.report_unsafe)
         if text is None:
             return None
         rules = parse_devices_list(text)
@@ -247,10 +250,12 @@ class CgroupReader:
         cpu_ns = v2_stat = None
         v2_rel = ref.path(V2)
         if ref.path("cpuacct") is not None:
-            cpu_ns = read_int(self._file("cpuacct", ref.path("cpuacct"), "cpuacct.usage"),
-                              self.report_unsafe)
+            rel = ref.path("cpuacct")
+            cpu_ns = self._files.read_int(self._file("cpuacct", rel, "cpuacct.usage"), rel,
+                                          self.report_unsafe)
         if cpu_ns is None and v2_rel is not None:
-            text = read_text(self._file(V2, v2_rel, "cpu.stat"), self.report_unsafe)
+            text = self._files.read_text(self._file(V2, v2_rel, "cpu.stat"), v2_rel,
+                                         self.report_unsafe)
             if text is not None:
                 v2_stat = parse_flat_keyed(text, CPU_STAT_KEYS)
                 usec = v2_stat.get("usage_usec")
@@ -258,18 +263,21 @@ class CgroupReader:
         memory = None
         mem_rel = ref.path("memory")
         if mem_rel is not None:
-            usage = read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"),
-                             self.report_unsafe)
-            stat = read_text(self._file("memory", mem_rel, "memory.stat"), self.report_unsafe)
+            usage = self._files.read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"),
+                                         mem_rel, self.report_unsafe)
+            stat = self._files.read_text(self._file("memory", mem_rel, "memory.stat"), mem_rel,
+                                         self.report_unsafe)
             if usage is not None or stat is not None:
                 limit = self._limit(key, self._file("memory", mem_rel, "memory.limit_in_bytes"),
                                     v2=False, now=mono)
                 memory = memory_stats(now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V1),
                                       limit, v2=False)
         elif v2_rel is not None:
-            usage = read_int(self._file(V2, v2_rel, "memory.current"), self.report_unsafe)
+            usage = self._files.read_int(self._file(V2, v2_rel, "memory.current"), v2_rel,
+                                         self.report_unsafe)
             if usage is not None:
-                stat = read_text(self._file(V2, v2_rel, "memory.stat"), self.report_unsafe) or ""
+                stat = self._files.read_text(self._file(V2, v2_rel, "memory.stat"), v2_rel,
+                                             self.report_unsafe) or ""
                 limit = self._limit(key, self._file(V2, v2_rel, "memory.max"), v2=True,
                                     now=mono)
                 memory = memory_stats(now, usage, parse_flat_keyed(stat, MEMORY_STAT_KEYS_V2),
@@ -290,9 +298,13 @@ class CgroupReader:
         if self._parsed_seen:
             for rel in set(self._parsed) - self._parsed_seen:
                 del self._parsed[rel]
+            self._files.keep_only(self._parsed_seen)      # removed cgroups' files are closed
             self._parsed_seen = set()
         if len(self._dirs) > 4 * max(1, len(self._parsed)) + 1024:
             self._dirs.clear()
+
+    def close(self) -> None:
+        self._files.close()
 
     def _report_tick(self) -> None:
         unsafe, self._unsafe = self._unsafe, []
