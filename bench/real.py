@@ -141,7 +141,7 @@ def _daemon_args(args: argparse.Namespace, state: str, workdir: Path) -> list[st
 
 
 def measure(args: argparse.Namespace) -> dict | None:
-    from gpustats.cli import Daemon
+    from gpustats.cli import Daemon, settle_garbage_collector
     from gpustats.config import build_arg_parser, resolve
 
     nvml = NvmlProfile()
@@ -149,6 +149,7 @@ def measure(args: argparse.Namespace) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="gpustats-real-") as tmp:
         argv = _daemon_args(args, str(Path(tmp) / "state"), Path(tmp))
         daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
+        settle_garbage_collector()          # as the daemon's main does after building it
         phases = PhaseProfile(daemon.collector)
         try:
             snapshot = daemon.collector.tick()

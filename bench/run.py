@@ -14,6 +14,7 @@ identity for both at 8 GPUs and at 300 containers (requests per second, bytes on
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -74,7 +75,7 @@ STEADY_STATE_ARGS = ("--saturation-window",
 
 def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
                   extra_args: tuple[str, ...] = (), inspect=None) -> dict:
-    from gpustats.cli import Daemon
+    from gpustats.cli import Daemon, settle_garbage_collector
     from gpustats.config import build_arg_parser, resolve
     from gpustats.export.prometheus import render
 
@@ -83,6 +84,8 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         ["--simulate", path, "--state-dir", str(workdir / f"state-{name}"),
          "--pod-resources-socket", "", "--runtime-socket", "", *STEADY_STATE_ARGS, *extra_args])
     daemon = Daemon(resolve(args, {}))
+    gc_thresholds = gc.get_threshold()
+    settle_garbage_collector()          # as the daemon's main does after building it
     try:
         for _ in range(3):
             time.sleep(TICK_SPACING_SECONDS)
@@ -105,6 +108,8 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
         extra = inspect(daemon, snapshot) if inspect is not None else {}
     finally:
         daemon.close()
+        gc.unfreeze()
+        gc.set_threshold(*gc_thresholds)
     gpus = max(1, len(scenario["devices"]))
     own_ms = sorted(c - d for c, d in zip(cpu_ms, driver_ms))
     cpu_ms.sort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -307,6 +308,25 @@ def serve(daemon: Daemon, args=None) -> int:
     return 0
 
 
+GC_FIRST_GENERATION_THRESHOLD = 10_000
+
+
+def settle_garbage_collector() -> None:
+    """Tunes Python's cyclic garbage collector for the tick, once the daemon is built.
+
+    What start-up made (modules, configuration, sources) is frozen out of the collector's
+    scans, and the youngest generation is collected after 10,000 net allocations instead of
+    700. A tick's garbage is acyclic (frozen dataclasses and tuples, freed by reference
+    counting), but a tick keeps thousands of new objects alive until its snapshot is
+    published: at the default threshold the collector ran about five times a tick, each time
+    walking every young object (3 ms a tick at 330 containers, 40 ms when the oldest
+    generation's turn came). Cycles are still collected, only less often.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_FIRST_GENERATION_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.version:
@@ -337,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"gpustats: cannot start: {exc}", file=sys.stderr)
         return 2
+    settle_garbage_collector()
     if args.once:
         try:
             return run_once(daemon)

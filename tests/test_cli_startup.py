@@ -125,3 +125,23 @@ def test_help_shows_defaults_as_typed():
     assert "None" not in text and "(13," not in text and "IdlePower" not in text
     assert "default 13,31,43,45,68,109" in text and "default 5]" in text
     assert "default /var/lib/gpustats" in text
+
+
+def test_start_up_settles_the_garbage_collector_for_ticks():
+    """After start-up, a tick's worth of live objects no longer sets off collections."""
+    import gc
+
+    from gpustats.cli import GC_FIRST_GENERATION_THRESHOLD, settle_garbage_collector
+
+    thresholds = gc.get_threshold()
+    try:
+        settle_garbage_collector()
+        assert gc.get_threshold()[0] == GC_FIRST_GENERATION_THRESHOLD
+        assert gc.get_freeze_count() > 0          # start-up's objects are out of the scans
+        collections = gc.get_stats()[0]["collections"]
+        alive = [[n] for n in range(5000)]          # a tick's snapshot under construction
+        assert gc.get_stats()[0]["collections"] == collections
+        del alive
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
