@@ -73,13 +73,15 @@ def fake_host(root, containers: int, pids: list[int], pods_of: int = 3) -> tuple
                f"{pod.replace('-', '_')}.slice/cri-containerd-{cid}.scope")
         d = os.path.join(cgroup, rel)
         os.makedirs(d, exist_ok=True)
-        for name, text in (("cpu.stat", f"usage_usec {1000 * (i + 1)}\nuser_usec 1\n"),
-                           ("memory.current", f"{(i + 1) << 20}\n"),
-                           ("memory.stat", "anon 1048576\ninactive_file 4096\npgfault 10\n"
-                                           "pgmajfault 0\n"),
-                           ("memory.max", "max\n")):
-            with open(os.path.join(d, name), "w") as f:
-                f.write(text)
+        # The container's files, and its pod's (a pod cgroup has them too, as on a node).
+        for where in (d, os.path.dirname(d)):
+            for name, text in (("cpu.stat", f"usage_usec {1000 * (i + 1)}\nuser_usec 1\n"),
+                               ("memory.current", f"{(i + 1) << 20}\n"),
+                               ("memory.stat", "anon 1048576\ninactive_file 4096\n"
+                                               "pgfault 10\npgmajfault 0\n"),
+                               ("memory.max", "max\n")):
+                with open(os.path.join(where, name), "w") as f:
+                    f.write(text)
         paths.append("/" + rel)
     for n, pid in enumerate(pids):
         d = os.path.join(proc, str(pid))

@@ -170,6 +170,10 @@ class KeptFiles:
         try:
             if kept is not None:
                 fd = kept[0]
+                whole = min(_CHUNK, max_bytes + 1)
+                data = os.pread(fd, whole, 0)
+                if len(data) < whole:      # all of it in one read: the usual case
+                    return data.decode("utf-8", errors="replace")
             elif len(self._kept) < self.capacity:
                 fd = _open_regular(path)
                 self._kept[path] = (fd, group)

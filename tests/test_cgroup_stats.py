@@ -1,7 +1,8 @@
 import pytest
 
 from gpustats.sources.cgroup_stats import (
-    CpuRateTracker, memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
+    CpuRateTracker, cpu_stat_usage_usec, memory_stats, parse_devices_list, parse_flat_keyed,
+    parse_limit,
 )
 from gpustats.sources.procs import container_from_paths, parse_proc_cgroup
 
@@ -29,6 +30,18 @@ def test_devices_list(text, minors, all_devices, all_nvidia, malformed):
 def test_flat_keyed_skips_malformed():
     assert parse_flat_keyed("usage_usec 10\nuser_usec x\nbad\nsystem_usec 5 6\nnr 3\n") == \
         {"usage_usec": 10, "nr": 3}
+
+
+@pytest.mark.parametrize("text, usec", [
+    ("usage_usec 10\nuser_usec 7\nsystem_usec 3\n", 10),
+    ("usage_usec 10", 10),                               # no newline at the end
+    ("nr_periods 0\nusage_usec 42\n", 42),                # not first: still found
+    ("usage_usec x\nusage_usec 5\n", 5),                 # a malformed first line
+    ("user_usec 7\n", None),
+    ("", None),
+])
+def test_cpu_stat_usage(text, usec):
+    assert cpu_stat_usage_usec(text) == usec
 
 
 def test_limits():

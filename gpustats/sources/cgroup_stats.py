@@ -94,6 +94,18 @@ def _pick_keyed(text: str, keys: frozenset[str]) -> dict[str, int]:
     return values
 
 
+def cpu_stat_usage_usec(text: str) -> int | None:
+    """``usage_usec`` of a v2 ``cpu.stat``: its first line on every kernel, looked for first."""
+    if text.startswith("usage_usec "):
+        end = text.find("\n")
+        try:
+            return int(text[11:end if end >= 0 else None])
+        except ValueError:
+            pass
+    return _pick_keyed(text, CPU_STAT_KEYS).get("usage_usec")
+
+
+CPU_STAT_KEYS = frozenset({"usage_usec"})
 MEMORY_STAT_KEYS_V1 = frozenset({"total_inactive_file", "total_rss", "total_pgfault",
                                  "total_pgmajfault"})
 MEMORY_STAT_KEYS_V2 = frozenset({"inactive_file", "anon", "pgfault", "pgmajfault"})

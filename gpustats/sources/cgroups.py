@@ -18,8 +18,8 @@ from gpustats.hostfs import HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
-    MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, CpuRateTracker, DeviceRules, memory_stats,
-    parse_devices_list, parse_flat_keyed, parse_limit,
+    MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, CpuRateTracker, DeviceRules, cpu_stat_usage_usec,
+    memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
 )
 from gpustats.sources.errors import CollectionErrors, LogOnce
 
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 V2 = ""
 WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
 MAX_DEPTH = 12
-CPU_STAT_KEYS = frozenset({"usage_usec"})
 LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize); re-read then
 # A hierarchy mounted after start (or a v1/v2 switch) is picked up within this many seconds;
 # while none is found at all, at every tick. One scandir of the cgroup root each time.
@@ -94,6 +93,36 @@ def _walk(root: str, on_dir: Callable[[str], bool]) -> None:
                 stack.append((child, depth + 1))
 
 
+@dataclass(frozen=True)
+class _UsageFiles:
+    """Where one cgroup's CPU and memory figures come from: (path, group) of each file read
+    every few ticks, worked out once per cgroup. CPU from v1 ``cpuacct.usage``, else v2
+    ``cpu.stat``; memory from v1's memory hierarchy when there is one, else v2's."""
+
+    cpuacct: tuple[str, str] | None
+    cpu_stat: tuple[str, str] | None
+    memory_usage: tuple[str, str] | None
+    memory_stat: tuple[str, str] | None
+    memory_limit: str | None
+    v2_memory: bool
+
+    @classmethod
+    def of(cls, ref: CgroupRef, file: Callable[[str, str, str], str | None]) -> "_UsageFiles":
+        def kept(controller: str, rel: str | None, name: str) -> tuple[str, str] | None:
+            path = file(controller, rel, name) if rel is not None else None
+            return (path, rel) if path is not None else None
+
+        cpuacct, v2, memory = ref.path("cpuacct"), ref.path(V2), ref.path("memory")
+        if memory is not None:
+            return cls(kept("cpuacct", cpuacct, "cpuacct.usage"), kept(V2, v2, "cpu.stat"),
+                       kept("memory", memory, "memory.usage_in_bytes"),
+                       kept("memory", memory, "memory.stat"),
+                       file("memory", memory, "memory.limit_in_bytes"), v2_memory=False)
+        return cls(kept("cpuacct", cpuacct, "cpuacct.usage"), kept(V2, v2, "cpu.stat"),
+                   kept(V2, v2, "memory.current"), kept(V2, v2, "memory.stat"),
+                   file(V2, v2, "memory.max") if v2 is not None else None, v2_memory=True)
+
+
 class CgroupReader:
     """Walks the cgroup hierarchies and reads per-container figures."""
 
@@ -122,6 +151,7 @@ class CgroupReader:
         self._dirs: dict[tuple[str, str], str | None] = {}
         self._start_times: dict[object, float | None] = {}
         self._limits: dict[object, tuple[float, int | None]] = {}
+        self._usage_files: dict[object, tuple[CgroupRef, _UsageFiles]] = {}
         self._key_ticks: dict[object, int] = {}
         self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
@@ -247,43 +277,37 @@ class CgroupReader:
         """CPU and memory of one cgroup, the way the kubelet reports them."""
         now, mono = self._wall(), self._monotonic()
         self._key_ticks[key] = self._tick
-        cpu_ns = v2_stat = None
-        v2_rel = ref.path(V2)
-        if ref.path("cpuacct") is not None:
-            rel = ref.path("cpuacct")
-            cpu_ns = self._files.read_int(self._file("cpuacct", rel, "cpuacct.usage"), rel,
-                                          self.report_unsafe)
-        if cpu_ns is None and v2_rel is not None:
-            text = self._files.read_text(self._file(V2, v2_rel, "cpu.stat"), v2_rel,
-                                         self.report_unsafe)
-            if text is not None:
-                v2_stat = parse_flat_keyed(text, CPU_STAT_KEYS)
-                usec = v2_stat.get("usage_usec")
-                cpu_ns = usec * 1000 if usec is not None else None
+        files = self._usage_files_of(key, ref)
+        read_int, read_text = self._files.read_int, self._files.read_text
+        cpu_ns = None
+        if files.cpuacct is not None:
+            cpu_ns = read_int(*files.cpuacct, self.report_unsafe)
+        if cpu_ns is None and files.cpu_stat is not None:
+            text = read_text(*files.cpu_stat, self.report_unsafe)
+            usec = cpu_stat_usage_usec(text) if text is not None else None
+            cpu_ns = usec * 1000 if usec is not None else None
         memory = None
-        mem_rel = ref.path("memory")
-        if mem_rel is not None:
-            usage = self._files.read_int(self._file("memory", mem_rel, "memory.usage_in_bytes"),
-                                         mem_rel, self.report_unsafe)
-            stat = self._files.read_text(self._file("memory", mem_rel, "memory.stat"), mem_rel,
-                                         self.report_unsafe)
+        if files.memory_usage is not None:
+            usage = read_int(*files.memory_usage, self.report_unsafe)
+            # v1: either file gives figures; v2: memory.stat only beside memory.current.
+            stat = read_text(*files.memory_stat, self.report_unsafe) \
+                if usage is not None or not files.v2_memory else None
             if usage is not None or stat is not None:
-                limit = self._limit(key, self._file("memory", mem_rel, "memory.limit_in_bytes"),
-                                    v2=False, now=mono)
-                memory = memory_stats(now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V1),
-                                      limit, v2=False)
-        elif v2_rel is not None:
-            usage = self._files.read_int(self._file(V2, v2_rel, "memory.current"), v2_rel,
-                                         self.report_unsafe)
-            if usage is not None:
-                stat = self._files.read_text(self._file(V2, v2_rel, "memory.stat"), v2_rel,
-                                             self.report_unsafe) or ""
-                limit = self._limit(key, self._file(V2, v2_rel, "memory.max"), v2=True,
-                                    now=mono)
-                memory = memory_stats(now, usage, parse_flat_keyed(stat, MEMORY_STAT_KEYS_V2),
-                                      limit, v2=True)
+                limit = self._limit(key, files.memory_limit, v2=files.v2_memory, now=mono)
+                memory = memory_stats(
+                    now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V2
+                                                 if files.v2_memory else MEMORY_STAT_KEYS_V1),
+                    limit, v2=files.v2_memory)
         return ContainerUsage(start_time=self._cached_start_time(key, ref),
                               cpu=self._cpu.stats(key, now, mono, cpu_ns), memory=memory)
+
+    def _usage_files_of(self, key: object, ref: CgroupRef) -> _UsageFiles:
+        cached = self._usage_files.get(key)
+        if cached is not None and cached[0] == ref:
+            return cached[1]
+        files = _UsageFiles.of(ref, self._file)
+        self._usage_files[key] = (ref, files)
+        return files
 
     def end_tick(self) -> None:
         """Forget what belongs to cgroups not seen this tick; report this tick's state."""
@@ -294,6 +318,7 @@ class CgroupReader:
             del self._key_ticks[key]
             self._start_times.pop(key, None)
             self._limits.pop(key, None)
+            self._usage_files.pop(key, None)
         self._tick += 1
         if self._parsed_seen:
             for rel in set(self._parsed) - self._parsed_seen:
