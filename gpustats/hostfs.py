@@ -8,6 +8,8 @@ deadline (``read_regular``), so a FIFO or a huge sparse file cannot stall or blo
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import stat
 import time
@@ -209,6 +211,65 @@ class KeptFiles:
         kept = self._kept.pop(path, None)
         if kept is not None:
             os.close(kept[0])
+
+
+class DirectoryChanges:
+    """Whether directories were created, removed or renamed in any watched directory since
+    the last ``changed()``, from inotify (which cgroupfs supports: mkdir and rmdir of a
+    cgroup are VFS operations).
+
+    Watch a directory before listing it, so nothing made in between goes unseen. Without
+    inotify, or past the kernel's watch limit, ``changed()`` is always true: the caller
+    looks every time, as it would without this.
+    """
+
+    _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
+    _IN_ONLYDIR = 0x01000000
+    _MASK = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_ONLYDIR
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._add_watch = None
+        self.unavailable: str | None = None        # why every call says changed
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            init, self._add_watch = libc.inotify_init1, libc.inotify_add_watch
+        except (OSError, AttributeError) as exc:
+            self.unavailable = f"no inotify: {exc}"
+            return
+        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            self.unavailable = f"inotify_init1: {os.strerror(ctypes.get_errno())}"
+        else:
+            self._fd = fd
+
+    def watch(self, directory: str) -> None:
+        if self._fd is None:
+            return
+        if self._add_watch(self._fd, os.fsencode(directory), self._MASK) < 0:
+            error = ctypes.get_errno()
+            if error in (errno.ENOENT, errno.ENOTDIR):
+                return                        # gone before it was watched: not listed either
+            self.close()
+            self.unavailable = f"inotify_add_watch {directory}: {os.strerror(error)}"
+
+    def changed(self) -> bool:
+        """True when anything happened since the last call (events are drained)."""
+        if self._fd is None:
+            return True
+        happened = False
+        try:
+            while os.read(self._fd, 65536):
+                happened = True
+        except BlockingIOError:
+            pass
+        return happened
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self.unavailable = "closed"
 
 
 def read_boot_id(roots: HostRoots) -> str | None:

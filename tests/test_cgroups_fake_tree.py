@@ -106,8 +106,9 @@ def test_vanishing_containers_never_raise(tmp_path, monkeypatch):
 
 def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
     root = v1_tree(tmp_path)
-    before = len(os.listdir("/proc/self/fd"))
+    outside = len(os.listdir("/proc/self/fd"))
     reader = CgroupReader(HostRoots(cgroup=str(root)), kept_files=16)
+    before = len(os.listdir("/proc/self/fd"))          # the reader's own: its inotify
     found = reader.discover()
     c1, c2 = found.containers[C1], found.containers[C2]
     assert reader.device_rules(c2.cgroup).all_devices
@@ -127,7 +128,42 @@ def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
     reader.end_tick()
     assert len(os.listdir("/proc/self/fd")) == before + 3     # C2's file closed with it
     reader.close()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert len(os.listdir("/proc/self/fd")) == outside
+
+
+def test_trees_are_walked_again_only_when_a_directory_comes_or_goes(tmp_path, monkeypatch):
+    root = v1_tree(tmp_path)
+    listed = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or real_scandir(path))
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    first = reader.discover()
+    walked = len(listed)
+    assert walked > 0 and set(first.containers) == {C1, C2, C3}
+    again = reader.discover()
+    assert len(listed) == walked                         # nothing changed: no directory listed
+    assert again.containers == first.containers and again.pods == first.pods
+    again.containers.clear()                             # each caller gets its own copy
+    assert set(reader.discover().containers) == {C1, C2, C3}
+    c4 = "4" * 64
+    (root / "devices" / "docker" / c4).mkdir()           # a container starts
+    assert set(reader.discover().containers) == {C1, C2, C3, c4}
+    import shutil
+    shutil.rmtree(root / "devices" / "docker" / c4)      # and goes
+    assert set(reader.discover().containers) == {C1, C2, C3}
+    reader.close()
+
+
+def test_without_inotify_every_discovery_walks(tmp_path, monkeypatch):
+    from gpustats import hostfs
+
+    monkeypatch.setattr(hostfs.ctypes, "CDLL", lambda *a, **k: (_ for _ in ()).throw(OSError("x")))
+    root = v1_tree(tmp_path)
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    assert set(reader.discover().containers) == {C1, C2, C3}
+    import shutil
+    shutil.rmtree(root / "devices" / "docker" / C3)
+    assert set(reader.discover().containers) == {C1, C2}
 
 
 def test_walk_survives_directories_removed_mid_walk(tmp_path, monkeypatch):

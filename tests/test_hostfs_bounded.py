@@ -6,7 +6,8 @@ import socket
 import pytest
 
 from gpustats.hostfs import (
-    DEADLINE, NOT_REGULAR, TOO_LARGE, KeptFiles, UnsafeFile, read_int, read_regular, read_text,
+    DEADLINE, NOT_REGULAR, TOO_LARGE, DirectoryChanges, KeptFiles, UnsafeFile, read_int,
+    read_regular, read_text,
 )
 
 
@@ -160,3 +161,46 @@ def test_a_kept_file_of_a_removed_cgroup_reads_as_gone():
         os.rmdir(group)
     assert kept.read_int(path, group) is None       # the kept descriptor answers ENODEV
     assert len(kept) == 0
+
+
+def test_directory_changes_report_what_was_made_or_removed_in_watched_directories(tmp_path):
+    changes = DirectoryChanges()
+    if changes.unavailable:
+        pytest.skip(changes.unavailable)
+    try:
+        (tmp_path / "unwatched").mkdir()
+        changes.watch(str(tmp_path))
+        changes.watch(str(tmp_path / "never-there"))     # vanished before watching: ignored
+        assert changes.unavailable is None and not changes.changed()
+        (tmp_path / "pod").mkdir()
+        assert changes.changed() and not changes.changed()      # drained
+        (tmp_path / "unwatched" / "deeper").mkdir()             # not a watched directory
+        assert not changes.changed()
+        (tmp_path / "pod").rename(tmp_path / "pod2")
+        assert changes.changed()
+        (tmp_path / "pod2").rmdir()
+        assert changes.changed() and not changes.changed()
+    finally:
+        changes.close()
+    assert changes.changed()            # closed: callers look every time
+
+
+def test_a_directory_made_in_a_real_cgroup_tree_is_reported():
+    root = "/sys/fs/cgroup/memory"
+    if os.geteuid() != 0 or not os.path.isdir(root):
+        pytest.skip("needs root and a cgroup v1 memory hierarchy")
+    changes = DirectoryChanges()
+    if changes.unavailable:
+        pytest.skip(changes.unavailable)
+    group = os.path.join(root, f"gpustats-changes-{os.getpid()}")
+    try:
+        changes.watch(root)
+        changes.changed()
+        os.mkdir(group)
+        assert changes.changed()
+        os.rmdir(group)
+        assert changes.changed()
+    finally:
+        if os.path.isdir(group):
+            os.rmdir(group)
+        changes.close()

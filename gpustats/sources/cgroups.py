@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpustats.hostfs import HostRoots, KeptFiles, UnsafeFile, read_text
+from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
@@ -76,14 +76,21 @@ class Discovery:
     pods: dict[str, CgroupRef] = field(default_factory=dict)
     pod_qos: dict[str, str] = field(default_factory=dict)
 
+    def copy(self) -> "Discovery":
+        return Discovery(dict(self.containers), dict(self.pods), dict(self.pod_qos))
 
-def _walk(root: str, on_dir: Callable[[str], bool]) -> None:
-    """Depth-first over directories below ``root``; ``on_dir(rel)`` False stops descent."""
+
+def _walk(root: str, on_dir: Callable[[str], bool],
+          watch: Callable[[str], None] = lambda directory: None) -> None:
+    """Depth-first over directories below ``root``; ``on_dir(rel)`` False stops descent.
+    ``watch`` is handed each directory before it is listed."""
     stack = [("", 0)]
     while stack:
         rel, depth = stack.pop()
+        directory = os.path.join(root, rel.lstrip("/")) if rel else root
+        watch(directory)
         try:
-            with os.scandir(os.path.join(root, rel.lstrip("/")) if rel else root) as it:
+            with os.scandir(directory) as it:
                 children = [e.name for e in it if e.is_dir(follow_symlinks=False)]
         except OSError:
             continue          # vanished between listing and reading
@@ -155,6 +162,9 @@ class CgroupReader:
         self._key_ticks: dict[object, int] = {}
         self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
+        self._changes = DirectoryChanges()
+        self._discovered: Discovery | None = None
+        self._said_unwatched = False
 
     @property
     def layout(self) -> Layout:
@@ -170,15 +180,30 @@ class CgroupReader:
                 f"{name or 'v2'}={path}" for name, path in layout.hierarchies) or "none")
             self._layout = layout
             self._dirs.clear()
+            self._usage_files.clear()       # worked out from the old layout's roots
 
     def report_unsafe(self, exc: UnsafeFile) -> None:
         """A file in the tree that was refused (FIFO, huge, too slow): counted at tick end."""
         self._unsafe.append(exc)
 
     def discover(self) -> Discovery:
+        """Containers and pods in the cgroup trees. The trees are walked again only when a
+        directory was made or removed in them (inotify), or when the layout is rechecked;
+        otherwise the last walk's result stands."""
+        changed = self._changes.changed()
         if self._layout is None or not self._layout.hierarchies \
                 or self._monotonic() - self._layout_checked >= LAYOUT_RECHECK_SECONDS:
             self._detect()
+            changed = True
+        if not changed and self._discovered is not None:
+            return self._discovered.copy()
+        if self._changes.unavailable is not None and not self._said_unwatched:
+            self._said_unwatched = True
+            log.info("cgroup trees are walked every tick (%s)", self._changes.unavailable)
+        found = self._discovered = self._walk()
+        return found.copy()
+
+    def _walk(self) -> Discovery:
         found = Discovery()
         paths: dict[str, dict[str, str]] = {}
         meta: dict[str, tuple] = {}
@@ -201,7 +226,7 @@ class CgroupReader:
                     found.pods[info.pod_uid] = CgroupRef(pod.paths + ((controller, rel),))
                     found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
                 return True
-            _walk(root, on_dir)
+            _walk(root, on_dir, self._changes.watch)
         # The same container as last tick keeps its identity object (built once, not per tick).
         previous, self._identities = self._identities, {}
         for container_id, by_controller in paths.items():
@@ -330,6 +355,7 @@ class CgroupReader:
 
     def close(self) -> None:
         self._files.close()
+        self._changes.close()
 
     def _report_tick(self) -> None:
         unsafe, self._unsafe = self._unsafe, []
