@@ -85,6 +85,39 @@ def test_flat_keyed_picks_what_a_full_parse_finds(lines, trailing_newline):
     assert parse_flat_keyed(text, wanted) == expected
 
 
+meminfo_key = st.sampled_from(["MemTotal", "MemFree", "AnonPages", "AnonHugePages",
+                               "Inactive(file)", "pgfault", "x"])
+meminfo_line = st.one_of(
+    st.builds(lambda k, sep, v, unit: f"{k}{sep}{v}{unit}", meminfo_key,
+              st.sampled_from([":", ": ", ":      ", " "]),
+              st.one_of(st.integers(0, 1 << 50).map(str), st.sampled_from(["", "x", "-"])),
+              st.sampled_from(["", " kB", " MB", "  kB"])),
+    st.text(alphabet="MemFrTotal:k B(file) 01\t", max_size=24),
+)
+
+
+@given(st.lists(meminfo_line, max_size=12), st.booleans())
+def test_key_values_picked_as_a_line_by_line_parse_finds_them(lines, trailing_newline):
+    """A key's value comes from its first line: the key, ':' or a space, an integer, maybe
+    'kB' (bytes)."""
+    text = "\n".join(lines) + ("\n" if trailing_newline else "")
+    wanted = ("MemTotal", "MemFree", "AnonPages", "Inactive(file)", "pgfault")
+    expected = {}
+    for line in text.split("\n"):
+        for key in wanted:
+            if key in expected or not line.startswith(key) or line[len(key):len(key) + 1] \
+                    not in (":", " "):
+                continue
+            parts = line[len(key) + 1:].split()
+            try:
+                number = int(parts[0]) if parts else None
+            except ValueError:
+                number = None
+            if number is not None:
+                expected[key] = number * 1024 if parts[1:2] == ["kB"] else number
+    assert parse_key_values(text, wanted) == expected
+
+
 @given(st.text())
 def test_proc_files(text):
     paths = parse_proc_cgroup(text)

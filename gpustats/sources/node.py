@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpustats.hostfs import HostRoots, UnsafeFile, read_text
 from gpustats.model.host import CpuStats, MemoryStats
@@ -15,41 +15,83 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def parse_proc_stat(text: str) -> tuple[int | None, int | None]:
-    """``(busy CPU jiffies across all CPUs, boot time epoch seconds)`` from /proc/stat."""
+    """``(busy CPU jiffies across all CPUs, boot time epoch seconds)`` from /proc/stat.
+
+    Only the ``cpu`` and ``btime`` lines are looked at (the file also holds a line per CPU
+    and an ``intr`` line of thousands of counters)."""
     busy = boot = None
-    for line in text.splitlines():
-        if line.startswith("cpu "):
-            fields = line.split()[1:]
-            try:
-                values = [int(v) for v in fields]
-            except ValueError:
-                continue
-            if len(values) < 4:         # a truncated line has no idle column to subtract
-                continue
+    line = _line_starting(text, "cpu ")
+    if line is not None:
+        try:
+            values = [int(v) for v in line.split()[1:]]
+        except ValueError:
+            values = []
+        if len(values) >= 4:        # a truncated line has no idle column to subtract
             # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
             # already counted in user/nice, idle and iowait are not busy.
             busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)
-        elif line.startswith("btime "):
-            try:
-                boot = int(line.split()[1])
-            except (IndexError, ValueError):
-                continue
+    line = _line_starting(text, "btime ")
+    if line is not None:
+        try:
+            boot = int(line.split()[1])
+        except (IndexError, ValueError):
+            pass
     return busy, boot
 
 
-def parse_key_values(text: str) -> dict[str, int]:
-    """``Key: 123 kB`` (meminfo, bytes) and ``key 123`` (vmstat) lines into a dict."""
+def _line_starting(text: str, prefix: str) -> str | None:
+    """The first line that starts with ``prefix``."""
+    at = text.find(prefix)
+    while at > 0 and text[at - 1] != "\n":
+        at = text.find(prefix, at + 1)
+    if at < 0:
+        return None
+    end = text.find("\n", at)
+    return text[at:end if end >= 0 else None]
+
+
+def parse_key_values(text: str, keys: Iterable[str] | None = None) -> dict[str, int]:
+    """``Key: 123 kB`` (meminfo, bytes) and ``key 123`` (vmstat) lines into a dict.
+
+    With ``keys``, only those are looked up, each from its first line that parses (meminfo
+    and vmstat have dozens and hundreds of lines: finding six keys beats splitting them all).
+    """
     values = {}
+    if keys is not None:
+        for key in keys:
+            at = text.find(key)
+            while at >= 0:
+                end = at + len(key)
+                if (at == 0 or text[at - 1] == "\n") and text[end:end + 1] in (":", " "):
+                    line_end = text.find("\n", end)
+                    number = _number(text[end + 1:line_end if line_end >= 0 else None].split())
+                    if number is not None:
+                        values[key] = number
+                        break
+                at = text.find(key, at + 1)
+        return values
     for line in text.splitlines():
         parts = line.replace(":", " ").split()
-        if len(parts) < 2:
-            continue
-        try:
-            number = int(parts[1])
-        except ValueError:
-            continue
-        values[parts[0]] = number * 1024 if len(parts) > 2 and parts[2] == "kB" else number
+        if len(parts) >= 2:
+            number = _number(parts[1:])
+            if number is not None:
+                values[parts[0]] = number
     return values
+
+
+def _number(parts: list[str]) -> int | None:
+    """``["123", "kB"]`` → bytes; ``["123"]`` → 123; anything else → None."""
+    if not parts:
+        return None
+    try:
+        number = int(parts[0])
+    except ValueError:
+        return None
+    return number * 1024 if len(parts) > 1 and parts[1] == "kB" else number
+
+
+MEMINFO_KEYS = ("MemTotal", "MemFree", "Inactive(file)", "AnonPages")
+VMSTAT_KEYS = ("pgfault", "pgmajfault")
 
 
 def memory_from_meminfo(meminfo: dict[str, int], vmstat: dict[str, int], now: float) -> MemoryStats:
@@ -114,5 +156,6 @@ class NodeReader:
         memory = None
         if meminfo is not None:
             vmstat = read_text(self._roots.proc_path("vmstat"), report) or ""
-            memory = memory_from_meminfo(parse_key_values(meminfo), parse_key_values(vmstat), now)
+            memory = memory_from_meminfo(parse_key_values(meminfo, MEMINFO_KEYS),
+                                         parse_key_values(vmstat, VMSTAT_KEYS), now)
         return cpu, memory
