@@ -98,3 +98,34 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
     # On /metrics the new process is a new series, not the old one stepping down.
     text = render(snapshot, None)[0].decode()
     assert 'pid="4242",pid_start_ticks="5000"' in text
+
+
+def _open_descriptors() -> set[str]:
+    import os
+
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_cgroup_files_stay_open_between_ticks_and_close_with_the_daemon(tmp_path,
+                                                                       in_process_daemon):
+    scenario(tmp_path, 300, [4242])
+    cgroup, proc = build(tmp_path / "host", {4242: (1, 1)})
+    before = _open_descriptors()
+    daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
+                               str(cgroup), "--proc-root", str(proc))
+    for _ in range(3):
+        snapshot = daemon.collector.tick()
+    (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
+    assert container.usage.memory.usage_bytes == 1048576
+    during = _open_descriptors() - before
+    # The container's cpu.stat, memory.current and memory.stat (its pod's cgroup has none),
+    # and the cgroup trees' inotify, beside the daemon's own (state journal, ...).
+    assert len(during) >= 4
+    memory = next(cgroup.rglob("cri-containerd-*.scope")) / "memory.current"
+    memory.write_text("2097152\n")                     # the kernel rewrites it in place
+    for _ in range(2):                                 # read every other tick by default
+        snapshot = daemon.collector.tick()
+    (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
+    assert container.usage.memory.usage_bytes == 2097152
+    daemon.close()
+    assert _open_descriptors() - before == set()
