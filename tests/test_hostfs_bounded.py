@@ -204,3 +204,21 @@ def test_a_directory_made_in_a_real_cgroup_tree_is_reported():
         if os.path.isdir(group):
             os.rmdir(group)
         changes.close()
+
+
+def test_past_the_watch_limit_every_call_says_changed(tmp_path):
+    import ctypes
+    import errno
+
+    changes = DirectoryChanges()
+    if changes.unavailable:
+        pytest.skip(changes.unavailable)
+
+    def limit_reached(fd, path, mask):
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    changes._add_watch = limit_reached           # as fs.inotify.max_user_watches would
+    changes.watch(str(tmp_path))
+    assert "No space left on device" in changes.unavailable
+    assert changes.changed() and changes.changed()
