@@ -158,3 +158,33 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
         assert c2["cpu"]["usageCoreNanoSeconds"] > 0      # v2 cpu.stat
     else:
         pytest.skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified for the second half")
+
+
+def test_a_cgroup_made_after_the_first_walk_is_found_and_read(cgroups):
+    """Discovery re-walks real cgroupfs on inotify's word: a container cgroup made after the
+    first walk is found by the next one, its kept files read, and it is gone once removed."""
+    from gpustats.hostfs import HostRoots
+    from gpustats.sources.cgroups import CgroupReader
+
+    reader = CgroupReader(HostRoots(cgroup=str(CGROUP)), kept_files=64)
+    try:
+        reader.discover()
+        reader.end_tick()
+        cid = f"{os.getpid():064x}"
+        group = CGROUP / "memory" / f"gpustats-late-{uuid.uuid4().hex[:8]}" / "docker" / cid
+        try:
+            _mkdir(group, cgroups["created"])
+        except OSError as exc:
+            pytest.skip(f"cannot create v1 cgroups here: {exc}")
+        found = reader.discover()
+        assert cid in found.containers
+        usage = reader.usage(cid, found.containers[cid].cgroup)
+        assert usage.memory is not None and usage.memory.usage_bytes == 0     # nothing in it
+        reader.end_tick()
+        for d in sorted(cgroups["created"], key=lambda p: len(p.parts), reverse=True):
+            d.rmdir()
+        cgroups["created"].clear()
+        assert cid not in reader.discover().containers
+        reader.end_tick()
+    finally:
+        reader.close()
