@@ -1,4 +1,6 @@
-"""Injectable host roots and small read helpers that turn vanished files into ``None``.
+"""Injectable host roots and small read helpers that turn vanished files into ``None``;
+files kept open between reads (``KeptFiles``) and directory-change watches
+(``DirectoryChanges``) for what is read every few seconds.
 
 sysfs, procfs and cgroupfs entries can disappear between listing and reading (a container
 exits, a process ends); every reader here returns ``None`` for that instead of raising. The
@@ -13,6 +15,7 @@ import errno
 import os
 import stat
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -159,6 +162,7 @@ class KeptFiles:
     def __init__(self, capacity: int):
         self.capacity = max(0, capacity)
         self._kept: dict[str, tuple[int, str]] = {}       # path -> (fd, group)
+        weakref.finalize(self, _close_kept, self._kept)   # one never closed: when collected
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -204,13 +208,18 @@ class KeptFiles:
             self._close(path)
 
     def close(self) -> None:
-        for path in list(self._kept):
-            self._close(path)
+        _close_kept(self._kept)
 
     def _close(self, path: str) -> None:
         kept = self._kept.pop(path, None)
         if kept is not None:
             os.close(kept[0])
+
+
+def _close_kept(kept: dict[str, tuple[int, str]]) -> None:
+    for fd, _ in kept.values():
+        os.close(fd)
+    kept.clear()
 
 
 class DirectoryChanges:
@@ -242,6 +251,7 @@ class DirectoryChanges:
             self.unavailable = f"inotify_init1: {os.strerror(ctypes.get_errno())}"
         else:
             self._fd = fd
+            self._closer = weakref.finalize(self, os.close, fd)   # when collected, unclosed
 
     def watch(self, directory: str) -> None:
         if self._fd is None:
@@ -267,7 +277,7 @@ class DirectoryChanges:
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            self._closer()
             self._fd = None
             self.unavailable = "closed"
 

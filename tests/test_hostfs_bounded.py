@@ -222,3 +222,17 @@ def test_past_the_watch_limit_every_call_says_changed(tmp_path):
     changes.watch(str(tmp_path))
     assert "No space left on device" in changes.unavailable
     assert changes.changed() and changes.changed()
+
+
+def test_kept_files_and_watches_never_closed_are_closed_when_collected(tmp_path):
+    import gc
+
+    (tmp_path / "a").write_text("1\n")
+    before = _open_fds()
+    kept, changes = KeptFiles(4), DirectoryChanges()
+    kept.read_int(str(tmp_path / "a"), "g")
+    changes.watch(str(tmp_path))
+    assert _open_fds() > before
+    del kept, changes
+    gc.collect()
+    assert _open_fds() == before
