@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from gpustats.hostfs import HostRoots, UnsafeFile, read_text
 from gpustats.model.host import CpuStats, MemoryStats
@@ -20,34 +20,33 @@ def parse_proc_stat(text: str) -> tuple[int | None, int | None]:
     Only the ``cpu`` and ``btime`` lines are looked at (the file also holds a line per CPU
     and an ``intr`` line of thousands of counters)."""
     busy = boot = None
-    line = _line_starting(text, "cpu ")
-    if line is not None:
+    cpu = next(_lines_starting(text, "cpu "), None)
+    if cpu is not None:
         try:
-            values = [int(v) for v in line.split()[1:]]
+            values = [int(v) for v in cpu.split()]
         except ValueError:
             values = []
         if len(values) >= 4:        # a truncated line has no idle column to subtract
             # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
             # already counted in user/nice, idle and iowait are not busy.
             busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)
-    line = _line_starting(text, "btime ")
-    if line is not None:
+    btime = next(_lines_starting(text, "btime "), None)
+    if btime is not None:
         try:
-            boot = int(line.split()[1])
+            boot = int(btime.split()[0])
         except (IndexError, ValueError):
             pass
     return busy, boot
 
 
-def _line_starting(text: str, prefix: str) -> str | None:
-    """The first line that starts with ``prefix``."""
+def _lines_starting(text: str, prefix: str) -> Iterator[str]:
+    """The rest of each line of ``text`` that starts with ``prefix``, first line first."""
     at = text.find(prefix)
-    while at > 0 and text[at - 1] != "\n":
+    while at >= 0:
+        if at == 0 or text[at - 1] == "\n":           # not the middle of a longer line
+            end = text.find("\n", at)
+            yield text[at + len(prefix):end if end >= 0 else None]
         at = text.find(prefix, at + 1)
-    if at < 0:
-        return None
-    end = text.find("\n", at)
-    return text[at:end if end >= 0 else None]
 
 
 def parse_key_values(text: str, keys: Iterable[str] | None = None) -> dict[str, int]:
@@ -59,16 +58,11 @@ def parse_key_values(text: str, keys: Iterable[str] | None = None) -> dict[str, 
     values = {}
     if keys is not None:
         for key in keys:
-            at = text.find(key)
-            while at >= 0:
-                end = at + len(key)
-                if (at == 0 or text[at - 1] == "\n") and text[end:end + 1] in (":", " "):
-                    line_end = text.find("\n", end)
-                    number = _number(text[end + 1:line_end if line_end >= 0 else None].split())
-                    if number is not None:
-                        values[key] = number
-                        break
-                at = text.find(key, at + 1)
+            for rest in _lines_starting(text, key):
+                number = _number(rest[1:].split()) if rest[:1] in (":", " ") else None
+                if number is not None:
+                    values[key] = number
+                    break
         return values
     for line in text.splitlines():
         parts = line.replace(":", " ").split()
