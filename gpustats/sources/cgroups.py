@@ -33,6 +33,9 @@ LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize)
 # while none is found at all, at every tick. One scandir of the cgroup root each time.
 LAYOUT_RECHECK_SECONDS = 30.0
 SOURCE = "cgroups"
+# A cgroup's memory usage, statistics and limit files, in v1's memory hierarchy and in v2.
+V1_MEMORY_FILES = ("memory.usage_in_bytes", "memory.stat", "memory.limit_in_bytes")
+V2_MEMORY_FILES = ("memory.current", "memory.stat", "memory.max")
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,15 @@ class _UsageFiles:
             path = file(controller, rel, name) if rel is not None else None
             return (path, rel) if path is not None else None
 
-        cpuacct, v2, memory = ref.path("cpuacct"), ref.path(V2), ref.path("memory")
+        v2, memory = ref.path(V2), ref.path("memory")
         if memory is not None:
-            return cls(kept("cpuacct", cpuacct, "cpuacct.usage"), kept(V2, v2, "cpu.stat"),
-                       kept("memory", memory, "memory.usage_in_bytes"),
-                       kept("memory", memory, "memory.stat"),
-                       file("memory", memory, "memory.limit_in_bytes"), v2_memory=False)
-        return cls(kept("cpuacct", cpuacct, "cpuacct.usage"), kept(V2, v2, "cpu.stat"),
-                   kept(V2, v2, "memory.current"), kept(V2, v2, "memory.stat"),
-                   file(V2, v2, "memory.max") if v2 is not None else None, v2_memory=True)
+            where, (usage, stat, limit) = ("memory", memory), V1_MEMORY_FILES
+        else:
+            where, (usage, stat, limit) = (V2, v2), V2_MEMORY_FILES
+        return cls(kept("cpuacct", ref.path("cpuacct"), "cpuacct.usage"),
+                   kept(V2, v2, "cpu.stat"), kept(*where, usage), kept(*where, stat),
+                   file(*where, limit) if where[1] is not None else None,
+                   v2_memory=memory is None)
 
 
 class CgroupReader:
