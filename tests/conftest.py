@@ -139,6 +139,11 @@ def in_process_daemon(tmp_path):
         daemon.close()
 
 
+def open_descriptors() -> set[str]:
+    """This process's open file descriptors (their numbers)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
 def make_pci_device(sysfs: Path, address: str, vendor: str = "0x10de",
                     pci_class: str = "0x030200", device: str = "0x2330") -> None:
     d = sysfs / "bus" / "pci" / "devices" / address

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpustats.export.prometheus import render
+from tests.conftest import open_descriptors
 from tests.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -100,24 +101,18 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
     assert 'pid="4242",pid_start_ticks="5000"' in text
 
 
-def _open_descriptors() -> set[str]:
-    import os
-
-    return set(os.listdir("/proc/self/fd"))
-
-
 def test_cgroup_files_stay_open_between_ticks_and_close_with_the_daemon(tmp_path,
                                                                        in_process_daemon):
     scenario(tmp_path, 300, [4242])
     cgroup, proc = build(tmp_path / "host", {4242: (1, 1)})
-    before = _open_descriptors()
+    before = open_descriptors()
     daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
                                str(cgroup), "--proc-root", str(proc))
     for _ in range(3):
         snapshot = daemon.collector.tick()
     (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
     assert container.usage.memory.usage_bytes == 1048576
-    during = _open_descriptors() - before
+    during = open_descriptors() - before
     # The container's cpu.stat, memory.current and memory.stat (its pod's cgroup has none),
     # and the cgroup trees' inotify, beside the daemon's own (state journal, ...).
     assert len(during) >= 4
@@ -128,4 +123,4 @@ def test_cgroup_files_stay_open_between_ticks_and_close_with_the_daemon(tmp_path
     (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
     assert container.usage.memory.usage_bytes == 2097152
     daemon.close()
-    assert _open_descriptors() - before == set()
+    assert open_descriptors() - before == set()

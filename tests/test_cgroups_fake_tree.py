@@ -6,6 +6,7 @@ import os
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroups import CgroupReader, detect_layout
 from gpustats.sources.procs import ProcReader
+from tests.conftest import open_descriptors
 
 UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
 UID_ = UID.replace("-", "_")
@@ -106,9 +107,9 @@ def test_vanishing_containers_never_raise(tmp_path, monkeypatch):
 
 def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
     root = v1_tree(tmp_path)
-    outside = len(os.listdir("/proc/self/fd"))
+    outside = len(open_descriptors())
     reader = CgroupReader(HostRoots(cgroup=str(root)), kept_files=16)
-    before = len(os.listdir("/proc/self/fd"))          # the reader's own: its inotify
+    before = len(open_descriptors())          # the reader's own: its inotify
     found = reader.discover()
     c1, c2 = found.containers[C1], found.containers[C2]
     assert reader.device_rules(c2.cgroup).all_devices
@@ -116,7 +117,7 @@ def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
     reader.end_tick()
     # devices.list of C2; cpuacct.usage, memory.usage_in_bytes, memory.stat of C1 (the limit
     # is read every 30 s, not kept).
-    assert len(os.listdir("/proc/self/fd")) == before + 4
+    assert len(open_descriptors()) == before + 4
     pod = f"kubepods/burstable/pod{UID}"
     (root / "cpu,cpuacct" / pod / C1 / "cpuacct.usage").write_text("7000000000\n")
     import shutil
@@ -126,9 +127,9 @@ def test_kept_files_read_fresh_figures_and_close_with_their_cgroup(tmp_path):
     assert reader.usage(C1, found.containers[C1].cgroup).cpu.usage_core_nano_seconds \
         == 7_000_000_000
     reader.end_tick()
-    assert len(os.listdir("/proc/self/fd")) == before + 3     # C2's file closed with it
+    assert len(open_descriptors()) == before + 3     # C2's file closed with it
     reader.close()
-    assert len(os.listdir("/proc/self/fd")) == outside
+    assert len(open_descriptors()) == outside
 
 
 def test_trees_are_walked_again_only_when_a_directory_comes_or_goes(tmp_path, monkeypatch):

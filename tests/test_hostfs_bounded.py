@@ -9,6 +9,7 @@ from gpustats.hostfs import (
     DEADLINE, NOT_REGULAR, TOO_LARGE, DirectoryChanges, KeptFiles, UnsafeFile, read_int,
     read_regular, read_text,
 )
+from tests.conftest import open_descriptors
 
 
 def test_regular_file_and_kernel_files_read_whole(tmp_path):
@@ -82,10 +83,6 @@ def test_a_short_read_ends_the_file_without_another_read(tmp_path, monkeypatch):
     assert read_regular(str(exact)) == b"y" * 65536 and len(reads) == 2
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 def test_a_kept_file_is_opened_once_and_reads_fresh_contents(tmp_path, monkeypatch):
     f = tmp_path / "memory.current"
     f.write_text("100\n")
@@ -106,24 +103,24 @@ def test_kept_files_past_capacity_are_read_the_plain_way(tmp_path):
     paths = [tmp_path / f"f{i}" for i in range(3)]
     for i, p in enumerate(paths):
         p.write_text(f"{i}\n")
-    before = _open_fds()
+    before = len(open_descriptors())
     kept = KeptFiles(2)
     assert [kept.read_int(str(p), "g") for p in paths] == [0, 1, 2]
     assert [kept.read_int(str(p), "g") for p in paths] == [0, 1, 2]
-    assert len(kept) == 2 and _open_fds() == before + 2
+    assert len(kept) == 2 and len(open_descriptors()) == before + 2
     kept.close()
-    assert _open_fds() == before
+    assert len(open_descriptors()) == before
 
 
 def test_keep_only_closes_the_files_of_groups_no_longer_seen(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).write_text("1\n")
-    before = _open_fds()
+    before = len(open_descriptors())
     kept = KeptFiles(8)
     kept.read_int(str(tmp_path / "a"), "/pod/a")
     kept.read_int(str(tmp_path / "b"), "/pod/b")
     kept.keep_only({"/pod/b"})
-    assert len(kept) == 1 and _open_fds() == before + 1
+    assert len(kept) == 1 and len(open_descriptors()) == before + 1
     kept.close()
 
 
@@ -228,11 +225,11 @@ def test_kept_files_and_watches_never_closed_are_closed_when_collected(tmp_path)
     import gc
 
     (tmp_path / "a").write_text("1\n")
-    before = _open_fds()
+    before = len(open_descriptors())
     kept, changes = KeptFiles(4), DirectoryChanges()
     kept.read_int(str(tmp_path / "a"), "g")
     changes.watch(str(tmp_path))
-    assert _open_fds() > before
+    assert len(open_descriptors()) > before
     del kept, changes
     gc.collect()
-    assert _open_fds() == before
+    assert len(open_descriptors()) == before
