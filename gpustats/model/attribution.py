@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpustats.model.record import record
 
 SHARING_EXCLUSIVE = "exclusive"
 SHARING_TIME_SLICING = "time-slicing"
@@ -18,7 +18,7 @@ SHARE_MIG_ASSUMED = "mig-assumed-activity"   # instance without activity data: m
 SHARE_MIG_EQUAL = "mig-equal-split"
 
 
-@dataclass(frozen=True)
+@record
 class ProcessAttribution:
     pid: int
     device_uuid: str
@@ -30,7 +30,7 @@ class ProcessAttribution:
     sm_util_percent: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class DeviceAttribution:
     device_uuid: str
     idle_power_watts: float | None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gpustats.model.dra import ClaimDevice
 from gpustats.model.host import CpuStats, MemoryStats
+from gpustats.model.record import record
 
 # Why a container is mapped to a GPU (recorded per mapping in the snapshot).
 REASON_DEVICES_LIST = "devices.list"
@@ -14,7 +15,7 @@ REASON_POD_RESOURCES = "pod-resources"
 REASON_DRA = "dra"                    # a ResourceClaim device, resolved through CDI
 
 
-@dataclass(frozen=True)
+@record
 class CgroupRef:
     """Where a container's cgroup lives: one path per v1 controller, or the v2 path."""
 
@@ -34,7 +35,7 @@ class CgroupRef:
         return self._by_controller.get(controller)
 
 
-@dataclass(frozen=True)
+@record
 class ContainerIdentity:
     """A container as its cgroup path names it (names filled in from pod-resources/runtime)."""
 
@@ -48,7 +49,7 @@ class ContainerIdentity:
     pod_namespace: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GpuMapping:
     """One container → GPU link and the sources that established it."""
 
@@ -58,7 +59,7 @@ class GpuMapping:
     reasons: frozenset[str] = field(default_factory=frozenset)
 
 
-@dataclass(frozen=True)
+@record
 class ContainerUsage:
     """CPU and memory of one container (or pod) cgroup, as the kubelet reports them."""
 
@@ -67,7 +68,7 @@ class ContainerUsage:
     memory: MemoryStats | None = None
 
 
-@dataclass(frozen=True)
+@record
 class DeviceRef:
     """A device ID as the NVIDIA device plugin reports it, parsed."""
 
@@ -78,7 +79,7 @@ class DeviceRef:
     gpu_instance_id: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class PodDeviceAllocation:
     """One device the kubelet allocated to one container (pod-resources ``List``).
 
@@ -95,7 +96,7 @@ class PodDeviceAllocation:
     claim: ClaimDevice | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ContainerNames:
     """Kubernetes names of a container from the runtime's labels."""
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from gpustats.model.record import record
 
 
-@dataclass(frozen=True)
+@record
 class DeviceIdentity:
     """Identity read once per NVML session (refreshed on re-init or MIG mode change)."""
 
@@ -18,7 +20,7 @@ class DeviceIdentity:
     architecture: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ProcessReading:
     """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses)."""
 
@@ -28,7 +30,7 @@ class ProcessReading:
     compute_instance_id: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ProcessSample:
     """One per-process utilization sample (nvmlDeviceGetProcessUtilization)."""
 
@@ -38,7 +40,7 @@ class ProcessSample:
     mem_util_percent: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class MigInstanceReading:
     """One MIG GPU instance as seen through its MIG device handle."""
 
@@ -52,7 +54,7 @@ class MigInstanceReading:
     gpm: GpmReading | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GpmReading:
     """GPM metrics (Hopper+) over the interval between two samples > 100 ms apart."""
 
@@ -67,7 +69,7 @@ class GpmReading:
     tensor_active_percent: float | None = None     # any tensor pipe active (DCGM PIPE_TENSOR)
 
 
-@dataclass(frozen=True)
+@record
 class RemappedRowsReading:
     """Row remapping (Ampere+; nvmlDeviceGetRemappedRows or fields 142-145): cumulative counts."""
 
@@ -77,7 +79,7 @@ class RemappedRowsReading:
     failure: bool | None = None            # a remapping failed (no spare row left)
 
 
-@dataclass(frozen=True)
+@record
 class ViolationReading:
     """Cumulative throttle violation time in ns per policy (nvmlDeviceGetViolationStatus)."""
 
@@ -88,7 +90,7 @@ class ViolationReading:
     reference_time_us: int | None = None   # when the driver took these counters (CPU µs)
 
 
-@dataclass(frozen=True)
+@record
 class DeviceReading:
     """One tick's sweep of one physical GPU."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpustats.model.record import record
 
 # Why a claim device stays unresolved (shown beside the container that holds it).
 UNRESOLVED_NO_CDI_DEVICE = "no-cdi-device"           # the kubelet named no CDI device
@@ -12,7 +12,7 @@ UNRESOLVED_GPU_NOT_FOUND = "gpu-not-found"           # minor or UUID that NVML d
 UNRESOLVED_MIG_UNKNOWN = "mig-instance-unknown"      # MIG GPU, capability minors not found
 
 
-@dataclass(frozen=True)
+@record
 class ClaimDevice:
     """One device of a ResourceClaim allocated to a container (pod-resources ClaimResource)."""
 
@@ -25,7 +25,7 @@ class ClaimDevice:
     cdi_devices: tuple[str, ...] = ()        # fully qualified: vendor.com/class=name
 
 
-@dataclass(frozen=True)
+@record
 class CdiDeviceNodes:
     """What one CDI device gives a container: its spec-level and device-level edits merged."""
 
@@ -34,7 +34,7 @@ class CdiDeviceNodes:
     visible_device_uuids: tuple[str, ...] = ()   # NVIDIA_VISIBLE_DEVICES=GPU-…,MIG-…
 
 
-@dataclass(frozen=True)
+@record
 class MigCapability:
     """A MIG capability device minor and the instance it opens (procfs ``…/access``)."""
 
@@ -43,7 +43,7 @@ class MigCapability:
     compute_instance_id: int | None = None   # None: the GPU instance's own capability
 
 
-@dataclass(frozen=True)
+@record
 class UnresolvedClaim:
     """A claim device a container holds that could not be mapped to a GPU, and why."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpustats.model.record import record
 
 STATUS_TRUE = "True"
 STATUS_FALSE = "False"
@@ -22,7 +22,7 @@ XID_DESCRIPTIONS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Condition:
     type: str
     status: str
@@ -32,7 +32,7 @@ class Condition:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class HealthEvent:
     """Something the driver reported about one GPU."""
 
@@ -43,7 +43,7 @@ class HealthEvent:
     source: str = "nvml-events"
 
 
-@dataclass(frozen=True)
+@record
 class DeviceHealth:
     conditions: tuple[Condition, ...]
     xid_error_count: int = 0
@@ -56,7 +56,7 @@ class DeviceHealth:
         return all(c.status == STATUS_TRUE for c in self.conditions)
 
 
-@dataclass(frozen=True)
+@record
 class Saturation:
     """Signals over the saturation window (keys as in the OpenCost saturation design)."""
 

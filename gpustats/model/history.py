@@ -8,7 +8,8 @@ the recorder's arrays change under them.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+
+from gpustats.model.record import record
 
 # Field order of one row after its monotonic time (the first column).
 GPU_FIELDS = ("duty_cycle_percent", "memory_used_bytes", "power_watts", "idle_power_watts",
@@ -18,7 +19,7 @@ CONTAINER_FIELDS = ("attributed_power_watts", "attributed_energy_joules",
                     "process_memory_used_bytes", "compute_utilization_percent")
 
 
-@dataclass(frozen=True)
+@record
 class GpuSeries:
     uuid: str
     index: int
@@ -28,7 +29,7 @@ class GpuSeries:
     rows: array                         # flat: (monotonic, *GPU_FIELDS) per row
 
 
-@dataclass(frozen=True)
+@record
 class MigSeries:
     device_uuid: str
     gpu_instance_id: int
@@ -38,7 +39,7 @@ class MigSeries:
     rows: array                         # flat: (monotonic, *MIG_FIELDS) per row
 
 
-@dataclass(frozen=True)
+@record
 class ContainerSeries:
     """One container's use of one GPU (or MIG instance)."""
 
@@ -52,7 +53,7 @@ class ContainerSeries:
     rows: array                         # flat: (monotonic, *CONTAINER_FIELDS) per row
 
 
-@dataclass(frozen=True)
+@record
 class HistoryWindow:
     """What the history holds for the last ``seconds`` up to the snapshot ``sequence``."""
 

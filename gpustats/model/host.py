@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpustats.model.record import record
 
 
-@dataclass(frozen=True)
+@record
 class CpuStats:
     """kubelet CPUStats: cumulative core-ns and the rate between two samples."""
 
@@ -14,7 +14,7 @@ class CpuStats:
     usage_nano_cores: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class MemoryStats:
     """kubelet MemoryStats. ``available_bytes`` only when a limit exists."""
 
@@ -27,7 +27,7 @@ class MemoryStats:
     major_page_faults: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class NodeStats:
     node_name: str
     start_time: float                          # boot time, epoch seconds

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpustats.model.containers import ContainerUsage
 from gpustats.model.device import DeviceIdentity, DeviceReading
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
+from gpustats.model.record import record
 from gpustats.model.sources import SourceState
 
 
-@dataclass(frozen=True)
+@record
 class MigInstanceStats:
     gpu_instance_id: int
     uuid: str | None = None
@@ -24,7 +23,7 @@ class MigInstanceStats:
     attributed_energy_joules: float | None = None   # cumulative
 
 
-@dataclass(frozen=True)
+@record
 class DeviceStats:
     """One physical GPU at the end of a tick. ``energy_joules`` is the daemon's monotonic total."""
 
@@ -48,7 +47,7 @@ class DeviceStats:
     reading: DeviceReading | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ProcessStats:
     pid: int
     device_uuid: str
@@ -62,7 +61,7 @@ class ProcessStats:
     start_time_ticks: int | None = None      # /proc/<pid>/stat starttime: tells reused PIDs apart
 
 
-@dataclass(frozen=True)
+@record
 class ContainerAccelerator:
     """A GPU as seen from one container: device figures plus what its processes account for."""
 
@@ -77,7 +76,7 @@ class ContainerAccelerator:
     claim: ClaimDevice | None = None                # the DRA claim that allocated it
 
 
-@dataclass(frozen=True)
+@record
 class ContainerStats:
     container_id: str
     name: str | None = None
@@ -89,7 +88,7 @@ class ContainerStats:
     unresolved_claims: tuple[UnresolvedClaim, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class PodAccelerator:
     device_uuid: str
     attributed_power_watts: float | None = None
@@ -97,7 +96,7 @@ class PodAccelerator:
     claim: ClaimDevice | None = None
 
 
-@dataclass(frozen=True)
+@record
 class PodStats:
     uid: str
     name: str | None = None
@@ -107,7 +106,7 @@ class PodStats:
     accelerators: tuple[PodAccelerator, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class DaemonStatus:
     """Self-observation: NVML state and collection health."""
 
@@ -122,7 +121,7 @@ class DaemonStatus:
     sources: tuple[SourceState, ...] = ()       # each data source's state, by name
 
 
-@dataclass(frozen=True)
+@record
 class Snapshot:
     sequence: int
     taken_at: float                 # epoch seconds at the end of the tick

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpustats.model.record import record
 
 STATE_OK = "ok"
 STATE_FAILING = "failing"
 STATE_ABSENT = "absent"       # configured, but its socket or endpoint does not exist (yet)
 
 
-@dataclass(frozen=True)
+@record
 class SourceState:
     """One source at the end of a tick. Times are epoch seconds; ``None`` when never."""
 

@@ -1,0 +1,75 @@
+"""``@record``: a frozen dataclass that is cheaper to build.
+
+A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``
+(the frozen ``__setattr__`` refuses), about twice the cost of a plain assignment. A snapshot
+builds thousands of records every tick (one per container, accelerator, process, …), so
+``record`` replaces that ``__init__`` with one of the same signature that stores the fields
+straight into the new instance's ``__dict__``. Everything else is the dataclass's own: fields,
+``replace``, equality, hashing, ``repr``, and ``FrozenInstanceError`` on assignment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_NO_VALUE = object()      # stands for "not passed" where a field's default is a factory
+
+
+def record(cls: type[T]) -> type[T]:
+    """``@dataclass(frozen=True)`` with a cheaper ``__init__`` (same signature, same result)."""
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    cls.__init__ = _direct_init(cls)
+    return cls
+
+
+def _direct_init(cls: type) -> Any:
+    env: dict[str, Any] = {"__record_no_value": _NO_VALUE}
+    positional, keyword_only, body = [], [], []
+    for f in dataclasses.fields(cls):
+        if f.name == "self" or f.name.startswith("__record_"):    # names the code uses
+            raise TypeError(f"{cls.__qualname__}.{f.name}: a name @record keeps for itself")
+        has_default = f.default is not dataclasses.MISSING
+        has_factory = f.default_factory is not dataclasses.MISSING
+        if not f.init:
+            if has_default:
+                env[f"__record_default_{f.name}"] = f.default
+                body.append(f"__record_dict[{f.name!r}] = __record_default_{f.name}")
+            elif has_factory:
+                env[f"__record_factory_{f.name}"] = f.default_factory
+                body.append(f"__record_dict[{f.name!r}] = __record_factory_{f.name}()")
+            continue
+        if has_default:
+            env[f"__record_default_{f.name}"] = f.default
+            parameter = f"{f.name}=__record_default_{f.name}"
+        elif has_factory:
+            env[f"__record_factory_{f.name}"] = f.default_factory
+            parameter = f"{f.name}=__record_no_value"
+            body.append(f"if {f.name} is __record_no_value: "
+                        f"{f.name} = __record_factory_{f.name}()")
+        else:
+            parameter = f.name
+        (keyword_only if f.kw_only else positional).append(parameter)
+        body.append(f"__record_dict[{f.name!r}] = {f.name}")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    parameters = ", ".join(["self", *positional, *(["*", *keyword_only] if keyword_only else [])])
+    source = (f"def __init__({parameters}):\n"
+              f"    __record_dict = self.__dict__\n"
+              + "".join(f"    {line}\n" for line in body or ["pass"]))
+    exec(source, env)          # noqa: S102 - built from the class's own field names only
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__doc__ = cls.__init__.__doc__
+    if _shape(init) != _shape(cls.__init__):     # e.g. an InitVar, which fields() leaves out
+        raise TypeError(f"@record cannot rebuild {cls.__qualname__}.__init__")
+    return init
+
+
+def _shape(init: Any) -> list[tuple[str, Any, bool]]:
+    return [(p.name, p.kind, p.default is inspect.Parameter.empty)
+            for p in inspect.signature(init).parameters.values()]
