@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
 from gpustats.model.health import Saturation
@@ -26,6 +27,12 @@ REASON_BITS = (("sw_power_cap", 0x4), ("hw_slowdown", 0x8), ("sync_boost", 0x10)
                ("sw_thermal", 0x20), ("hw_thermal", 0x40), ("hw_power_brake", 0x80))
 VIOLATION_FIELDS = (("power", "power_ns"), ("thermal", "thermal_ns"),
                     ("sync_boost", "sync_boost_ns"), ("board_limit", "board_limit_ns"))
+# GPM figures averaged over the window (percentages and bytes per second, as GPM gives them).
+GPM_MEANS = ("sm_active_percent", "sm_occupancy_percent", "dram_active_percent",
+             "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
+             "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
+_violation_values = attrgetter(*(name for _, name in VIOLATION_FIELDS))
+_gpm_values = attrgetter(*GPM_MEANS)
 
 
 @dataclass(frozen=True)
@@ -70,27 +77,27 @@ def _violation_readings(samples: list[SaturationSample]) -> list[tuple[float, Vi
 
 
 def violation_ratios(samples: list[SaturationSample]) -> tuple[tuple[str, float], ...] | None:
-    readings = _violation_readings(samples)
-    out = []
-    for name, field in VIOLATION_FIELDS:
-        increase = elapsed = 0.0
-        pairs = 0
-        for (ta, a), (tb, b) in zip(readings, readings[1:]):
-            va = getattr(a, field) if a else None
-            vb = getattr(b, field) if b else None
-            dt = tb - ta
-            if va is None or vb is None or dt <= 0 or vb < va:
+    readings = [(when, _violation_values(v) if v is not None else None)
+                for when, v in _violation_readings(samples)]
+    increase, elapsed = [0.0] * len(VIOLATION_FIELDS), [0.0] * len(VIOLATION_FIELDS)
+    pairs = [0] * len(VIOLATION_FIELDS)
+    for (ta, a), (tb, b) in zip(readings, readings[1:]):
+        dt = tb - ta
+        if a is None or b is None or dt <= 0:
+            continue
+        for i, (va, vb) in enumerate(zip(a, b)):
+            if va is None or vb is None or vb < va:
                 continue
-            increase += vb - va
-            elapsed += dt * 1e9
-            pairs += 1
-        if pairs:
-            out.append((name, min(1.0, max(0.0, increase / elapsed))))
-    return tuple(out) or None
+            increase[i] += vb - va
+            elapsed[i] += dt * 1e9
+            pairs[i] += 1
+    out = tuple((name, min(1.0, max(0.0, increase[i] / elapsed[i])))
+                for i, (name, _) in enumerate(VIOLATION_FIELDS) if pairs[i])
+    return out or None
 
 
-def reason_ratios(samples: list[SaturationSample]) -> tuple[tuple[str, float], ...] | None:
-    masks = [s.reasons for s in samples if s.reasons is not None]
+def reason_ratios(masks: list[int]) -> tuple[tuple[str, float], ...] | None:
+    """Each reason's share of the samples that gave a clocks-event mask."""
     if not masks:
         return None
     return tuple((name, sum(1 for m in masks if m & bit) / len(masks)) for name, bit in REASON_BITS)
@@ -113,38 +120,52 @@ class SaturationWindow:
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
         samples = list(self._samples)
-        inside = [s for s in samples if s.time >= samples[-1].time - self.window_seconds] \
-            if samples else []
-        ratios = [s.memory_used_bytes / s.memory_total_bytes for s in inside
-                  if s.memory_used_bytes is not None and s.memory_total_bytes]
-        gpm = [s.gpm for s in inside if s.gpm is not None]
+        start = samples[-1].time - self.window_seconds if samples else 0.0
+        # One pass over the samples inside the window, each signal into its own column.
+        ratios: list[float] = []
+        masks: list[int] = []
+        gpm: list[list[float]] = [[] for _ in GPM_MEANS]
+        pcie_tx: list[float] = []
+        pcie_rx: list[float] = []
+        for s in samples:
+            if s.time < start:
+                continue
+            if s.memory_used_bytes is not None and s.memory_total_bytes:
+                ratios.append(s.memory_used_bytes / s.memory_total_bytes)
+            if s.reasons is not None:
+                masks.append(s.reasons)
+            if s.gpm is not None:
+                for column, value in zip(gpm, _gpm_values(s.gpm)):
+                    if value is not None:
+                        column.append(value)
+            if s.pcie_tx_bytes_per_second is not None:
+                pcie_tx.append(s.pcie_tx_bytes_per_second)
+            if s.pcie_rx_bytes_per_second is not None:
+                pcie_rx.append(s.pcie_rx_bytes_per_second)
+        means = dict(zip(GPM_MEANS, map(_mean, gpm)))
 
-        def gpm_mean(field: str, scale: float = 1.0) -> float | None:
-            values = [getattr(g, field) for g in gpm if getattr(g, field) is not None]
-            mean = _mean(values)
+        def scaled(field: str, scale: float) -> float | None:
+            mean = means[field]
             return mean * scale if mean is not None else None
 
-        def rate(gpm_field: str, nvml_field: str) -> float | None:
-            from_gpm = gpm_mean(gpm_field)
-            if from_gpm is not None:
-                return from_gpm
-            return _mean([getattr(s, nvml_field) for s in inside
-                          if getattr(s, nvml_field) is not None])
+        def rate(gpm_field: str, nvml: list[float]) -> float | None:
+            """GPM's figure when the window has one, else NVML's PCIe throughput."""
+            return means[gpm_field] if means[gpm_field] is not None else _mean(nvml)
 
         return Saturation(
             window_seconds=self.window_seconds,
             throttle_violation_ratios=violation_ratios(samples),
-            throttle_reason_ratios=reason_ratios(inside),
+            throttle_reason_ratios=reason_ratios(masks),
             memory_used_ratio_avg=_mean(ratios),
             memory_used_ratio_max=max(ratios) if ratios else None,
             memory_pressure_ratio=(sum(1 for r in ratios if r >= self.pressure_threshold)
                                    / len(ratios)) if ratios else None,
             xid_error_count=xid_events_in_window,
-            sm_active_avg=gpm_mean("sm_active_percent", 0.01),
-            sm_occupancy_avg=gpm_mean("sm_occupancy_percent", 0.01),
-            dram_active_avg=gpm_mean("dram_active_percent", 0.01),
-            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second"),
-            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second"),
-            nvlink_tx_bytes_avg=gpm_mean("nvlink_tx_bytes_per_second"),
-            nvlink_rx_bytes_avg=gpm_mean("nvlink_rx_bytes_per_second"),
+            sm_active_avg=scaled("sm_active_percent", 0.01),
+            sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
+            dram_active_avg=scaled("dram_active_percent", 0.01),
+            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", pcie_tx),
+            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", pcie_rx),
+            nvlink_tx_bytes_avg=means["nvlink_tx_bytes_per_second"],
+            nvlink_rx_bytes_avg=means["nvlink_rx_bytes_per_second"],
         )
