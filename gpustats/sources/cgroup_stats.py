@@ -144,6 +144,15 @@ def memory_stats(now: float, usage: int | None, stat: dict[str, int], limit: int
     )
 
 
+def cpu_rate(before_at: float | None, before_ns: int | None, now_at: float,
+             now_ns: int) -> int | None:
+    """``usageNanoCores`` between two cumulative CPU samples (monotonic seconds, ns); ``None``
+    without an earlier sample, or when time or the counter went backwards (a new cgroup)."""
+    if before_at is None or before_ns is None or now_at <= before_at or now_ns < before_ns:
+        return None
+    return int((now_ns - before_ns) / (now_at - before_at))
+
+
 class CpuRateTracker:
     """Turns cumulative CPU ns into ``usageNanoCores`` from the previous sample of each key.
 
@@ -161,10 +170,8 @@ class CpuRateTracker:
         if usage_ns is None:
             return None
         self._last_tick[key] = self._tick
-        rate = None
         previous = self._previous.get(key)
-        if previous is not None and now_mono > previous[0] and usage_ns >= previous[1]:
-            rate = int((usage_ns - previous[1]) / (now_mono - previous[0]))
+        rate = cpu_rate(*previous, now_mono, usage_ns) if previous is not None else None
         self._previous[key] = (now_mono, usage_ns)
         return CpuStats(time=now_wall, usage_core_nano_seconds=usage_ns, usage_nano_cores=rate)
 

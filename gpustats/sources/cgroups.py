@@ -16,9 +16,10 @@ from typing import Callable
 
 from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
+from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroup_stats import (
-    MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, CpuRateTracker, DeviceRules, cpu_stat_usage_usec,
+    MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, DeviceRules, cpu_rate, cpu_stat_usage_usec,
     memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
 )
 from gpustats.sources.errors import CollectionErrors, LogOnce
@@ -133,6 +134,23 @@ class _UsageFiles:
                    v2_memory=memory is None)
 
 
+class _CgroupState:
+    """What is kept of one container's or pod's cgroup between its reads."""
+
+    __slots__ = ("ref", "files", "last_tick", "start_time", "limit", "limit_read_at",
+                 "cpu_read_at", "cpu_ns")
+
+    def __init__(self, ref: CgroupRef, tick: int):
+        self.ref = ref
+        self.files: _UsageFiles | None = None        # worked out at the first read
+        self.last_tick = tick
+        self.start_time: float | None = None         # None: not known yet
+        self.limit: int | None = None
+        self.limit_read_at: float | None = None      # monotonic; None: never read
+        self.cpu_read_at: float | None = None        # the last CPU sample (monotonic, ns)
+        self.cpu_ns: int | None = None
+
+
 class CgroupReader:
     """Walks the cgroup hierarchies and reads per-container figures."""
 
@@ -153,16 +171,12 @@ class CgroupReader:
         self._layout_checked = 0.0
         self._unsafe: list[UnsafeFile] = []      # files refused this tick
         self._forget_after = forget_after_ticks
-        self._cpu = CpuRateTracker(forget_after_ticks)
         self._log_once = LogOnce(log, every_seconds=600.0)
         # Per-tick caches, pruned in end_tick to what was seen this tick.
         self._parsed: dict[str, object] = {}
         self._parsed_seen: set[str] = set()
         self._dirs: dict[tuple[str, str], str | None] = {}
-        self._start_times: dict[object, float | None] = {}
-        self._limits: dict[object, tuple[float, int | None]] = {}
-        self._usage_files: dict[object, tuple[CgroupRef, _UsageFiles]] = {}
-        self._key_ticks: dict[object, int] = {}
+        self._states: dict[object, _CgroupState] = {}     # per container or pod key
         self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
         self._changes = DirectoryChanges()
@@ -183,7 +197,8 @@ class CgroupReader:
                 f"{name or 'v2'}={path}" for name, path in layout.hierarchies) or "none")
             self._layout = layout
             self._dirs.clear()
-            self._usage_files.clear()       # worked out from the old layout's roots
+            for state in self._states.values():
+                state.files = None          # worked out from the old layout's roots
 
     def report_unsafe(self, exc: UnsafeFile) -> None:
         """A file in the tree that was refused (FIFO, huge, too slow): counted at tick end."""
@@ -288,65 +303,57 @@ class CgroupReader:
                 continue
         return min(times) if times else None
 
-    def _cached_start_time(self, key: object, ref: CgroupRef) -> float | None:
-        if key not in self._start_times or self._start_times[key] is None:
-            self._start_times[key] = self.start_time(ref)
-        return self._start_times[key]
-
-    def _limit(self, key: object, path: str | None, *, v2: bool, now: float) -> int | None:
-        cached = self._limits.get(key)
-        if cached is not None and now - cached[0] < LIMIT_REFRESH_SECONDS:
-            return cached[1]
-        limit = parse_limit(read_text(path, self.report_unsafe) if path else None, v2=v2)
-        self._limits[key] = (now, limit)
-        return limit
-
     def usage(self, key: object, ref: CgroupRef) -> ContainerUsage:
         """CPU and memory of one cgroup, the way the kubelet reports them."""
+        state = self._states.get(key)
+        if state is None or (state.ref is not ref and state.ref != ref):
+            state = self._states[key] = _CgroupState(ref, self._tick)
+        state.last_tick = self._tick
+        files = state.files
+        if files is None:
+            files = state.files = _UsageFiles.of(ref, self._file)
         now, mono = self._wall(), self._monotonic()
-        self._key_ticks[key] = self._tick
-        files = self._usage_files_of(key, ref)
-        read_int, read_text = self._files.read_int, self._files.read_text
         cpu_ns = None
         if files.cpuacct is not None:
-            cpu_ns = read_int(*files.cpuacct, self.report_unsafe)
+            cpu_ns = self._files.read_int(*files.cpuacct, self.report_unsafe)
         if cpu_ns is None and files.cpu_stat is not None:
-            text = read_text(*files.cpu_stat, self.report_unsafe)
+            text = self._files.read_text(*files.cpu_stat, self.report_unsafe)
             usec = cpu_stat_usage_usec(text) if text is not None else None
             cpu_ns = usec * 1000 if usec is not None else None
-        memory = None
-        if files.memory_usage is not None:
-            usage = read_int(*files.memory_usage, self.report_unsafe)
-            # v1: either file gives figures; v2: memory.stat only beside memory.current.
-            stat = read_text(*files.memory_stat, self.report_unsafe) \
-                if usage is not None or not files.v2_memory else None
-            if usage is not None or stat is not None:
-                limit = self._limit(key, files.memory_limit, v2=files.v2_memory, now=mono)
-                memory = memory_stats(
-                    now, usage, parse_flat_keyed(stat or "", MEMORY_STAT_KEYS_V2
-                                                 if files.v2_memory else MEMORY_STAT_KEYS_V1),
-                    limit, v2=files.v2_memory)
-        return ContainerUsage(start_time=self._cached_start_time(key, ref),
-                              cpu=self._cpu.stats(key, now, mono, cpu_ns), memory=memory)
+        cpu = None
+        if cpu_ns is not None:
+            cpu = CpuStats(time=now, usage_core_nano_seconds=cpu_ns,
+                           usage_nano_cores=cpu_rate(state.cpu_read_at, state.cpu_ns, mono,
+                                                     cpu_ns))
+            state.cpu_read_at, state.cpu_ns = mono, cpu_ns
+        memory = self._memory(state, files, now, mono) if files.memory_usage is not None \
+            else None
+        if state.start_time is None:
+            state.start_time = self.start_time(ref)
+        return ContainerUsage(start_time=state.start_time, cpu=cpu, memory=memory)
 
-    def _usage_files_of(self, key: object, ref: CgroupRef) -> _UsageFiles:
-        cached = self._usage_files.get(key)
-        if cached is not None and cached[0] == ref:
-            return cached[1]
-        files = _UsageFiles.of(ref, self._file)
-        self._usage_files[key] = (ref, files)
-        return files
+    def _memory(self, state: _CgroupState, files: _UsageFiles, now: float,
+                mono: float) -> MemoryStats | None:
+        usage = self._files.read_int(*files.memory_usage, self.report_unsafe)
+        # v1: either file gives figures; v2: memory.stat only beside memory.current.
+        stat = self._files.read_text(*files.memory_stat, self.report_unsafe) \
+            if usage is not None or not files.v2_memory else None
+        if usage is None and stat is None:
+            return None
+        if state.limit_read_at is None or mono - state.limit_read_at >= LIMIT_REFRESH_SECONDS:
+            text = read_text(files.memory_limit, self.report_unsafe) \
+                if files.memory_limit else None
+            state.limit, state.limit_read_at = parse_limit(text, v2=files.v2_memory), mono
+        keys = MEMORY_STAT_KEYS_V2 if files.v2_memory else MEMORY_STAT_KEYS_V1
+        return memory_stats(now, usage, parse_flat_keyed(stat or "", keys), state.limit,
+                            v2=files.v2_memory)
 
     def end_tick(self) -> None:
         """Forget what belongs to cgroups not seen this tick; report this tick's state."""
         self._report_tick()
-        self._cpu.end_tick()
         horizon = self._tick - self._forget_after
-        for key in [k for k, t in self._key_ticks.items() if t < horizon]:
-            del self._key_ticks[key]
-            self._start_times.pop(key, None)
-            self._limits.pop(key, None)
-            self._usage_files.pop(key, None)
+        for key in [k for k, state in self._states.items() if state.last_tick < horizon]:
+            del self._states[key]
         self._tick += 1
         if self._parsed_seen:
             for rel in set(self._parsed) - self._parsed_seen:
