@@ -159,6 +159,25 @@ def test_answers_kept_until_specs_or_gpus_change():
     assert resolver.resolve(gone, swapped) == (((GPU1, None),), None)
 
 
+def test_the_same_claim_object_follows_changes_and_old_objects_are_let_go():
+    """Claims are looked up by object first (each tick hands the kept listing's objects)."""
+    specs = FakeSpecs(dict(SPECS))
+    resolver = ClaimResolver(specs, FakeCaps(CAPS))
+    devices = Lookups(reading(GPU0, 0), reading(GPU1, 1))
+    held = claim()
+    assert resolver.resolve(held, devices) == (((GPU0, None),), None)
+    assert resolver.resolve(held, devices) == (((GPU0, None),), None)
+    specs.table["k8s.gpu.nvidia.com/claim=u-gpu-0"] = CdiDeviceNodes(gpu_minors=(1,))
+    specs.generation += 1
+    assert resolver.resolve(held, devices) == (((GPU1, None),), None)
+    assert resolver.resolve(held, Lookups(reading(GPU1, 0), reading(GPU0, 1))) == \
+        (((GPU0, None),), None)
+    # Listings replaced many times over: equal claims in new objects, a bounded memory.
+    for _ in range(3000):
+        assert resolver.resolve(claim(), devices) == (((GPU1, None),), None)
+    assert len(resolver._answers_by_id) <= 2 * len(resolver._answers) + 1025
+
+
 # ------------------------------------------------------------------ the tracker
 
 def claim_alloc(pod, container, c):

@@ -64,6 +64,9 @@ class ClaimResolver:
         self._logged: set[tuple[str, str, str]] = set()
         self._seen: set[tuple[str, str, str]] = set()
         self._answers: dict[ClaimDevice, tuple[GpuKey, ...]] = {}
+        # The same answers by claim object: the kubelet's listing is kept between its calls,
+        # so each tick hands the same objects (a look-up without hashing seven fields).
+        self._answers_by_id: dict[int, tuple[ClaimDevice, tuple[GpuKey, ...]]] = {}
         self._valid_for: tuple | None = None
         self._devices: GpuLookups | None = None
 
@@ -81,19 +84,29 @@ class ClaimResolver:
             valid_for = (self._specs.generation, _signature(devices))
             if valid_for != self._valid_for:
                 self._valid_for = valid_for
-                self._answers = {}
+                self._forget_answers()
         elif self._valid_for is not None and self._valid_for[0] != self._specs.generation:
             self._valid_for = (self._specs.generation, self._valid_for[1])
-            self._answers = {}
+            self._forget_answers()
+        same = self._answers_by_id.get(id(claim))
+        if same is not None and same[0] is claim:
+            return same[1], None
         known = self._answers.get(claim)
-        if known is not None:
-            return known, None
-        keys, reason = self._work_out(claim, devices)
-        if reason is None:
+        if known is None:
+            known, reason = self._work_out(claim, devices)
+            if reason is not None:
+                return known, reason
             if len(self._answers) > 65536:
-                self._answers = {}
-            self._answers[claim] = keys
-        return keys, reason
+                self._forget_answers()
+            self._answers[claim] = known
+        if len(self._answers_by_id) > 2 * len(self._answers) + 1024:
+            self._answers_by_id = {}      # mostly objects of listings since replaced
+        self._answers_by_id[id(claim)] = (claim, known)
+        return known, None
+
+    def _forget_answers(self) -> None:
+        self._answers = {}
+        self._answers_by_id = {}
 
     def _work_out(self, claim: ClaimDevice,
                   devices: GpuLookups) -> tuple[tuple[GpuKey, ...], str | None]:
