@@ -76,6 +76,14 @@ class ContainerView:
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _GpuFacts:
+    """What every container's entry on one GPU shares this tick."""
+
+    accounted: bool                  # its energy was accounted: attributed figures exist
+    process_memory_known: bool       # NVML listed its processes' memory
+
+
 @dataclass
 class _Devices:
     """Lookups over this tick's GPUs."""
@@ -84,6 +92,18 @@ class _Devices:
     by_uuid: dict[str, DeviceReading]
     mig_by_uuid: dict[str, GpuKey]
     profiles: dict[GpuKey, str | None]
+    _facts: dict[str, _GpuFacts] = field(default_factory=dict)
+
+    def facts(self, uuid: str, attributions: Mapping[str, DeviceAttribution]) -> _GpuFacts:
+        found = self._facts.get(uuid)
+        if found is None:
+            reading, attribution = self.by_uuid.get(uuid), attributions.get(uuid)
+            found = self._facts[uuid] = _GpuFacts(
+                accounted=attribution is not None
+                and attribution.tick_active_energy_joules is not None,
+                process_memory_known=reading is not None and not reading.lost
+                and "processes" not in reading.unsupported_fields)
+        return found
 
     @classmethod
     def of(cls, readings: tuple[DeviceReading, ...]) -> "_Devices":
@@ -310,7 +330,8 @@ class ContainerTracker:
                 if pod_uid is not None and claim is not None:
                     shown = pod_claims.setdefault(pod_uid, {})
                     first = shown.get(key[0])
-                    if first is None or _claim_order(claim) < _claim_order(first):
+                    if first is None or (first is not claim
+                                         and _claim_order(claim) < _claim_order(first)):
                         shown[key[0]] = claim
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
@@ -363,9 +384,8 @@ class ContainerTracker:
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
                      attributions, claim: ClaimDevice | None = None):
         uuid, gi = key
-        reading = devices.by_uuid.get(uuid)
-        attribution = attributions.get(uuid)
-        accounted = attribution is not None and attribution.tick_active_energy_joules is not None
+        gpu = devices.facts(uuid, attributions)
+        accounted = gpu.accounted
         # One pass over this container's processes on this GPU (or GPU instance).
         # Sums start as sum() does (int 0), so figures keep their types.
         memory: int | None = 0          # 0: read, and none of theirs
@@ -384,7 +404,7 @@ class ContainerTracker:
             if accounted:
                 energy += tick_energy.get((uuid, p.pid), 0.0)
                 power += p.attributed_power_watts or 0.0
-        if reading is None or reading.lost or "processes" in reading.unsupported_fields:
+        if not gpu.process_memory_known:
             memory = None
         # The container's share of SM time: MPS clients' percentages can add up past 100.
         utilization = min(100.0, utilization) if mine and utilization is not None else None
@@ -395,7 +415,8 @@ class ContainerTracker:
             energy = power = None
             total = self._counters.value(counter)
         acc = ContainerAccelerator(
-            device_uuid=uuid, reasons=tuple(sorted(reasons)), gpu_instance_id=gi,
+            device_uuid=uuid, reasons=tuple(sorted(reasons)) if len(reasons) > 1 else
+            tuple(reasons), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
             attributed_power_watts=power, attributed_energy_joules=total, claim=claim)
