@@ -17,7 +17,7 @@ from gpustats.model.device import MigInstanceReading, ProcessReading
 from gpustats.model.dra import CdiDeviceNodes, ClaimDevice, MigCapability
 from gpustats.model.snapshot import ProcessStats
 from gpustats.sources.podresources import podresources_api_pb2 as api
-from gpustats.sources.podresources.client import PodResourcesClient
+from gpustats.sources.podresources.client import PodResourcesClient, allocations_from_response
 from tests.test_container_tracker import (
     UID, A, B, FakeAllocations, FakeCgroups, FakeNames, FakeProcs, ident, reading,
 )
@@ -358,6 +358,23 @@ def serve_bytes(tmp_path, body: bytes):
     server.add_insecure_port(f"unix://{path}")
     server.start()
     return server, str(path)
+
+
+def test_a_claim_shared_by_containers_is_one_object():
+    def holding(container, device):
+        return api.ContainerResources(name=container, dynamic_resources=[api.DynamicResource(
+            claim_name="shared", claim_namespace="ml", claim_resources=[api.ClaimResource(
+                cdi_devices=[api.CDIDevice(name=f"k8s.gpu.nvidia.com/claim=u-{device}")],
+                driver_name=NV, pool_name="node-1", device_name=device)])])
+
+    response = api.ListPodResourcesResponse(pod_resources=[
+        api.PodResources(name="a", namespace="ml", containers=[holding("main", "gpu-0"),
+                                                                holding("side", "gpu-0")]),
+        api.PodResources(name="b", namespace="ml", containers=[holding("main", "gpu-0"),
+                                                                holding("other", "gpu-1")])])
+    claims = [a.claim for a in allocations_from_response(response)]
+    assert claims[0] is claims[1] is claims[2]
+    assert claims[3] is not claims[0] and claims[3].device_name == "gpu-1"
 
 
 @pytest.mark.parametrize("kind", ["current", "1.34", "1.30"])

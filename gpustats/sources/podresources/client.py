@@ -64,8 +64,12 @@ def claim_devices(dynamic_resource) -> list[ClaimDevice]:
 
 
 def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
-    """Flatten a ListPodResourcesResponse to NVIDIA device-plugin and DRA claim allocations."""
+    """Flatten a ListPodResourcesResponse to NVIDIA device-plugin and DRA claim allocations.
+
+    A claim device shared by several containers is one object (each container lists it), so
+    every later look-up of it is by the same object."""
     out = []
+    shared: dict[ClaimDevice, ClaimDevice] = {}
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
@@ -78,6 +82,7 @@ def allocations_from_response(response) -> tuple[PodDeviceAllocation, ...]:
                         device_id=device_id, device=parse_device_id(device_id)))
             for dynamic in container.dynamic_resources:
                 for claim in claim_devices(dynamic):
+                    claim = shared.setdefault(claim, claim)
                     out.append(PodDeviceAllocation(
                         pod_name=pod.name, pod_namespace=pod.namespace,
                         container_name=container.name, resource_name=claim.driver_name or "",
