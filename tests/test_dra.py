@@ -267,6 +267,46 @@ def test_claim_on_parent_gpu_follows_the_instance_it_is_folded_into():
     assert acc.claim.claim_name == "gpu-claim"
 
 
+def test_resolution_kept_while_listing_gpus_and_specs_stay_the_same():
+    specs = FakeSpecs(dict(SPECS))
+    resolver = ClaimResolver(specs, FakeCaps(CAPS))
+    asked = []
+    real_resolve = resolver.resolve
+    resolver.resolve = lambda c, devices: asked.append(c) or real_resolve(c, devices)
+    names = FakeNames({A: ContainerNames("p", "ml", UID, "a")})
+    listing = FakeAllocations((claim_alloc("p", "a", claim()),))
+    tracker = ContainerTracker(FakeCgroups({A: ident(A)}), FakeProcs({}), EnergyCounters(),
+                               pod_resources=listing, runtime=names, claims=resolver)
+    gpus = (reading(GPU0, 0), reading(GPU1, 1))
+
+    def held():
+        view = tracker.tick(gpus, {}, ())
+        return [a.device_uuid for a in view.pods[0].containers[0].accelerators]
+
+    assert [held() for _ in range(3)] == [[GPU0]] * 3
+    assert len(asked) == 1 and specs.refreshes == 3      # specs still looked at every tick
+    specs.table["k8s.gpu.nvidia.com/claim=u-gpu-0"] = CdiDeviceNodes(gpu_minors=(1,))
+    specs.generation += 1                                   # the CDI devices changed
+    assert held() == [GPU1] and len(asked) == 2
+    gpus = (reading(GPU1, 0), reading(GPU0, 1))             # minors changed hands
+    assert held() == [GPU0] and len(asked) == 3
+    listing.result = (claim_alloc("p", "a", claim()),)      # the kubelet listed again
+    assert held() == [GPU0] and len(asked) == 4
+    assert held() == [GPU0] and len(asked) == 4
+    # A claim not resolved yet is asked about every tick, until its spec appears.
+    later = claim(name="later", cdi=["k8s.gpu.nvidia.com/claim=later"])
+    listing.result = (*listing.result, claim_alloc("p", "a", later))
+    for _ in range(2):
+        view = tracker.tick(gpus, {}, ())
+        assert [u.reason for u in view.pods[0].containers[0].unresolved_claims] == \
+            ["cdi-spec-not-found"]
+    assert asked.count(later) == 2
+    specs.table["k8s.gpu.nvidia.com/claim=later"] = CdiDeviceNodes(gpu_minors=(0,))
+    view = tracker.tick(gpus, {}, ())
+    assert view.pods[0].containers[0].unresolved_claims == ()
+    assert {a.device_uuid for a in view.pods[0].containers[0].accelerators} == {GPU0, GPU1}
+
+
 def test_no_claim_source_no_cost():
     specs = FakeSpecs(SPECS)
     resolver = ClaimResolver(specs, FakeCaps(CAPS))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Protocol, Sequence
+from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
@@ -56,6 +56,8 @@ class NamesSource(Protocol):
 
 
 class ClaimSource(Protocol):
+    generation: int            # changes whenever the CDI devices do (read after begin_tick)
+
     def begin_tick(self) -> None: ...
 
     def resolve(self, claim: ClaimDevice, devices) -> tuple[tuple["GpuKey", ...], str | None]: ...
@@ -67,6 +69,14 @@ class _Claims:
 
     by_key: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
+
+
+class _Resolved(NamedTuple):
+    """The pod-resources allocations resolved to GPU keys (see ``_resolve_allocations``)."""
+
+    holders: dict[str, set[tuple[str, str, str]]]          # GPU UUID -> its allocations' owners
+    resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None]]
+    unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]]
 
 
 @dataclass
@@ -93,6 +103,12 @@ class _Devices:
     mig_by_uuid: dict[str, GpuKey]
     profiles: dict[GpuKey, str | None]
     _facts: dict[str, _GpuFacts] = field(default_factory=dict)
+
+    def signature(self) -> tuple:
+        """What resolving a device ID or a claim depends on: UUIDs, minors, MIG instances."""
+        return (tuple(sorted(self.by_minor.items())), tuple(sorted(self.by_uuid)),
+                tuple(sorted(self.mig_by_uuid.items())),
+                tuple(sorted(u for u, r in self.by_uuid.items() if r.mig_instances)))
 
     def facts(self, uuid: str, attributions: Mapping[str, DeviceAttribution]) -> _GpuFacts:
         found = self._facts.get(uuid)
@@ -141,6 +157,8 @@ class ContainerTracker:
         self._counters = counters
         self._pod_resources = pod_resources
         self._claim_source = claims
+        # The last listing's resolution: (listing, has claims, valid for, answer).
+        self._resolved: tuple | None = None
         # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
         # layout), then the runtime's CRI labels.
         self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
@@ -248,30 +266,11 @@ class ContainerTracker:
             return
         by_name = {(n.pod_namespace, n.pod_name, n.container_name): cid
                    for cid, n in names.items() if not n.is_sandbox and n.container_name}
-        holders: dict[str, set[tuple[str, str, str]]] = {}
-        resolved = []
-        claim_tick = False
-        for allocation in allocations:
-            owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
-            if allocation.claim is not None:
-                if self._claim_source is None:
-                    continue
-                if not claim_tick:
-                    self._claim_source.begin_tick()
-                    claim_tick = True
-                keys, reason = self._claim_source.resolve(allocation.claim, devices)
-                if reason is not None and by_name.get(owner) in containers:
-                    claims.unresolved.setdefault(by_name[owner], []).append(
-                        UnresolvedClaim(allocation.claim, reason))
-                for key in keys:
-                    holders.setdefault(key[0], set()).add(owner)
-                    resolved.append((owner, key, allocation.claim))
-                continue
-            key = devices.resolve(allocation)
-            if key is None:
-                continue
-            holders.setdefault(key[0], set()).add(owner)
-            resolved.append((owner, key, None))
+        holders, resolved, unresolved = self._resolve_allocations(allocations, devices)
+        for owner, claim, reason in unresolved:
+            if by_name.get(owner) in containers:
+                claims.unresolved.setdefault(by_name[owner], []).append(
+                    UnresolvedClaim(claim, reason))
         users: dict[str, set[str]] = {}
         for cid, keys in mappings.items():
             for uuid, _ in keys:
@@ -295,8 +294,53 @@ class ContainerTracker:
             if claim is not None:
                 held = claims.by_key.setdefault(cid, {})
                 # One claim per container and GPU key is shown: the first by claim name.
-                if key not in held or _claim_order(claim) < _claim_order(held[key]):
+                if key not in held or (held[key] is not claim
+                                       and _claim_order(claim) < _claim_order(held[key])):
                     held[key] = claim
+
+    def _resolve_allocations(self, allocations: tuple[PodDeviceAllocation, ...],
+                             devices: _Devices) -> "_Resolved":
+        """Each allocation's GPU key, and the claims left unresolved.
+
+        The answer stands while the kubelet's listing (kept between its calls), this node's
+        GPUs and the CDI devices stay the same and every claim was resolved; a tick with an
+        unresolved claim works them out again (its spec may appear any tick).
+        """
+        memo = self._resolved
+        if memo is not None and memo[0] is allocations:
+            has_claims = memo[1]
+        else:
+            has_claims = self._claim_source is not None and \
+                any(a.claim is not None for a in allocations)
+        if has_claims:
+            self._claim_source.begin_tick()      # CDI specs looked at again, every tick
+        valid_for = (devices.signature(),
+                     self._claim_source.generation if has_claims else None)
+        if memo is not None and memo[0] is allocations and memo[2] == valid_for:
+            return memo[3]
+        holders: dict[str, set[tuple[str, str, str]]] = {}
+        resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None]] = []
+        unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]] = []
+        for allocation in allocations:
+            owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
+            if allocation.claim is not None:
+                if self._claim_source is None:
+                    continue
+                keys, reason = self._claim_source.resolve(allocation.claim, devices)
+                if reason is not None:
+                    unresolved.append((owner, allocation.claim, reason))
+                for key in keys:
+                    holders.setdefault(key[0], set()).add(owner)
+                    resolved.append((owner, key, allocation.claim))
+                continue
+            key = devices.resolve(allocation)
+            if key is None:
+                continue
+            holders.setdefault(key[0], set()).add(owner)
+            resolved.append((owner, key, None))
+        answer = _Resolved(holders, resolved, unresolved)
+        self._resolved = (allocations, has_claims, valid_for, answer) if not unresolved else None
+        return answer
 
     # ------------------------------------------------------------ snapshot parts
 

@@ -70,6 +70,11 @@ class ClaimResolver:
         self._valid_for: tuple | None = None
         self._devices: GpuLookups | None = None
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever the CDI devices do (as of the last ``begin_tick``)."""
+        return self._specs.generation
+
     def begin_tick(self) -> None:
         self._specs.refresh()
         # Forget log keys of claims no longer listed, so a claim that comes back logs again.
