@@ -60,7 +60,7 @@ def _direct_init(cls: type) -> Any:
     source = (f"def __init__({parameters}):\n"
               f"    __record_dict = self.__dict__\n"
               + "".join(f"    {line}\n" for line in body or ["pass"]))
-    exec(source, env)          # noqa: S102 - built from the class's own field names only
+    exec(source, env)   # nosec B102: built from the class's own field names (identifiers)
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
