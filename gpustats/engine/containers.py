@@ -171,7 +171,6 @@ class ContainerTracker:
         # even share (each figure carries its own time, as cAdvisor's housekeeping does).
         self._usage_every = max(1, usage_every_ticks)
         self._usage: dict[object, tuple[int, ContainerUsage]] = {}     # key -> (phase, usage)
-        self._usage_seen: set[object] = set()
 
     def tick(self, readings: tuple[DeviceReading, ...],
              attributions: Mapping[str, DeviceAttribution],
@@ -352,15 +351,17 @@ class ContainerTracker:
             if cid is not None:
                 by_container.setdefault(cid, []).append(p)
         tick_energy = _tick_energy_by_pid(attributions)
+        shown = []          # (container ID, identity, names, pod UID), sandboxes left out
+        for cid, identity in sorted(containers.items()):
+            n = names.get(cid)
+            if n is None or not n.is_sandbox:
+                shown.append((cid, identity, n, identity.pod_uid or (n.pod_uid if n else None)))
+        usage = self._read_usage(shown, pods)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
         pod_tick: dict[str, dict[str, tuple[float, float]]] = {}
         pod_claims: dict[str, dict[str, ClaimDevice]] = {}
-        for cid, identity in sorted(containers.items()):
-            n = names.get(cid)
-            if n is not None and n.is_sandbox:
-                continue
-            pod_uid = identity.pod_uid or (n.pod_uid if n else None)
+        for cid, identity, n, pod_uid in shown:
             accelerators = []
             held = claims.by_key.get(cid, {})
             keys = mappings.get(cid)
@@ -372,19 +373,17 @@ class ContainerTracker:
                                                        attributions, claim)
                 accelerators.append(acc)
                 if pod_uid is not None and claim is not None:
-                    shown = pod_claims.setdefault(pod_uid, {})
-                    first = shown.get(key[0])
+                    first = pod_claims.setdefault(pod_uid, {}).get(key[0])
                     if first is None or (first is not claim
                                          and _claim_order(claim) < _claim_order(first)):
-                        shown[key[0]] = claim
+                        pod_claims[pod_uid][key[0]] = claim
                 if pod_uid is not None and energy is not None:
                     e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
-            usage = self._usage_of(cid, identity.cgroup)
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
-                pod_uid=identity.pod_uid, usage=usage, accelerators=tuple(accelerators),
+                pod_uid=identity.pod_uid, usage=usage[cid], accelerators=tuple(accelerators),
                 unresolved_claims=tuple(claims.unresolved.get(cid, ())))
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
@@ -397,23 +396,34 @@ class ContainerTracker:
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
                               if c.container_id in names), None)
-            usage = self._usage_of(("pod", uid), pods.get(uid))
             pod_stats.append(PodStats(
                 uid=uid, name=pod_names.pod_name if pod_names else None,
                 namespace=pod_names.pod_namespace if pod_names else None,
-                usage=usage, containers=tuple(members),
+                usage=usage[("pod", uid)], containers=tuple(members),
                 accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}),
                                                     pod_history.get(uid, {}),
                                                     pod_claims.get(uid, {}))))
-        for gone in set(self._usage) - self._usage_seen:
-            del self._usage[gone]
-        self._usage_seen = set()
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
 
-    def _usage_of(self, key: object, ref: CgroupRef | None) -> ContainerUsage:
+    def _read_usage(self, shown, pods: Mapping[str, CgroupRef]) -> dict[object, ContainerUsage]:
+        """CPU and memory of the shown containers and their pods, keyed by container ID and
+        ``("pod", uid)``: the reads due this tick done together, before any entry is built
+        (one pass over the files rather than one read between every two entries)."""
+        usage: dict[object, ContainerUsage] = {}
+        seen: set[object] = set()
+        for cid, identity, _, pod_uid in shown:
+            usage[cid] = self._usage_of(cid, identity.cgroup, seen)
+            if pod_uid is not None and ("pod", pod_uid) not in usage:
+                usage[("pod", pod_uid)] = self._usage_of(("pod", pod_uid), pods.get(pod_uid),
+                                                         seen)
+        for gone in set(self._usage) - seen:
+            del self._usage[gone]
+        return usage
+
+    def _usage_of(self, key: object, ref: CgroupRef | None, seen: set) -> ContainerUsage:
         if ref is None:
             return ContainerUsage()
-        self._usage_seen.add(key)
+        seen.add(key)
         cached = self._usage.get(key)
         if cached is None:
             phase = zlib.crc32(repr(key).encode()) % self._usage_every
