@@ -307,6 +307,53 @@ def test_resolution_kept_while_listing_gpus_and_specs_stay_the_same():
     assert {a.device_uuid for a in view.pods[0].containers[0].accelerators} == {GPU0, GPU1}
 
 
+def test_join_kept_while_names_stay_and_redone_when_they_change(resolver):
+    """The join of a kept resolution to containers is reused only while every name is the
+    same: a container named later, renamed, or gone is joined afresh that very tick."""
+    names = FakeNames({})
+    listing = FakeAllocations((claim_alloc("p", "a", claim()), claim_alloc("q", "b", claim())))
+    tracker = ContainerTracker(FakeCgroups({A: ident(A), B: ident(B)}), FakeProcs({}),
+                               EnergyCounters(), pod_resources=listing, runtime=names,
+                               claims=resolver)
+    gpus = (reading(GPU0, 0),)
+
+    def claimed():
+        view = tracker.tick(gpus, {GPU0: attribution(GPU0, {})}, ())
+        return {c.container_id: [a.claim.claim_namespace for a in c.accelerators]
+                for p in view.pods for c in p.containers}
+
+    assert claimed() == {A: [], B: []}                  # nothing names them yet
+    names.table[A] = ContainerNames("p", "ml", UID, "a")
+    assert claimed() == {A: ["ml"], B: []}
+    assert claimed() == {A: ["ml"], B: []}
+    names.table[B] = ContainerNames("q", "ml", UID, "b")
+    assert claimed() == {A: ["ml"], B: ["ml"]}
+    names.table[A] = ContainerNames("p", "ml", UID, "renamed")
+    assert claimed() == {A: [], B: ["ml"]}
+    del names.table[B]
+    assert claimed() == {A: [], B: []}
+
+
+def test_join_through_gpu_users_follows_the_processes_every_tick(resolver):
+    """Without runtime names an allocation is joined through the one container using its
+    GPU: that join is never kept, so it follows the processes from tick to tick."""
+    path_a, path_b = f"/k/pod{UID}/{A}", f"/k/pod{UID}/{B}"
+    procs = FakeProcs({101: path_a, 102: path_b})
+    tracker = ContainerTracker(
+        FakeCgroups({A: ident(A, path_a), B: ident(B, path_b)}), procs, EnergyCounters(),
+        pod_resources=FakeAllocations((claim_alloc("p", "a", claim()),)), claims=resolver)
+
+    def holders(pid):
+        device = reading(GPU0, 0, [ProcessReading(pid=pid)])
+        view = tracker.tick((device,), {}, ())
+        return sorted(c.container_id for p in view.pods for c in p.containers
+                      if any(a.claim is not None for a in c.accelerators))
+
+    assert holders(101) == [A]
+    assert holders(101) == [A]
+    assert holders(102) == [B]
+
+
 def test_no_claim_source_no_cost():
     specs = FakeSpecs(SPECS)
     resolver = ClaimResolver(specs, FakeCaps(CAPS))

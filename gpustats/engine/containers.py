@@ -71,6 +71,18 @@ class _Claims:
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
 
 
+@dataclass
+class _Joined:
+    """The pod-resources allocations joined to this tick's containers: what each one holds."""
+
+    answer: "_Resolved"                    # the resolution it was joined from
+    names: dict                            # the names it was joined by
+    keys: dict[str, list[tuple["GpuKey", str]]] = field(default_factory=dict)   # (key, reason)
+    claims: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
+    unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
+    through_users: bool = False            # a join made through this tick's GPU users
+
+
 class _Resolved(NamedTuple):
     """The pod-resources allocations resolved to GPU keys (see ``_resolve_allocations``)."""
 
@@ -159,6 +171,7 @@ class ContainerTracker:
         self._claim_source = claims
         # The last listing's resolution: (listing, has claims, valid for, answer).
         self._resolved: tuple | None = None
+        self._joined: _Joined | None = None       # the last join, while it holds
         # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
         # layout), then the runtime's CRI labels.
         self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
@@ -262,22 +275,44 @@ class ContainerTracker:
             return
         allocations = self._pod_resources.allocations()
         if not allocations:
+            self._joined = None
             return
+        answer = self._resolve_allocations(allocations, devices)
+        joined = self._joined
+        if joined is None or joined.answer is not answer or joined.names != names:
+            joined = self._join(answer, containers, names, mappings)
+            # Kept while the resolution and every name stay the same; a join made through
+            # this tick's GPU users (no runtime names) is worked out again every tick.
+            self._joined = joined if not joined.through_users else None
+        for cid, keys in joined.keys.items():
+            held = mappings.setdefault(cid, {})
+            for key, reason in keys:
+                held.setdefault(key, set()).add(reason)
+        claims.by_key = joined.claims
+        claims.unresolved = joined.unresolved
+
+    def _join(self, answer: "_Resolved", containers, names, mappings) -> "_Joined":
+        """The resolved allocations joined to containers by the runtime's names (and, without
+        them, by a GPU that one container alone uses and one allocation alone holds)."""
+        holders, resolved, unresolved = answer
         by_name = {(n.pod_namespace, n.pod_name, n.container_name): cid
                    for cid, n in names.items() if not n.is_sandbox and n.container_name}
-        holders, resolved, unresolved = self._resolve_allocations(allocations, devices)
+        joined = _Joined(answer, dict(names))
         for owner, claim, reason in unresolved:
             if by_name.get(owner) in containers:
-                claims.unresolved.setdefault(by_name[owner], []).append(
+                joined.unresolved.setdefault(by_name[owner], []).append(
                     UnresolvedClaim(claim, reason))
-        users: dict[str, set[str]] = {}
-        for cid, keys in mappings.items():
-            for uuid, _ in keys:
-                users.setdefault(uuid, set()).add(cid)
+        users: dict[str, set[str]] | None = None
         for owner, key, claim in resolved:
             cid = by_name.get(owner)
             if cid is None:
                 # No runtime names: join only when this GPU has one holder and one user.
+                if users is None:
+                    users = {}
+                    for user, keys in mappings.items():
+                        for uuid, _ in keys:
+                            users.setdefault(uuid, set()).add(user)
+                joined.through_users = True
                 candidates = users.get(key[0], set())
                 if len(holders.get(key[0], ())) == 1 and len(candidates) == 1:
                     cid = next(iter(candidates))
@@ -288,14 +323,15 @@ class ContainerTracker:
                                                     container_name=owner[2])
             if cid is None or cid not in containers:
                 continue
-            mappings.setdefault(cid, {}).setdefault(key, set()).add(
-                REASON_POD_RESOURCES if claim is None else REASON_DRA)
+            joined.keys.setdefault(cid, []).append(
+                (key, REASON_POD_RESOURCES if claim is None else REASON_DRA))
             if claim is not None:
-                held = claims.by_key.setdefault(cid, {})
+                held = joined.claims.setdefault(cid, {})
                 # One claim per container and GPU key is shown: the first by claim name.
                 if key not in held or (held[key] is not claim
                                        and _claim_order(claim) < _claim_order(held[key])):
                     held[key] = claim
+        return joined
 
     def _resolve_allocations(self, allocations: tuple[PodDeviceAllocation, ...],
                              devices: _Devices) -> "_Resolved":
