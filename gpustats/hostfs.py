@@ -110,6 +110,19 @@ def _read_bounded(fd: int, path: str, max_bytes: int, deadline_seconds: float,
 Reporter = Callable[[UnsafeFile], None]
 
 
+def _read_plain(path: str, report: Reporter | None, max_bytes: int) -> bytes | None:
+    """``read_regular``'s bytes; ``None`` (reported when unsafe) where ``read_text`` gives it."""
+    try:
+        return read_regular(path, max_bytes=max_bytes)
+    except UnsafeFile as exc:
+        if report is not None:
+            report(exc)
+        return None
+    except OSError:
+        # Vanished, or ENODEV/ESRCH and friends from kernel files whose object went away.
+        return None
+
+
 def read_text(path: str | None, report: Reporter | None = None, *,
               max_bytes: int = MAX_FILE_BYTES) -> str | None:
     """File contents, or ``None`` when it does not exist (any more) or cannot be read.
@@ -121,28 +134,20 @@ def read_text(path: str | None, report: Reporter | None = None, *,
     """
     if path is None:
         return None
-    try:
-        data = read_regular(path, max_bytes=max_bytes)
-    except UnsafeFile as exc:
-        if report is not None:
-            report(exc)
-        return None
-    except OSError:
-        # Vanished, or ENODEV/ESRCH and friends from kernel files whose object went away.
-        return None
-    return data.decode("utf-8", errors="replace")
+    data = _read_plain(path, report, max_bytes)
+    return data.decode("utf-8", "replace") if data is not None else None
 
 
 def read_int(path: str | None, report: Reporter | None = None) -> int | None:
     """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
-    return _as_int(read_text(path, report, max_bytes=INT_FILE_BYTES))
+    return int_or_none(read_text(path, report, max_bytes=INT_FILE_BYTES))
 
 
-def _as_int(text: str | None) -> int | None:
+def int_or_none(text: str | bytes | None) -> int | None:
     if text is None:
         return None
     try:
-        return int(text)            # surrounding whitespace (the newline) is allowed
+        return int(text)            # surrounding whitespace (the newline) is allowed; bytes too
     except ValueError:
         return None
 
@@ -167,25 +172,25 @@ class KeptFiles:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def read_text(self, path: str | None, group: str, report: Reporter | None = None, *,
-                  max_bytes: int = MAX_FILE_BYTES) -> str | None:
-        """As ``read_text``, through a kept descriptor."""
+    def read_bytes(self, path: str | None, group: str, report: Reporter | None = None, *,
+                   max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
+        """As ``read_text``, through a kept descriptor, undecoded."""
         if path is None:
             return None
         kept = self._kept.get(path)
         try:
             if kept is not None:
                 fd = kept[0]
-                whole = min(_CHUNK, max_bytes + 1)
+                whole = _CHUNK if max_bytes >= _CHUNK else max_bytes + 1
                 data = os.pread(fd, whole, 0)
                 if len(data) < whole:      # all of it in one read: the usual case
-                    return data.decode("utf-8", errors="replace")
+                    return data
             elif len(self._kept) < self.capacity:
                 fd = _open_regular(path)
                 self._kept[path] = (fd, group)
             else:
-                return read_text(path, report, max_bytes=max_bytes)
-            data = _read_bounded(fd, path, max_bytes, DEFAULT_DEADLINE_SECONDS, time.monotonic,
+                return _read_plain(path, report, max_bytes)
+            return _read_bounded(fd, path, max_bytes, DEFAULT_DEADLINE_SECONDS, time.monotonic,
                                  positional=True)
         except UnsafeFile as exc:
             self._close(path)
@@ -195,12 +200,17 @@ class KeptFiles:
         except OSError:
             self._close(path)        # gone (ENODEV from a removed cgroup), or never there
             return None
-        return data.decode("utf-8", errors="replace")
+
+    def read_text(self, path: str | None, group: str, report: Reporter | None = None, *,
+                  max_bytes: int = MAX_FILE_BYTES) -> str | None:
+        """As ``read_text``, through a kept descriptor."""
+        data = self.read_bytes(path, group, report, max_bytes=max_bytes)
+        return data.decode("utf-8", "replace") if data is not None else None
 
     def read_int(self, path: str | None, group: str,
                  report: Reporter | None = None) -> int | None:
         """As ``read_int``, through a kept descriptor."""
-        return _as_int(self.read_text(path, group, report, max_bytes=INT_FILE_BYTES))
+        return int_or_none(self.read_bytes(path, group, report, max_bytes=INT_FILE_BYTES))
 
     def keep_only(self, groups) -> None:
         """Closes the files of every group not in ``groups``."""

@@ -79,8 +79,8 @@ def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str,
 def _pick_keyed(text: str, keys: frozenset[str]) -> dict[str, int]:
     """Each key's value from the first line that is the key, a space and an integer."""
     values = {}
-    for key in keys:
-        needle = key + " "
+    needles = _NEEDLES.get(keys)
+    for key, needle in needles if needles is not None else ((k, k + " ") for k in keys):
         at = text.find(needle)
         while at >= 0:
             end = text.find("\n", at)
@@ -109,6 +109,9 @@ CPU_STAT_KEYS = frozenset({"usage_usec"})
 MEMORY_STAT_KEYS_V1 = frozenset({"total_inactive_file", "total_rss", "total_pgfault",
                                  "total_pgmajfault"})
 MEMORY_STAT_KEYS_V2 = frozenset({"inactive_file", "anon", "pgfault", "pgmajfault"})
+# Each key and the text looked for, worked out once for the key sets read every tick.
+_NEEDLES = {keys: tuple((key, key + " ") for key in keys)
+            for keys in (CPU_STAT_KEYS, MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2)}
 
 
 def parse_limit(text: str | None, *, v2: bool) -> int | None:
