@@ -545,6 +545,8 @@ def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) ->
     parent's reasons move onto the instance entries.
     """
     for keys in mappings.values():
+        if len(keys) < 2:
+            continue                  # one key is a GPU or an instance, never both
         parents = {uuid for uuid, gi in keys if gi is None}
         for uuid in parents:
             instances = [k for k in keys if k[0] == uuid and k[1] is not None]
