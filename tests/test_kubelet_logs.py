@@ -143,6 +143,31 @@ def test_listing_is_cached_until_the_directory_changes(tmp_path):
     assert cid2 not in source.names([CID, cid2])
 
 
+def test_same_containers_same_answer_until_a_listing_or_a_container_changes(tmp_path):
+    """A container of a known pod seen before its link is its pod's sandbox; once its link
+    appears the same question names it, and a container whose pod changed is asked afresh."""
+    layout(tmp_path, {("ml", "p", UID): {"main": CID}})
+    links = tmp_path / "containers"
+    old = 1_000_000_000
+    os.utime(links, (old, old))
+    os.utime(tmp_path / "pods", (old, old))
+    source = KubeletLogNames(str(tmp_path))
+    cid2 = "cd" * 32
+    wanted = {CID: ContainerIdentity(CID, pod_uid=UID), cid2: ContainerIdentity(cid2, pod_uid=UID)}
+    first = source.names(wanted)
+    assert first[cid2].is_sandbox
+    first.clear()                                        # the caller's own copy
+    assert source.names(dict(wanted))[cid2].is_sandbox
+    os.symlink(f"/var/log/pods/ml_p_{UID}/side/0.log", links / f"p_ml_side-{cid2}.log")
+    os.utime(links, (old + 1, old + 1))
+    assert source.names(dict(wanted))[cid2] == ContainerNames("p", "ml", UID, "side")
+    other = "ef" * 32
+    wanted[other] = ContainerIdentity(other, pod_uid=None)
+    assert other not in source.names(wanted)
+    wanted[other] = ContainerIdentity(other, pod_uid=UID)
+    assert source.names(wanted)[other].is_sandbox        # same ID, now in a known pod
+
+
 def test_recent_mtime_is_listed_again(tmp_path):
     """A directory changed within the mtime's granularity is not trusted to be complete."""
     layout(tmp_path, {("ml", "p", UID): {"main": CID}})

@@ -200,6 +200,29 @@ def test_runtime_names_cached_by_id(serve):
     assert runtime.calls == 2                         # a new ID asks again
 
 
+def test_runtime_answer_kept_for_the_same_ids_and_asked_again_while_some_are_unasked(
+        serve, tmp_path):
+    """The same IDs get the same answer without a call; IDs a failed call left unanswered
+    are asked about again once the interval allows, and then named."""
+    clock = [0.0]
+    path = str(tmp_path / "containerd.sock")
+    client = RuntimeNamesClient(path, timeout_seconds=0.5, min_interval_seconds=10,
+                                monotonic=lambda: clock[0])
+    ids = {"a" * 64, "b" * 64}
+    assert client.names(ids) == {} and client.calls == 1          # no runtime yet
+    runtime = Runtime()
+    serve(runtime, cri_grpc.add_RuntimeServiceServicer_to_server, "containerd.sock")
+    clock[0] = 5.0
+    assert client.names(ids) == {} and client.calls == 1          # not yet time to ask
+    clock[0] = 10.0
+    named = client.names(ids)
+    assert named["a" * 64].container_name == "trainer" and client.calls == 2
+    named.clear()                                                  # the caller's own copy
+    clock[0] = 100.0
+    assert client.names(ids)["a" * 64].container_name == "trainer"
+    assert client.calls == 2 and runtime.calls == 1               # all answered: kept
+
+
 def test_runtime_absent_socket(tmp_path):
     client = RuntimeNamesClient(str(tmp_path / "none.sock"), timeout_seconds=0.2)
     assert client.names({"a" * 64}) == {}

@@ -157,6 +157,8 @@ class KubeletLogNames:
         self._resolved: dict[str, ContainerNames] = {}
         self._pod_memo: dict[str, PodLogDir | None] = {}
         self._link_memo: dict[str, ContainerLogLink | None] = {}
+        # The last answer, while the listings stay the same: (containers asked for, names).
+        self._answer: tuple[dict, dict[str, ContainerNames]] | None = None
         # Entry names in the last listings that did not parse (each counted once, when new).
         self.skipped_pod_dirs: frozenset[str] = frozenset()
         self.skipped_links: frozenset[str] = frozenset()
@@ -164,8 +166,11 @@ class KubeletLogNames:
     def names(self, containers: Iterable[str] | Mapping[str, object]
               ) -> dict[str, ContainerNames]:
         """Names for the wanted container IDs; a mapping's values may carry ``pod_uid``."""
-        self._refresh()
+        changed = self._refresh()
         wanted = containers if isinstance(containers, Mapping) else dict.fromkeys(containers)
+        last = self._answer
+        if not changed and last is not None and last[0] == wanted:
+            return dict(last[1])      # the same listings and containers: the same names
         for gone in set(self._resolved) - set(wanted):
             del self._resolved[gone]
         out: dict[str, ContainerNames] = {}
@@ -182,7 +187,8 @@ class KubeletLogNames:
                                            is_sandbox=True)
             if names is not None:
                 out[cid] = names
-        return out
+        self._answer = (dict(wanted), out)
+        return dict(out)
 
     def _container(self, cid: str) -> ContainerNames | None:
         cached = self._resolved.get(cid)
@@ -221,10 +227,12 @@ class KubeletLogNames:
         found = [p for p in self._by_uid.values() if (p.namespace, p.name) == (namespace, name)]
         return found[0] if len(found) == 1 else None   # two UIDs (a re-created pod): unknown
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> bool:
+        """Re-reads the listings whose directory changed; True when any names changed."""
         # Names parsed in an earlier listing are not parsed again: a re-listing after one pod
         # started costs the directory read and the new names only.
-        if self._pods.refresh():
+        pods_changed = self._pods.refresh()
+        if pods_changed:
             self._pod_memo = _parse_all(self._pods.names, parse_pod_dir, self._pod_memo)
             skipped = frozenset(n for n, p in self._pod_memo.items() if p is None)
             self._count("pod_dir", skipped - self.skipped_pod_dirs)
@@ -233,7 +241,8 @@ class KubeletLogNames:
             # Names stay valid while their pod's directory does; the rest are worked out again.
             self._resolved = {cid: n for cid, n in self._resolved.items()
                               if n.pod_uid in self._by_uid}
-        if self._links.refresh():
+        links_changed = self._links.refresh()
+        if links_changed:
             self._link_memo = _parse_all(self._links.names, parse_container_link,
                                          self._link_memo)
             skipped = frozenset(n for n, p in self._link_memo.items() if p is None)
@@ -245,6 +254,7 @@ class KubeletLogNames:
                     by_id.setdefault(link.container_id, []).append((name, link))
             self._by_id = by_id
             self._resolved = {cid: n for cid, n in self._resolved.items() if cid in by_id}
+        return pods_changed or links_changed
 
     def _count(self, kind: str, new: set[str]) -> None:
         if not new:

@@ -61,15 +61,22 @@ class RuntimeNamesClient:
         self._monotonic = monotonic
         self._cache: dict[str, ContainerNames | None] = {}
         self._last_call: float | None = None
+        # The last answer: (the IDs asked for, whether some were left to ask about, names).
+        self._answer: tuple[set[str], bool, dict[str, ContainerNames]] | None = None
         self.calls = 0
 
     def names(self, container_ids: Iterable[str]) -> dict[str, ContainerNames]:
         wanted = set(container_ids)
+        now = self._monotonic()
+        last = self._answer
+        # The same IDs as last time, none of them still to ask about (or not yet time to
+        # ask again): the cache has not changed since, nor has the answer.
+        if last is not None and last[0] == wanted and not (last[1] and self._due(now)):
+            return dict(last[2])
         for gone in set(self._cache) - wanted:
             del self._cache[gone]
         missing = wanted - set(self._cache)
-        now = self._monotonic()
-        if missing and (self._last_call is None or now - self._last_call >= self._min_interval):
+        if missing and self._due(now):
             self._last_call = now
             self.calls += 1
             response = self._channel.call(_stub, _list)
@@ -78,7 +85,14 @@ class RuntimeNamesClient:
                 for container_id in missing:
                     # IDs are immutable: a container the runtime does not know stays unnamed.
                     self._cache[container_id] = listed.get(container_id)
-        return {cid: n for cid in wanted if (n := self._cache.get(cid)) is not None}
+                missing = set()
+        answer = {cid: n for cid in wanted if (n := self._cache.get(cid)) is not None}
+        self._answer = (wanted, bool(missing), answer)
+        return dict(answer)
+
+    def _due(self, now: float) -> bool:
+        """Whether the runtime may be asked again (at most once per ``min_interval``)."""
+        return self._last_call is None or now - self._last_call >= self._min_interval
 
     def close(self) -> None:
         self._channel.close()
