@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import NamedTuple
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
 from gpustats.model.health import Saturation
@@ -60,40 +61,65 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _violation_readings(samples: list[SaturationSample]) -> list[tuple[float, ViolationReading]]:
+class _Row(NamedTuple):
+    """What one sample gives each signal, worked out once when the sample is added."""
+
+    time: float
+    memory_ratio: float | None
+    reasons: int | None
+    gpm: tuple[float | None, ...] | None              # GPM_MEANS' values
+    pcie_tx: float | None
+    pcie_rx: float | None
+    violations: ViolationReading | None
+    violations_at: float                              # the reading's reference time, else time
+    violation_values: tuple[int | None, ...] | None   # VIOLATION_FIELDS' counters
+
+    @classmethod
+    def of(cls, s: SaturationSample) -> "_Row":
+        v = s.violations
+        return cls(s.time,
+                   s.memory_used_bytes / s.memory_total_bytes
+                   if s.memory_used_bytes is not None and s.memory_total_bytes else None,
+                   s.reasons, _gpm_values(s.gpm) if s.gpm is not None else None,
+                   s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second, v,
+                   v.reference_time_us / 1e6 if v is not None and v.reference_time_us
+                   else s.time,
+                   _violation_values(v) if v is not None else None)
+
+
+def _violation_readings(rows) -> list[tuple[float, tuple[int | None, ...] | None]]:
     """Distinct violation readings with the time they were taken: the driver's reference time
     when it gave one (counters may be read less often than every tick), else the sample's."""
-    out: list[tuple[float, ViolationReading]] = []
-    for s in samples:
-        v = s.violations
-        if v is None:
-            out.append((s.time, v))
-            continue
-        if out and out[-1][1] is v:
+    out: list[tuple[float, tuple[int | None, ...] | None]] = []
+    last = None
+    for r in rows:
+        v = r.violations
+        if v is not None and v is last:
             continue                      # the same reading carried into a later tick
-        when = v.reference_time_us / 1e6 if v.reference_time_us else s.time
-        out.append((when, v))
+        last = v
+        out.append((r.violations_at, r.violation_values))
     return out
 
 
-def violation_ratios(samples: list[SaturationSample]) -> tuple[tuple[str, float], ...] | None:
-    readings = [(when, _violation_values(v) if v is not None else None)
-                for when, v in _violation_readings(samples)]
-    increase, elapsed = [0.0] * len(VIOLATION_FIELDS), [0.0] * len(VIOLATION_FIELDS)
-    pairs = [0] * len(VIOLATION_FIELDS)
-    for (ta, a), (tb, b) in zip(readings, readings[1:]):
-        dt = tb - ta
-        if a is None or b is None or dt <= 0:
-            continue
-        for i, (va, vb) in enumerate(zip(a, b)):
+def violation_ratios(rows) -> tuple[tuple[str, float], ...] | None:
+    readings = _violation_readings(rows)
+    # Consecutive readings that both exist and move forward in time, with the time between.
+    steps = [(a, b, (tb - ta) * 1e9) for (ta, a), (tb, b) in zip(readings, readings[1:])
+             if a is not None and b is not None and not tb - ta <= 0]
+    out = []
+    for i, (name, _) in enumerate(VIOLATION_FIELDS):
+        increase = elapsed = 0.0
+        pairs = 0
+        for a, b, ns in steps:
+            va, vb = a[i], b[i]
             if va is None or vb is None or vb < va:
                 continue
-            increase[i] += vb - va
-            elapsed[i] += dt * 1e9
-            pairs[i] += 1
-    out = tuple((name, min(1.0, max(0.0, increase[i] / elapsed[i])))
-                for i, (name, _) in enumerate(VIOLATION_FIELDS) if pairs[i])
-    return out or None
+            increase += vb - va
+            elapsed += ns
+            pairs += 1
+        if pairs:
+            out.append((name, min(1.0, max(0.0, increase / elapsed))))
+    return tuple(out) or None
 
 
 def reason_ratios(masks: list[int]) -> tuple[tuple[str, float], ...] | None:
@@ -110,52 +136,41 @@ class SaturationWindow:
         self.window_seconds = window_seconds
         self.pressure_threshold = pressure_threshold
         self._samples: deque[SaturationSample] = deque()
+        self._rows: deque[_Row] = deque()           # one per sample, in step with it
 
     def add(self, sample: SaturationSample) -> None:
         self._samples.append(sample)
+        self._rows.append(_Row.of(sample))
         horizon = sample.time - self.window_seconds
         # Keep one sample at or before the horizon as the base of counter deltas.
         while len(self._samples) > 1 and self._samples[1].time <= horizon:
             self._samples.popleft()
+            self._rows.popleft()
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
-        samples = list(self._samples)
-        start = samples[-1].time - self.window_seconds if samples else 0.0
-        # One pass over the samples inside the window, each signal into its own column.
-        ratios: list[float] = []
-        masks: list[int] = []
-        gpm: list[list[float]] = [[] for _ in GPM_MEANS]
-        pcie_tx: list[float] = []
-        pcie_rx: list[float] = []
-        for s in samples:
-            if s.time < start:
-                continue
-            if s.memory_used_bytes is not None and s.memory_total_bytes:
-                ratios.append(s.memory_used_bytes / s.memory_total_bytes)
-            if s.reasons is not None:
-                masks.append(s.reasons)
-            if s.gpm is not None:
-                for column, value in zip(gpm, _gpm_values(s.gpm)):
-                    if value is not None:
-                        column.append(value)
-            if s.pcie_tx_bytes_per_second is not None:
-                pcie_tx.append(s.pcie_tx_bytes_per_second)
-            if s.pcie_rx_bytes_per_second is not None:
-                pcie_rx.append(s.pcie_rx_bytes_per_second)
-        means = dict(zip(GPM_MEANS, map(_mean, gpm)))
+        rows = self._rows
+        start = rows[-1].time - self.window_seconds if rows else 0.0
+        inside = [r for r in rows if r.time >= start]
+        ratios = [r.memory_ratio for r in inside if r.memory_ratio is not None]
+        gpm = [r.gpm for r in inside if r.gpm is not None]
+        means = {name: _mean([g[i] for g in gpm if g[i] is not None])
+                 for i, name in enumerate(GPM_MEANS)}
 
         def scaled(field: str, scale: float) -> float | None:
             mean = means[field]
             return mean * scale if mean is not None else None
 
-        def rate(gpm_field: str, nvml: list[float]) -> float | None:
+        def rate(gpm_field: str, nvml: list[float | None]) -> float | None:
             """GPM's figure when the window has one, else NVML's PCIe throughput."""
-            return means[gpm_field] if means[gpm_field] is not None else _mean(nvml)
+            if means[gpm_field] is not None:
+                return means[gpm_field]
+            return _mean([value for value in nvml if value is not None])
 
         return Saturation(
             window_seconds=self.window_seconds,
-            throttle_violation_ratios=violation_ratios(samples),
-            throttle_reason_ratios=reason_ratios(masks),
+            throttle_violation_ratios=violation_ratios(rows),
+            throttle_reason_ratios=reason_ratios([r.reasons for r in inside
+                                                  if r.reasons is not None]),
             memory_used_ratio_avg=_mean(ratios),
             memory_used_ratio_max=max(ratios) if ratios else None,
             memory_pressure_ratio=(sum(1 for r in ratios if r >= self.pressure_threshold)
@@ -164,8 +179,8 @@ class SaturationWindow:
             sm_active_avg=scaled("sm_active_percent", 0.01),
             sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
             dram_active_avg=scaled("dram_active_percent", 0.01),
-            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", pcie_tx),
-            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", pcie_rx),
+            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", [r.pcie_tx for r in inside]),
+            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", [r.pcie_rx for r in inside]),
             nvlink_tx_bytes_avg=means["nvlink_tx_bytes_per_second"],
             nvlink_rx_bytes_avg=means["nvlink_rx_bytes_per_second"],
         )
