@@ -227,3 +227,13 @@ def test_reads_are_spread_over_the_ticks_and_gpu_holders_follow_the_same_cadence
     assert all(10 <= len(t) <= 50 for t in later)              # a share each tick (90 / 3)
     for cid in ids:                                            # the GPU holder included
         assert sum(t.count(cid) for t in later) == 2           # once every 3 ticks over 6
+
+
+def test_cgroup_ref_main_path_prefers_v2_then_memory_cpuacct_devices():
+    assert CgroupRef((("devices", "/d"), ("memory", "/m"), ("", "/u"))).main_path == "/u"
+    assert CgroupRef((("devices", "/d"), ("cpuacct", "/c"), ("memory", "/m"))).main_path == "/m"
+    assert CgroupRef((("devices", "/d"), ("cpuacct", "/c"))).main_path == "/c"
+    assert CgroupRef((("pids", "/p"), ("devices", "/d"))).main_path == "/d"
+    assert CgroupRef((("pids", "/p"),)).main_path == "/p"
+    assert CgroupRef(()).main_path is None
+    assert CgroupRef((("memory", "/m"),)) == CgroupRef((("memory", "/m"),))   # not compared

@@ -418,7 +418,8 @@ class ContainerTracker:
                     pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
-                runtime=identity.runtime, cgroup_path=_main_path(identity.cgroup),
+                runtime=identity.runtime,
+                cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
                 pod_uid=identity.pod_uid, usage=usage[cid], accelerators=tuple(accelerators),
                 unresolved_claims=tuple(claims.unresolved.get(cid, ())))
             if pod_uid is not None:
@@ -559,13 +560,3 @@ def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) ->
 def _tick_energy_by_pid(attributions: Mapping[str, DeviceAttribution]) -> dict:
     return {(a.device_uuid, a.pid): a.energy_joules or 0.0
             for attribution in attributions.values() for a in attribution.processes}
-
-
-def _main_path(ref: CgroupRef | None) -> str | None:
-    if ref is None:
-        return None
-    for controller in ("", "memory", "cpuacct", "devices"):
-        path = ref.path(controller)
-        if path is not None:
-            return path
-    return ref.paths[0][1] if ref.paths else None

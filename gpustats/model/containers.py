@@ -23,6 +23,8 @@ class CgroupRef:
     # the key "" holds the unified (v2) path.
     paths: tuple[tuple[str, str], ...]
     _by_controller: dict[str, str] = field(init=False, repr=False, compare=False)
+    # The path a container is shown by: v2's, else memory's, cpuacct's, devices', the first.
+    main_path: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The first path of each controller, looked up several times per container and tick.
@@ -30,6 +32,9 @@ class CgroupRef:
         for name, path in self.paths:
             by_controller.setdefault(name, path)
         object.__setattr__(self, "_by_controller", by_controller)
+        main = next((by_controller[c] for c in ("", "memory", "cpuacct", "devices")
+                     if c in by_controller), self.paths[0][1] if self.paths else None)
+        object.__setattr__(self, "main_path", main)
 
     def path(self, controller: str) -> str | None:
         return self._by_controller.get(controller)
