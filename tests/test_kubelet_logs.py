@@ -123,13 +123,20 @@ def test_missing_or_unreadable_layout_gives_no_names(tmp_path):
     assert KubeletLogNames(str(tmp_path)).names([CID]) == {}
 
 
-def test_listing_is_cached_until_the_directory_changes(tmp_path):
+OLD_MTIME = 1_000_000_000
+
+
+def settled_layout(tmp_path: Path) -> tuple[Path, KubeletLogNames]:
+    """One pod with one linked container, its directories last changed long ago."""
     layout(tmp_path, {("ml", "p", UID): {"main": CID}})
     links = tmp_path / "containers"
-    old = 1_000_000_000
-    os.utime(links, (old, old))
-    os.utime(tmp_path / "pods", (old, old))
-    source = KubeletLogNames(str(tmp_path))
+    os.utime(links, (OLD_MTIME, OLD_MTIME))
+    os.utime(tmp_path / "pods", (OLD_MTIME, OLD_MTIME))
+    return links, KubeletLogNames(str(tmp_path))
+
+
+def test_listing_is_cached_until_the_directory_changes(tmp_path):
+    links, source = settled_layout(tmp_path)
     source.names([CID])
     listings = source._links.listings
     for _ in range(5):
@@ -146,12 +153,7 @@ def test_listing_is_cached_until_the_directory_changes(tmp_path):
 def test_same_containers_same_answer_until_a_listing_or_a_container_changes(tmp_path):
     """A container of a known pod seen before its link is its pod's sandbox; once its link
     appears the same question names it, and a container whose pod changed is asked afresh."""
-    layout(tmp_path, {("ml", "p", UID): {"main": CID}})
-    links = tmp_path / "containers"
-    old = 1_000_000_000
-    os.utime(links, (old, old))
-    os.utime(tmp_path / "pods", (old, old))
-    source = KubeletLogNames(str(tmp_path))
+    links, source = settled_layout(tmp_path)
     cid2 = "cd" * 32
     wanted = {CID: ContainerIdentity(CID, pod_uid=UID), cid2: ContainerIdentity(cid2, pod_uid=UID)}
     first = source.names(wanted)
@@ -159,7 +161,7 @@ def test_same_containers_same_answer_until_a_listing_or_a_container_changes(tmp_
     first.clear()                                        # the caller's own copy
     assert source.names(dict(wanted))[cid2].is_sandbox
     os.symlink(f"/var/log/pods/ml_p_{UID}/side/0.log", links / f"p_ml_side-{cid2}.log")
-    os.utime(links, (old + 1, old + 1))
+    os.utime(links, (OLD_MTIME + 1, OLD_MTIME + 1))
     assert source.names(dict(wanted))[cid2] == ContainerNames("p", "ml", UID, "side")
     other = "ef" * 32
     wanted[other] = ContainerIdentity(other, pod_uid=None)
