@@ -140,10 +140,10 @@ def read_text(path: str | None, report: Reporter | None = None, *,
 
 def read_int(path: str | None, report: Reporter | None = None) -> int | None:
     """An integer file (``memory.current``, ``cpuacct.usage``); ``None`` if absent or not an int."""
-    return int_or_none(read_text(path, report, max_bytes=INT_FILE_BYTES))
+    return _as_int(read_text(path, report, max_bytes=INT_FILE_BYTES))
 
 
-def int_or_none(text: str | bytes | None) -> int | None:
+def _as_int(text: str | bytes | None) -> int | None:
     if text is None:
         return None
     try:
@@ -210,7 +210,7 @@ class KeptFiles:
     def read_int(self, path: str | None, group: str,
                  report: Reporter | None = None) -> int | None:
         """As ``read_int``, through a kept descriptor."""
-        return int_or_none(self.read_bytes(path, group, report, max_bytes=INT_FILE_BYTES))
+        return _as_int(self.read_bytes(path, group, report, max_bytes=INT_FILE_BYTES))
 
     def keep_only(self, groups) -> None:
         """Closes the files of every group not in ``groups``."""

@@ -14,9 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpustats.hostfs import (
-    INT_FILE_BYTES, DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, int_or_none, read_text,
-)
+from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.sources.cgroup_paths import parse_cgroup_path
@@ -314,39 +312,36 @@ class CgroupReader:
         files = state.files
         if files is None:
             files = state.files = _UsageFiles.of(ref, self._file)
-        read, report = self._files.read_bytes, self.report_unsafe
+        kept, report = self._files, self.report_unsafe
         now, mono = self._wall(), self._monotonic()
         cpu_ns = None
         if files.cpuacct is not None:
             path, group = files.cpuacct
-            cpu_ns = int_or_none(read(path, group, report, max_bytes=INT_FILE_BYTES))
+            cpu_ns = kept.read_int(path, group, report)
         if cpu_ns is None and files.cpu_stat is not None:
             path, group = files.cpu_stat
-            data = read(path, group, report)
-            usec = cpu_stat_usage_usec(data.decode("utf-8", "replace")) \
-                if data is not None else None
+            text = kept.read_text(path, group, report)
+            usec = cpu_stat_usage_usec(text) if text is not None else None
             cpu_ns = usec * 1000 if usec is not None else None
         cpu = None
         if cpu_ns is not None:
             cpu = CpuStats(now, cpu_ns, cpu_rate(state.cpu_read_at, state.cpu_ns, mono, cpu_ns))
             state.cpu_read_at, state.cpu_ns = mono, cpu_ns
-        memory = None
-        if files.memory_usage is not None:
-            path, group = files.memory_usage
-            usage = int_or_none(read(path, group, report, max_bytes=INT_FILE_BYTES))
-            memory = self._memory(state, files, usage, now, mono)
+        memory = self._memory(state, files, now, mono) if files.memory_usage is not None \
+            else None
         if state.start_time is None:
             state.start_time = self.start_time(ref)
         return ContainerUsage(state.start_time, cpu, memory)
 
-    def _memory(self, state: _CgroupState, files: _UsageFiles, usage: int | None, now: float,
+    def _memory(self, state: _CgroupState, files: _UsageFiles, now: float,
                 mono: float) -> MemoryStats | None:
+        path, group = files.memory_usage
+        usage = self._files.read_int(path, group, self.report_unsafe)
         # v1: either file gives figures; v2: memory.stat only beside memory.current.
         stat = None
         if usage is not None or not files.v2_memory:
             path, group = files.memory_stat
-            data = self._files.read_bytes(path, group, self.report_unsafe)
-            stat = data.decode("utf-8", "replace") if data is not None else None
+            stat = self._files.read_text(path, group, self.report_unsafe)
         if usage is None and stat is None:
             return None
         if state.limit_read_at is None or mono - state.limit_read_at >= LIMIT_REFRESH_SECONDS:
