@@ -62,26 +62,21 @@ def _mean(values: list[float]) -> float | None:
 
 
 class _Row(NamedTuple):
-    """What one sample gives each signal, worked out once when the sample is added."""
+    """A sample and what it gives the signals that need working out, once, when it is added."""
 
-    time: float
+    sample: SaturationSample
     memory_ratio: float | None
-    reasons: int | None
     gpm: tuple[float | None, ...] | None              # GPM_MEANS' values
-    pcie_tx: float | None
-    pcie_rx: float | None
-    violations: ViolationReading | None
     violations_at: float                              # the reading's reference time, else time
     violation_values: tuple[int | None, ...] | None   # VIOLATION_FIELDS' counters
 
     @classmethod
     def of(cls, s: SaturationSample) -> "_Row":
         v = s.violations
-        return cls(s.time,
+        return cls(s,
                    s.memory_used_bytes / s.memory_total_bytes
                    if s.memory_used_bytes is not None and s.memory_total_bytes else None,
-                   s.reasons, _gpm_values(s.gpm) if s.gpm is not None else None,
-                   s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second, v,
+                   _gpm_values(s.gpm) if s.gpm is not None else None,
                    v.reference_time_us / 1e6 if v is not None and v.reference_time_us
                    else s.time,
                    _violation_values(v) if v is not None else None)
@@ -93,7 +88,7 @@ def _violation_readings(rows) -> list[tuple[float, tuple[int | None, ...] | None
     out: list[tuple[float, tuple[int | None, ...] | None]] = []
     last = None
     for r in rows:
-        v = r.violations
+        v = r.sample.violations
         if v is not None and v is last:
             continue                      # the same reading carried into a later tick
         last = v
@@ -135,22 +130,23 @@ class SaturationWindow:
     def __init__(self, window_seconds: float = 60.0, pressure_threshold: float = 0.9):
         self.window_seconds = window_seconds
         self.pressure_threshold = pressure_threshold
-        self._samples: deque[SaturationSample] = deque()
-        self._rows: deque[_Row] = deque()           # one per sample, in step with it
+        self._rows: deque[_Row] = deque()
+
+    def samples(self) -> tuple[SaturationSample, ...]:
+        """The samples kept: those in the window and the one base before it."""
+        return tuple(r.sample for r in self._rows)
 
     def add(self, sample: SaturationSample) -> None:
-        self._samples.append(sample)
         self._rows.append(_Row.of(sample))
         horizon = sample.time - self.window_seconds
         # Keep one sample at or before the horizon as the base of counter deltas.
-        while len(self._samples) > 1 and self._samples[1].time <= horizon:
-            self._samples.popleft()
+        while len(self._rows) > 1 and self._rows[1].sample.time <= horizon:
             self._rows.popleft()
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
         rows = self._rows
-        start = rows[-1].time - self.window_seconds if rows else 0.0
-        inside = [r for r in rows if r.time >= start]
+        start = rows[-1].sample.time - self.window_seconds if rows else 0.0
+        inside = [r for r in rows if r.sample.time >= start]
         ratios = [r.memory_ratio for r in inside if r.memory_ratio is not None]
         gpm = [r.gpm for r in inside if r.gpm is not None]
         means = {name: _mean([g[i] for g in gpm if g[i] is not None])
@@ -169,8 +165,8 @@ class SaturationWindow:
         return Saturation(
             window_seconds=self.window_seconds,
             throttle_violation_ratios=violation_ratios(rows),
-            throttle_reason_ratios=reason_ratios([r.reasons for r in inside
-                                                  if r.reasons is not None]),
+            throttle_reason_ratios=reason_ratios([r.sample.reasons for r in inside
+                                                  if r.sample.reasons is not None]),
             memory_used_ratio_avg=_mean(ratios),
             memory_used_ratio_max=max(ratios) if ratios else None,
             memory_pressure_ratio=(sum(1 for r in ratios if r >= self.pressure_threshold)
@@ -179,8 +175,10 @@ class SaturationWindow:
             sm_active_avg=scaled("sm_active_percent", 0.01),
             sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
             dram_active_avg=scaled("dram_active_percent", 0.01),
-            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", [r.pcie_tx for r in inside]),
-            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", [r.pcie_rx for r in inside]),
+            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second",
+                                   [r.sample.pcie_tx_bytes_per_second for r in inside]),
+            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second",
+                                   [r.sample.pcie_rx_bytes_per_second for r in inside]),
             nvlink_tx_bytes_avg=means["nvlink_tx_bytes_per_second"],
             nvlink_rx_bytes_avg=means["nvlink_rx_bytes_per_second"],
         )

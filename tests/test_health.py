@@ -110,4 +110,4 @@ def test_old_samples_leave_the_window():
     for t in range(100):
         window.add(SaturationSample(float(t), memory_used_bytes=t, memory_total_bytes=100))
     assert window.saturation().memory_used_ratio_max == pytest.approx(0.99)
-    assert len(window._samples) <= 12
+    assert len(window.samples()) <= 12

@@ -101,6 +101,6 @@ def test_one_pass_equals_signal_by_signal(parts, carry_readings):
         previous = v
         window.add(SaturationSample(now, v, reasons, used, total, g, tx, rx))
         got = window.saturation(xid_events_in_window=3)
-        expected = _reference(list(window._samples), 0.9)
+        expected = _reference(list(window.samples()), 0.9)
         assert {k: getattr(got, k) for k in expected} == expected
         assert got.xid_error_count == 3 and got.window_seconds == WINDOW
