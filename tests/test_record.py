@@ -1,7 +1,9 @@
-"""``@record``: frozen dataclasses with a cheaper ``__init__`` that behaves as the generated one."""
+"""``@record``: frozen slotted dataclasses with a cheaper ``__init__`` that behaves as the
+generated one."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import inspect
@@ -42,8 +44,14 @@ def test_every_model_type_is_a_frozen_record():
     assert len(MODEL_RECORDS) > 30
     for cls in MODEL_RECORDS:
         assert cls.__dataclass_params__.frozen, cls
+        assert "__slots__" in cls.__dict__, cls
         assert cls.__init__.__code__.co_filename == "<string>", cls
-        assert "__record_dict" in cls.__init__.__code__.co_varnames, cls
+        assert any(name.startswith("__record_set_")       # fields set through their slots
+                   for name in cls.__init__.__code__.co_names), cls
+
+
+def _values(instance) -> dict:
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
 
 
 @pytest.mark.parametrize("cls", MODEL_RECORDS, ids=lambda c: c.__qualname__)
@@ -58,7 +66,8 @@ def test_same_signature_and_result_as_the_stock_dataclass(cls):
     if cls.__name__ == "CgroupRef":
         required = {"paths": (("memory", "/a"), ("", "/b"))}
     mine, theirs = cls(**required), twin(**required)
-    assert mine.__dict__ == theirs.__dict__
+    assert _values(mine) == _values(theirs)
+    assert not hasattr(mine, "__dict__")         # slots only: no per-instance dict
 
 
 def test_defaults_factories_keyword_only_and_post_init():
@@ -87,6 +96,11 @@ def test_defaults_factories_keyword_only_and_post_init():
         Sample()                                             # a is required
     with pytest.raises(FrozenInstanceError):
         two.a = 2.0
+    # No other attribute either (Python 3.11's frozen slotted dataclass says so with a
+    # TypeError, later versions with FrozenInstanceError).
+    with pytest.raises((FrozenInstanceError, AttributeError, TypeError)):
+        two.undeclared = 1
+    assert copy.copy(two) == two
 
 
 def test_fields_it_cannot_rebuild_are_refused():
