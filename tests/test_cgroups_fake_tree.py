@@ -189,3 +189,29 @@ def test_proc_reader(tmp_path):
     reader = ProcReader(HostRoots(proc=str(proc)))
     assert reader.container_of(4242).info.container_id == C1
     assert reader.container_of(999999) is None            # gone
+
+
+
+def test_usages_read_many_cgroups_in_order_and_one_that_vanished_reads_as_gone(tmp_path):
+    """The batch read of a tick: each cgroup's figures in the order asked; a cgroup removed
+    between discovery and the read has none, and the others keep theirs."""
+    root = v1_tree(tmp_path)
+    # Files opened for each read: a kept descriptor of a regular file still reads it after
+    # it is removed, where a removed kernel cgroup's file answers ENODEV.
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    found = reader.discover()
+    wanted = [(C3, found.containers[C3].cgroup), (C1, found.containers[C1].cgroup),
+              (("pod", UID), found.pods[UID])]
+
+    def figures(usages):
+        return [(u.cpu and u.cpu.usage_core_nano_seconds,
+                 u.memory and u.memory.working_set_bytes) for u in usages]
+
+    assert figures(reader.usages(wanted)) == \
+        [(None, None), (5_000_000_000, 900), (6_000_000_000, None)]
+    reader.end_tick()
+    import shutil
+    pod = f"kubepods/burstable/pod{UID}"
+    shutil.rmtree(root / "cpu,cpuacct" / pod / C1)
+    shutil.rmtree(root / "memory" / "process_api" / "abc" / pod / C1)
+    assert figures(reader.usages(wanted)) == [(None, None), (None, None), (6_000_000_000, None)]

@@ -33,8 +33,8 @@ class FakeCgroups:
     def device_rules(self, ref):
         return self.rules.get(ref.path("devices"))
 
-    def usage(self, key, ref):
-        return ContainerUsage(start_time=1.0)
+    def usages(self, wanted):
+        return [ContainerUsage(start_time=1.0) for _ in wanted]
 
     def end_tick(self):
         self.ended += 1
@@ -202,9 +202,9 @@ class CountingCgroups(FakeCgroups):
         super().__init__(containers)
         self.read = []
 
-    def usage(self, key, ref):
-        self.read.append(key)
-        return ContainerUsage(start_time=1.0)
+    def usages(self, wanted):
+        self.read.extend(key for key, _ in wanted)
+        return [ContainerUsage(start_time=1.0) for _ in wanted]
 
 
 def test_reads_are_spread_over_the_ticks_and_gpu_holders_follow_the_same_cadence():

