@@ -237,3 +237,33 @@ def test_cgroup_ref_main_path_prefers_v2_then_memory_cpuacct_devices():
     assert CgroupRef((("pids", "/p"),)).main_path == "/p"
     assert CgroupRef(()).main_path is None
     assert CgroupRef((("memory", "/m"),)) == CgroupRef((("memory", "/m"),))   # not compared
+
+
+def test_counters_of_containers_and_pods_that_gain_nothing_outlive_the_retention():
+    """A container and its pod that used a GPU once, then idle on it for longer than the
+    retention, keep their totals while they are seen: their counters are read, not advanced,
+    and their owners are alive every tick. The pod here is known by its UID from the names
+    only (its cgroup path names none)."""
+    clock = [1000.0]
+    counters = EnergyCounters(retention_seconds=60, wall=lambda: clock[0])
+    plain = ContainerIdentity(container_id=A, runtime="docker",
+                              cgroup=CgroupRef((("devices", f"/docker/{A}"),)))
+    tracker = ContainerTracker(
+        FakeCgroups({A: plain}, rules={f"/docker/{A}": DeviceRules(False, False,
+                                                                   frozenset({0}))}),
+        FakeProcs({4242: f"/docker/{A}"}), counters,
+        runtime=FakeNames({A: ContainerNames("trainer-0", "ml", UID, "trainer")}))
+    busy = {GPU0: DeviceAttribution(GPU0, 50.0, 10.0, 100.0, 25.0, "exclusive", (
+        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 10.0, 25.0, 30.0),))}
+    idle = {GPU0: DeviceAttribution(GPU0, 50.0, 0.0, 50.0, 0.0, "exclusive", ())}
+    stats = (ProcessStats(pid=4242, device_uuid=GPU0, attributed_power_watts=10.0),)
+    tracker.tick((reading(GPU0, 0, [ProcessReading(pid=4242)]),), busy, stats)
+    for _ in range(5):
+        clock[0] += 30.0                          # 150 s idle in all, past the 60 s retention
+        view = tracker.tick((reading(GPU0, 0),), idle, ())
+        counters.expire()
+    pod = view.pods[0]
+    assert pod.uid == UID and pod.accelerators[0].attributed_energy_joules == 25.0
+    assert pod.containers[0].accelerators[0].attributed_energy_joules == 25.0
+    assert counters.value(("pod", UID, GPU0)) == 25.0
+    assert counters.value(("container", A, GPU0, None)) == 25.0

@@ -205,10 +205,7 @@ class ContainerTracker:
             claims = _Claims()
             self._map_pod_resources(devices, containers, names, mappings, claims)
             _fold_parents_into_instances(mappings)
-            self._counters.mark_alive([("container", cid) for cid in containers]
-                                      + [("pod", uid) for uid in pods]
-                                      + [("pod", c.pod_uid) for c in containers.values()
-                                         if c.pod_uid])
+            self._counters.mark_alive(_owners(containers, pods, names))
             return self._build(containers, pods, names, mappings, devices, attributions,
                                processes, pid_to_container, claims)
         finally:
@@ -507,7 +504,7 @@ class ContainerTracker:
         utilization = min(100.0, utilization) if mine and utilization is not None else None
         counter = ("container", cid, uuid, gi)
         if accounted:
-            total = self._counters.advance(counter, energy)
+            total = self._advance(counter, energy)
         else:
             energy = power = None
             total = self._counters.value(counter)
@@ -519,18 +516,41 @@ class ContainerTracker:
             attributed_power_watts=power, attributed_energy_joules=total, claim=claim)
         return acc, energy, power
 
+    def _advance(self, key: tuple, joules: float) -> float:
+        """A container's or pod's counter after this tick's energy. One that exists and gains
+        nothing is only read: its owner was marked alive with every container and pod at the
+        start of the tick (``_owners``), which is all ``advance`` would do."""
+        if not joules:
+            total = self._counters.value(key)
+            if total is not None:
+                return total
+        return self._counters.advance(key, joules)
+
     def _pod_accelerators(self, uid: str, tick: dict[str, tuple[float, float]],
                           history: dict[str, float],
                           claims: dict[str, ClaimDevice]) -> tuple[PodAccelerator, ...]:
         """GPUs the pod uses this tick, plus those whose energy it accumulated earlier."""
         out = {}
         for uuid, (energy, power) in tick.items():
-            total = self._counters.advance(("pod", uid, uuid), energy)
+            total = self._advance(("pod", uid, uuid), energy)
             out[uuid] = PodAccelerator(uuid, power, total, claims.get(uuid))
         for uuid, total in history.items():
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
+
+
+def _owners(containers: Mapping[str, ContainerIdentity], pods: Mapping[str, CgroupRef],
+            names: Mapping[str, ContainerNames]) -> list[tuple[str, str]]:
+    """Every container and pod of this tick, as owners of counters: each pod by its cgroup and
+    by the UID its containers are shown under (their cgroup's, else their names')."""
+    uids = set(pods)
+    for cid, identity in containers.items():
+        n = names.get(cid)
+        uid = identity.pod_uid or (n.pod_uid if n else None)
+        if uid:
+            uids.add(uid)
+    return [("container", cid) for cid in containers] + [("pod", uid) for uid in uids]
 
 
 def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:
