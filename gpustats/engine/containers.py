@@ -388,7 +388,7 @@ class ContainerTracker:
         for cid, identity in sorted(containers.items()):
             n = names.get(cid)
             if n is None or not n.is_sandbox:
-                shown.append((cid, identity, n, identity.pod_uid or (n.pod_uid if n else None)))
+                shown.append((cid, identity, n, _pod_uid(identity, n)))
         usage = self._read_usage(shown, pods)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
@@ -546,11 +546,15 @@ def _owners(containers: Mapping[str, ContainerIdentity], pods: Mapping[str, Cgro
     by the UID its containers are shown under (their cgroup's, else their names')."""
     uids = set(pods)
     for cid, identity in containers.items():
-        n = names.get(cid)
-        uid = identity.pod_uid or (n.pod_uid if n else None)
+        uid = _pod_uid(identity, names.get(cid))
         if uid:
             uids.add(uid)
     return [("container", cid) for cid in containers] + [("pod", uid) for uid in uids]
+
+
+def _pod_uid(identity: ContainerIdentity, names: ContainerNames | None) -> str | None:
+    """The pod a container is shown under: its cgroup's UID, else its names'."""
+    return identity.pod_uid or (names.pod_uid if names else None)
 
 
 def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:
