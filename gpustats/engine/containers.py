@@ -461,7 +461,7 @@ class ContainerTracker:
                 else zlib.crc32(repr(key).encode()) % every
             kept[key] = (phase, found)
             usage[key] = found
-        for gone in set(kept) - set(usage):
+        for gone in kept.keys() - usage.keys():
             del kept[gone]
         return usage
 
