@@ -16,7 +16,7 @@ from typing import Sequence
 
 from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, reload_changes, resolve
-from gpustats.engine.collector import Collector, Persister
+from gpustats.engine.collector import Collector
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.counters import EnergyCounters
@@ -27,6 +27,7 @@ from gpustats.engine.history import History
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
+from gpustats.engine.persister import Persister, Problem
 from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
@@ -112,7 +113,8 @@ class Daemon:
         else:
             scanner = PciScanner(self.roots)
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
-        self.state_files = StateFiles(config.state_dir)
+        self.state_files = StateFiles(
+            config.state_dir, refused=lambda reason: self.errors.record("persistence", reason))
         if config.state_reset:
             self.state_files.reset()
         self.counters.load(self.state_files)      # NewerStateVersion stops start-up
@@ -181,12 +183,12 @@ class Daemon:
         return (_ReportedSweeper(DeviceSweeper(session, energy_every=self.config.energy_every),
                                  self.errors), session.driver_version)
 
-    def _persisted(self, ok: bool) -> None:
-        if ok:
+    def _persisted(self, problem: Problem | None) -> None:
+        if problem is None:
             self.errors.succeeded("persistence")
         else:
-            self.errors.failed("persistence", "write_failed",
-                               f"energy counters cannot be written to {self.config.state_dir}")
+            reason, message = problem
+            self.errors.failed("persistence", reason, f"{message} ({self.config.state_dir})")
 
     def create_app(self, probes_only: bool = False):
         settings = WebSettings(self.config.housekeeping_interval,
@@ -227,8 +229,7 @@ class Daemon:
         sdnotify.stopping()
         self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
-        self.persister.persist_now()
-        self.state_files.close()
+        self.persister.close()      # waits for a line a tick still running is writing
         self.gpus.close()
         if self.housekeeping.stopped:
             self.cgroups.close()      # a tick still running after the budget may read them

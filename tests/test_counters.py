@@ -1,6 +1,9 @@
+import errno
 import json
 import logging
 import os
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,9 +14,12 @@ from gpustats.engine.state_files import (
     CORRUPT_SUFFIX,
     JOURNAL_FILE,
     KEEP_ASIDE,
+    REFUSED_SUFFIX,
     STATE_FILE,
     NewerStateVersion,
     StateFiles,
+    decode_journal_line,
+    encode_journal_line,
 )
 from tests.clock import Clock
 
@@ -271,9 +277,9 @@ def test_only_changes_are_journaled(tmp_path):
     counters.advance(("device", "GPU-a"), 0.0)       # no change: nothing to write
     counters.advance(("device", "GPU-b"), 1.0)
     counters.journal()
-    lines = (tmp_path / JOURNAL_FILE).read_text().splitlines()
+    lines = (tmp_path / JOURNAL_FILE).read_bytes().splitlines()
     assert len(lines) == 2
-    assert json.loads(lines[1])["counters"] == [[["device", "GPU-b"], 2.0]]
+    assert decode_journal_line(lines[1])["counters"] == [[["device", "GPU-b"], 2.0]]
 
 
 def test_a_state_file_from_a_newer_version_stops_loading(tmp_path):
@@ -314,7 +320,7 @@ def test_a_fifo_in_place_of_a_state_file_does_not_block(tmp_path, name, caplog):
     with caplog.at_level(logging.ERROR):
         counters.load(StateFiles(str(tmp_path)))      # returns at once: no writer needed
     assert "not a regular file" in caplog.text
-    assert len(list(tmp_path.glob(name + CORRUPT_SUFFIX + "*"))) == 1      # moved aside
+    assert len(list(tmp_path.glob(name + REFUSED_SUFFIX + "*"))) == 1      # moved aside
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal() and counters.persist()
 
@@ -363,22 +369,198 @@ def test_no_served_counter_is_ever_lower_after_a_crash(tmp_path_factory, steps):
                 assert counters.value(k) is not None and counters.value(k) >= v - 1e-9
 
 
-def test_changes_a_failed_write_could_not_keep_go_into_the_next_line(tmp_path, monkeypatch):
+class Disk:
+    """``os.write`` on a disk with ``room`` bytes left (``None``: unlimited): a write that does
+    not fit writes what fits and the next one fails with ENOSPC, as a full file system does."""
+
+    def __init__(self, room=None):
+        self.room = room
+
+    def write(self, fd, data):
+        if self.room is None:
+            return os.write(fd, data)
+        if self.room == 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written = os.write(fd, bytes(data[:self.room]))
+        self.room -= written
+        return written
+
+
+def test_changes_a_failed_write_could_not_keep_go_into_the_next_line(tmp_path):
+    disk = Disk(room=0)
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.attach(StateFiles(str(tmp_path), write=disk.write))
     counters.advance(("device", "GPU-a"), 5.0)
-    real_write = os.write
-
-    def full(fd, data):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "write", full)
     assert not counters.journal()
-    monkeypatch.setattr(os, "write", real_write)
+    disk.room = None
     assert counters.journal()                         # the same change, written now
     reloaded = EnergyCounters()
     reloaded.load(StateFiles(str(tmp_path)))
     assert reloaded.value(("device", "GPU-a")) == 5.0
+
+
+def test_a_short_write_leaves_no_torn_line(tmp_path):
+    """A disk that fills mid-line: the half line is cut off again, the changes stay marked, and
+    the lines written once there is room again all replay (a torn line used to stay, the next
+    lines were appended to it and replay stopped there)."""
+    disk = Disk()
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path), write=disk.write))
+    journal = tmp_path / JOURNAL_FILE
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal()
+    whole = journal.read_bytes()
+    disk.room = 20                                    # part of the next line fits
+    counters.advance(("device", "GPU-a"), 2.0)
+    counters.advance(("pod", "u", "GPU-a"), 4.0)
+    assert not counters.journal()
+    assert journal.read_bytes() == whole              # nothing of the line kept
+    disk.room = None                                  # room again
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal()
+    reloaded = EnergyCounters()                       # as after SIGKILL
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 4.0
+    assert reloaded.value(("pod", "u", "GPU-a")) == 4.0
+
+
+def test_a_line_written_in_pieces_is_whole(tmp_path):
+    def trickle(fd, data):                            # the kernel may write less than asked
+        return os.write(fd, bytes(data[:7]))
+
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path), write=trickle))
+    counters.advance(("device", "GPU-a"), 3.0)
+    assert counters.journal()
+    reloaded = EnergyCounters()
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 3.0
+
+
+def test_replay_skips_a_damaged_line_and_goes_on(tmp_path, caplog):
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path)))
+    journal = tmp_path / JOURNAL_FILE
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal()
+    with open(journal, "ab") as f:                    # a line damaged on disk: bit flipped
+        line = encode_journal_line({"sequence": 50, "counters": [[["device", "GPU-a"], 9e9]]})
+        f.write(line.replace(b"9000000000", b"9000000001"))
+    counters.advance(("device", "GPU-a"), 1.0)
+    counters.advance(("pod", "u", "GPU-a"), 2.0)
+    assert counters.journal()
+    reloaded = EnergyCounters()
+    with caplog.at_level(logging.WARNING):
+        reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 2.0           # not 9e9: the bad line skipped
+    assert reloaded.value(("pod", "u", "GPU-a")) == 2.0         # the line after it counts
+    assert "1 torn or corrupt line(s) skipped" in caplog.text
+
+
+def test_a_torn_tail_is_ended_before_the_next_line(tmp_path):
+    """A journal left ending mid-line (a crash mid-write, a cut that failed): the next line
+    starts on a line of its own."""
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path)))
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal()
+    counters.close()
+    with open(tmp_path / JOURNAL_FILE, "ab") as f:
+        f.write(b'0badc0de {"sequence":9,"counters":[[["device","GP')
+    restarted = EnergyCounters()
+    restarted.load(StateFiles(str(tmp_path)))
+    restarted.advance(("device", "GPU-a"), 5.0)
+    assert restarted.journal()
+    reloaded = EnergyCounters()
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 6.0
+
+
+def test_lines_written_before_checksums_are_still_replayed(tmp_path):
+    (tmp_path / JOURNAL_FILE).write_text(
+        json.dumps({"sequence": 1, "counters": [[["device", "GPU-a"], 3.0]]}) + "\n")
+    reloaded = EnergyCounters()
+    assert reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 3.0
+
+
+def test_a_compaction_and_a_tick_never_write_at_once(tmp_path):
+    """SIGHUP's compaction on its own thread with a slow fsync; a tick journals meanwhile. The
+    tick's line used to land between the snapshot and the journal's truncation and be erased
+    with its changes already marked written: after a crash the counter came back lower."""
+    key = ("pod", "u", "GPU-a")
+    ticks = []
+
+    def slow_fsync(fd):
+        if not ticks:                                 # the tick runs during the first fsync
+            ticks.append(threading.Thread(target=tick))
+            ticks[0].start()
+            time.sleep(0.3)
+        os.fsync(fd)
+
+    served = {}
+
+    def tick():
+        counters.advance(key, 5.0)
+        counters.journal()
+        served.update(counters.items())               # published after its line
+
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path), fsync=slow_fsync))
+    counters.advance(key, 1.0)
+    assert counters.persist()
+    ticks[0].join()
+    assert served[key] == 6.0
+    reloaded = EnergyCounters()                       # SIGKILL now
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(key) == 6.0
+
+
+@pytest.mark.parametrize("place", [STATE_FILE, JOURNAL_FILE])
+@pytest.mark.parametrize("how", ["hard_linked", "symlink", "foreign_owner"])
+def test_a_state_file_that_is_not_the_daemons_own_is_refused(tmp_path, place, how, caplog):
+    """A hard link or symlink to another file, or a file another user owns, in a state file's
+    place: never read, appended to or truncated; moved aside, logged and counted."""
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "victim"
+    body = b"precious data, not gpustats's\n"
+    victim.write_bytes(body)
+    target = state / place
+    if how == "hard_linked":
+        os.link(victim, target)
+    elif how == "symlink":
+        os.symlink(victim, target)
+    else:
+        target.write_bytes(body)
+        os.chown(target, 12345, 12345)
+    refused = []
+    counters = EnergyCounters()
+    with caplog.at_level(logging.ERROR):
+        counters.load(StateFiles(str(state), refused=refused.append))
+    assert refused == [how]
+    assert "refused" in caplog.text
+    aside = list(state.glob(place + REFUSED_SUFFIX + "*"))
+    assert len(aside) == 1
+    if how == "foreign_owner":
+        victim = aside[0]
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal() and counters.persist() and counters.journal()
+    assert victim.read_bytes() == body
+    assert not (state / place).is_symlink() and os.stat(state / place).st_nlink == 1
+
+
+def test_a_journal_hard_linked_while_running_is_refused_when_reopened(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me\n")
+    refused = []
+    counters = EnergyCounters()
+    counters.load(StateFiles(str(tmp_path / "state"), refused=refused.append))
+    os.makedirs(tmp_path / "state")
+    os.link(victim, tmp_path / "state" / JOURNAL_FILE)
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert counters.journal() and counters.persist()
+    assert victim.read_bytes() == b"keep me\n" and refused == ["hard_linked"]
 
 
 def test_owners_without_counters_are_not_remembered():

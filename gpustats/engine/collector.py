@@ -13,6 +13,7 @@ from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.health_monitor import HealthMonitor
+from gpustats.engine.persister import Persister
 from gpustats.engine.store import SnapshotStore
 from gpustats.health import unknown_health
 from gpustats.saturation import SaturationSample, SaturationWindow
@@ -46,36 +47,6 @@ class ErrorTotals(Protocol):
 
 class ActivitySource(Protocol):
     def activity(self) -> dict[tuple[str, int], float] | None: ...
-
-
-class Persister:
-    """Journals each tick's counter changes before it is published, and compacts the state
-    every ``interval`` seconds (and on demand at shutdown)."""
-
-    def __init__(self, counters: EnergyCounters, interval: float,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 report: Callable[[bool], None] | None = None):
-        self._counters = counters
-        self._interval = interval
-        self._monotonic = monotonic
-        self._report = report          # each write's outcome, for the source states
-        self._next = monotonic() + interval
-
-    def journal(self) -> None:
-        self._counters.journal()
-
-    def maybe_persist(self) -> None:
-        now = self._monotonic()
-        if now >= self._next:
-            self._next = now + self._interval
-            self._counters.expire()
-            self.persist_now()
-
-    def persist_now(self) -> bool:
-        ok = self._counters.persist()
-        if self._report is not None:
-            self._report(ok)
-        return ok
 
 
 class Collector:

@@ -13,7 +13,9 @@ restart can count the energy of the gap), and the identity (to name a GPU lost a
 
 Every tick the changes go to the journal before the snapshot is published; every persist
 interval the whole state is compacted (``state_files``). Methods are safe to call from the
-housekeeping thread and a shutdown path at once.
+housekeeping thread, a SIGHUP and a shutdown path at once: journal lines and compactions are
+written one at a time (a compaction empties the journal, so a line written while it ran would
+be lost with its changes already marked as written).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class EnergyCounters:
         self._retention = retention_seconds
         self._wall = wall
         self._lock = threading.Lock()
+        self._writing = threading.Lock()             # one writer of the state files at a time
         self._files: StateFiles | None = None
 
     # ------------------------------------------------------------ counters
@@ -176,6 +179,10 @@ class EnergyCounters:
 
         What could not be written stays marked as changed, for the next line or compaction.
         """
+        with self._writing:
+            return self._journal()
+
+    def _journal(self) -> bool:
         if self._files is None:
             return False
         with self._lock:
@@ -200,6 +207,16 @@ class EnergyCounters:
 
     def persist(self) -> bool:
         """Compact: the whole state to the snapshot file, fsynced; the journal emptied."""
+        with self._writing:
+            return self._persist()
+
+    def close(self) -> None:
+        """Close the journal once no line is being written (a later line reopens it)."""
+        with self._writing:
+            if self._files is not None:
+                self._files.close()
+
+    def _persist(self) -> bool:
         if self._files is None:
             return False
         with self._lock:
@@ -233,9 +250,8 @@ class EnergyCounters:
             try:
                 entry_sequence, counters, records = parse_journal_entry(entry)
             except ValueError as exc:
-                log.warning("energy counter journal: an entry is corrupt (%s); replay stops "
-                            "there", exc)
-                break
+                log.warning("energy counter journal: an entry is corrupt (%s); skipped", exc)
+                continue
             if entry_sequence <= sequence:
                 continue              # already in the snapshot (written before the truncate)
             for key, joules in counters.items():

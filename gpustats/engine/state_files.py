@@ -5,25 +5,34 @@ one line with what changed to ``counters.journal`` *before* the tick's snapshot 
 (no fsync: a killed process's writes survive in the page cache), and every persist interval
 the whole state is written to ``counters.json`` (temp file, fsync, rename, fsync of the
 directory) and the journal is emptied. Loading reads the snapshot, then replays the journal
-lines newer than it. A torn last line (power loss mid-write) ends the replay with a log line.
+lines newer than it.
 
-Files are opened only when they are regular files (a FIFO or device in their place would block
-or feed garbage), non-blocking, and read up to a stated cap. A file that cannot be parsed is
-moved aside as ``counters.json.corrupt-<UTC time>`` (the newest ``KEEP_ASIDE`` are kept); a
-file written by a newer gpustats stops start-up (``NewerStateVersion``) unless reset.
+A journal line carries the CRC-32 of its JSON (``<crc32 hex> <json>``), so a torn or damaged
+line is recognised and skipped, and replay goes on with the lines after it. An append is
+all-or-nothing: a write that stops short (a full disk) is cut back to the journal's length
+before it, so the next line never follows half a line.
+
+State files are opened without following links, non-blocking, and used only when they are
+regular files owned by the daemon's user with a single link (a FIFO would block, a device feed
+garbage, and a hard link or symlink to another file would have it appended to and truncated).
+Anything else in their place is refused: logged, counted, and moved aside as
+``<name>.refused-<UTC time>``. A file that cannot be parsed is moved aside as
+``counters.json.corrupt-<UTC time>``; of each kind the newest ``KEEP_ASIDE`` are kept. A file
+written by a newer gpustats stops start-up (``NewerStateVersion``) unless reset.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import stat
 import tempfile
 import time
+import zlib
 from typing import Callable
 
-from gpustats.hostfs import UnsafeFile, read_regular
 from gpustats.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
@@ -31,27 +40,110 @@ log = logging.getLogger(__name__)
 STATE_FILE = "counters.json"
 JOURNAL_FILE = "counters.journal"
 CORRUPT_SUFFIX = ".corrupt-"
+REFUSED_SUFFIX = ".refused-"
 RESET_SUFFIX = ".reset-"
 KEEP_ASIDE = 5
 MAX_STATE_BYTES = 64 * 1024 * 1024
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024
-READ_DEADLINE_SECONDS = 5.0
+_READ_CHUNK = 1024 * 1024
+_OPEN_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+
+# Why a state file was refused (the ``reason`` counted under the ``persistence`` source).
+SYMLINK = "symlink"
+NOT_REGULAR = "not_regular_file"
+FOREIGN_OWNER = "foreign_owner"
+HARD_LINKED = "hard_linked"
+TOO_LARGE = "too_large"
 
 
 class NewerStateVersion(Exception):
     """The state file was written by a newer gpustats; its counters cannot be read safely."""
 
 
-def read_regular_file(path: str, max_bytes: int) -> bytes | None:
-    """Contents of a regular file, ``None`` when absent; never blocks on a FIFO or device.
+class RefusedStateFile(Exception):
+    """Something other than the daemon's own single-linked regular file is in a state file's
+    place; ``reason`` is one of the module's refusal reasons."""
 
-    ``UnsafeFile`` for anything else in its place, a file over ``max_bytes`` or a read past
-    its deadline; ``OSError`` when it cannot be read.
-    """
+    def __init__(self, path: str, reason: str, detail: str):
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.reason = reason
+
+
+def check_state_file(path: str, st: os.stat_result, uid: int) -> None:
+    """``RefusedStateFile`` unless ``st`` is a regular file owned by ``uid`` with one link."""
+    if not stat.S_ISREG(st.st_mode):
+        raise RefusedStateFile(path, NOT_REGULAR, "not a regular file")
+    if st.st_uid != uid:
+        raise RefusedStateFile(path, FOREIGN_OWNER,
+                               f"owned by uid {st.st_uid}, not the daemon's uid {uid}")
+    if st.st_nlink != 1:
+        raise RefusedStateFile(path, HARD_LINKED,
+                               f"has {st.st_nlink} hard links (another file shares it)")
+
+
+def open_state_file(path: str, flags: int, uid: int) -> int:
+    """A descriptor of the state file at ``path``, never through a link (``OSError`` when it
+    cannot be opened, ``FileNotFoundError`` when absent and not created)."""
     try:
-        return read_regular(path, max_bytes=max_bytes, deadline_seconds=READ_DEADLINE_SECONDS)
+        fd = os.open(path, flags | _OPEN_FLAGS, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:          # O_NOFOLLOW met a symlink
+            raise RefusedStateFile(path, SYMLINK, "a symbolic link") from exc
+        if exc.errno in (errno.EISDIR, errno.ENXIO):   # a directory; a FIFO nobody reads
+            raise RefusedStateFile(path, NOT_REGULAR, "not a regular file") from exc
+        raise
+    try:
+        check_state_file(path, os.fstat(fd), uid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_state_file(path: str, max_bytes: int, uid: int) -> bytes | None:
+    """Contents of a state file, ``None`` when absent; ``RefusedStateFile`` for anything but
+    the daemon's own regular file or one over ``max_bytes``; ``OSError`` when unreadable."""
+    try:
+        fd = open_state_file(path, os.O_RDONLY, uid)
     except FileNotFoundError:
         return None
+    try:
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise RefusedStateFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
+    finally:
+        os.close(fd)
+
+
+def encode_journal_line(entry: dict) -> bytes:
+    """``<crc32 of the JSON, 8 hex digits> <JSON>\\n`` (``TypeError``/``ValueError`` if the
+    entry is not JSON)."""
+    body = json.dumps(entry, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode_journal_line(line: bytes) -> object:
+    """The JSON value of one journal line (without its newline); ``ValueError`` when torn or
+    damaged. A bare JSON line (written before lines were checksummed) is read as it is."""
+    if line.startswith(b"{"):
+        return json.loads(line.decode("utf-8"))
+    checksum, sep, body = line.partition(b" ")
+    if not sep or len(checksum) != 8:
+        raise ValueError("no checksum")
+    try:
+        expected = int(checksum, 16)
+    except ValueError:
+        raise ValueError("no checksum") from None
+    if zlib.crc32(body) != expected:
+        raise ValueError("checksum mismatch")
+    return json.loads(body.decode("utf-8"))
 
 
 def _utc_stamp(epoch: float) -> str:
@@ -60,11 +152,23 @@ def _utc_stamp(epoch: float) -> str:
 
 class StateFiles:
     """Reads and writes the state dir; every failure is logged and reported, never raised
-    (except a newer version at load, which the caller must decide on)."""
+    (except a newer version at load, which the caller must decide on).
 
-    def __init__(self, directory: str, *, wall: Callable[[], float] = time.time):
+    ``write`` and ``fsync`` stand in for ``os.write`` and ``os.fsync`` (tests give a short
+    writer or a slow disk); ``uid`` is the owner state files must have (the daemon's);
+    ``refused(reason)`` is told of every state file refused.
+    """
+
+    def __init__(self, directory: str, *, wall: Callable[[], float] = time.time,
+                 write: Callable[[int, bytes], int] | None = None,
+                 fsync: Callable[[int], None] | None = None, uid: int | None = None,
+                 refused: Callable[[str], None] | None = None):
         self.directory = directory
         self._wall = wall
+        self._write = write or os.write
+        self._fsync = fsync or os.fsync
+        self._uid = os.geteuid() if uid is None else uid
+        self._refused = refused
         self._journal_fd: int | None = None
         self._log_once = LogOnce(log, every_seconds=300.0)
 
@@ -97,11 +201,20 @@ class StateFiles:
 
     def _read_or_set_aside(self, path: str, cap: int, consequence: str) -> bytes | None:
         try:
-            return read_regular_file(path, cap)
-        except (OSError, UnsafeFile) as exc:
+            return read_state_file(path, cap, self._uid)
+        except RefusedStateFile as exc:
+            self._refuse(exc, consequence)
+        except OSError as exc:
             log.error("energy counter file %s is unreadable (%s); %s", path, exc, consequence)
             self.keep_aside(path, CORRUPT_SUFFIX)
-            return None
+        return None
+
+    def _refuse(self, exc: RefusedStateFile, consequence: str) -> None:
+        self._log_once(("refused", exc.path, exc.reason), logging.ERROR,
+                       "energy counter file refused: %s (moved aside); %s", exc, consequence)
+        if self._refused is not None:
+            self._refused(exc.reason)
+        self.keep_aside(exc.path, REFUSED_SUFFIX)
 
     def _parse_document(self, raw: bytes, parse: Callable[[object], object]) -> object | None:
         try:
@@ -116,19 +229,19 @@ class StateFiles:
             return None
 
     def _journal_entries(self, raw: bytes) -> list[object]:
-        path = self.journal_path
-        if not raw:
-            return []
-        entries = []
+        """Every line that decodes; a torn or damaged one is skipped, the rest still count."""
+        entries, bad = [], []
         for number, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
             try:
-                entries.append(json.loads(line.decode("utf-8")))
+                entries.append(decode_journal_line(line))
             except (ValueError, RecursionError):
-                log.warning("energy counter journal %s: line %d is torn or corrupt; replay "
-                            "stops there", path, number)
-                break
+                bad.append(number)
+        if bad:
+            log.warning("energy counter journal %s: %d torn or corrupt line(s) skipped (line "
+                        "%s); replay goes on with the others", self.journal_path, len(bad),
+                        ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else ""))
         return entries
 
     def keep_aside(self, path: str, suffix: str) -> None:
@@ -154,23 +267,54 @@ class StateFiles:
     # ------------------------------------------------------------ writing
 
     def append(self, entry: dict) -> bool:
-        """One journal line; no fsync (the page cache outlives a killed process)."""
+        """One whole journal line, or nothing; no fsync (the page cache outlives a killed
+        process)."""
         try:
-            line = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+            line = encode_journal_line(entry)
         except (TypeError, ValueError) as exc:   # a key that JSON cannot hold: a bug
             self._log_once("encode", logging.ERROR, "cannot encode energy counters: %s", exc)
             return False
         try:
             fd = self._journal()
-            os.write(fd, line)
-            return True
+            length = os.fstat(fd).st_size
         except OSError as exc:
             self._close_journal()
-            self._log_once("journal", logging.ERROR,
-                           "cannot append to the energy counter journal %s: %s (a crash now "
-                           "would restart counters from the last persisted state)",
-                           self.journal_path, exc)
+            self._journal_failed(exc)
             return False
+        try:
+            self._write_whole(fd, line)
+        except OSError as exc:
+            self._cut_back(fd, length)
+            self._journal_failed(exc)
+            return False
+        self._log_once.forget("journal")
+        return True
+
+    def _write_whole(self, fd: int, data: bytes) -> None:
+        """Every byte of ``data``, writing on after a short write; ``OSError`` if it stops."""
+        view = memoryview(data)
+        while view:
+            written = self._write(fd, view)
+            if written <= 0:
+                raise OSError(errno.EIO, "the write made no progress")
+            view = view[written:]
+
+    def _cut_back(self, fd: int, length: int) -> None:
+        """Undo a partly written line: the journal back to ``length`` bytes."""
+        try:
+            os.ftruncate(fd, length)
+        except OSError as exc:
+            # The torn bytes stay; reopening ends them with a newline before the next line,
+            # and replay skips them.
+            self._close_journal()
+            self._log_once("cut", logging.WARNING, "cannot cut a torn line off the journal "
+                           "%s: %s (replay will skip it)", self.journal_path, exc)
+
+    def _journal_failed(self, exc: OSError) -> None:
+        self._log_once("journal", logging.ERROR,
+                       "cannot append to the energy counter journal %s: %s (the changes are "
+                       "kept for the next line; a crash now would restart counters from the "
+                       "last line written)", self.journal_path, exc)
 
     def write_snapshot(self, document: dict) -> bool:
         """Temp file, fsync, rename, fsync the directory, then empty the journal."""
@@ -188,12 +332,12 @@ class StateFiles:
             with os.fdopen(fd, "w") as f:
                 f.write(body)
                 f.flush()
-                os.fsync(f.fileno())
+                self._fsync(f.fileno())
             os.replace(tmp_path, path)
             tmp_path = None
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(dir_fd)
+                self._fsync(dir_fd)
             finally:
                 os.close(dir_fd)
         except OSError as exc:
@@ -227,15 +371,30 @@ class StateFiles:
         self._close_journal()
 
     def _journal(self) -> int:
+        """The open journal, opened (and created) when needed; a refused file in its place is
+        moved aside and a new journal created."""
         if self._journal_fd is None:
             os.makedirs(self.directory, exist_ok=True)
-            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                         | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+            try:
+                fd = open_state_file(self.journal_path, flags, self._uid)
+            except RefusedStateFile as exc:
+                self._refuse(exc, "a new journal is started")
+                fd = open_state_file(self.journal_path, flags | os.O_EXCL, self._uid)
+            try:
+                self._end_torn_line(fd)
+            except OSError:
                 os.close(fd)
-                raise OSError(f"{self.journal_path} is not a regular file")
+                raise
             self._journal_fd = fd
         return self._journal_fd
+
+    def _end_torn_line(self, fd: int) -> None:
+        """A journal whose last line is unfinished (a cut that failed, a crash mid-write) gets
+        a newline, so the torn bytes stand alone and the next line is whole."""
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            self._write_whole(fd, b"\n")
 
     def _close_journal(self) -> None:
         if self._journal_fd is not None:

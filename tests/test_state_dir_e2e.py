@@ -1,0 +1,198 @@
+"""The state dir under strain, through the real daemon: a disk that fills up, a SIGHUP
+compaction on a slow disk with ticks going on, a journal hard-linked to another file. After a
+SIGKILL and a restart no served counter is ever lower."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpustats.engine.state_files import JOURNAL_FILE, STATE_FILE, decode_journal_line
+from tests.conftest import REPO_ROOT
+from tests.fakehost import build, write_scenario
+from tests.invariants import assert_never_decreased, counters
+
+GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
+SLOW_FSYNC = Path(__file__).resolve().parent / "slow_fsync"
+
+
+def busy() -> dict:
+    return {"devices": [{"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0,
+                         "power_watts": 300}],
+            "processes": [{"pid": 101, "device": GPU}]}
+
+
+def start(start_daemon, tmp_path, *extra, env=None):
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    scenario = tmp_path / "s.yaml"
+    if not scenario.exists():
+        write_scenario(scenario, busy())
+    daemon = start_daemon("--simulate", str(scenario), "--cgroup-root", str(cgroup),
+                          "--proc-root", str(proc), *BASE, *extra, env=env)
+    daemon.wait_ready()
+    return daemon
+
+
+def scrape(daemon) -> dict:
+    status, body = daemon.get("/metrics")
+    assert status == 200, body
+    return counters(body)
+
+
+def persistence(daemon) -> dict | None:
+    status, body = daemon.get("/api/v1/status")
+    assert status == 200, body
+    return {s["name"]: s for s in body["sources"]}.get("persistence")
+
+
+def wait_persistence(daemon, state: str, timeout: float = 15.0) -> dict:
+    deadline = time.monotonic() + timeout
+    found = None
+    while time.monotonic() < deadline:
+        found = persistence(daemon)
+        if found is not None and found["state"] == state:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"persistence not {state} in {timeout}s: {found}\n{daemon.log()}")
+
+
+def sample(daemon, name: str, **labels: str) -> float | None:
+    """The value of the one ``name`` sample with these labels, ``None`` when absent."""
+    for family in text_string_to_metric_families(daemon.get("/metrics")[1]):
+        for s in family.samples:
+            if s.name == name and labels.items() <= s.labels.items():
+                return s.value
+    return None
+
+
+def failing_gauge(daemon) -> float | None:
+    return sample(daemon, "gpustats_source_failing", source="persistence")
+
+
+def fill(directory: Path) -> Path:
+    """A file taking every free block of ``directory``'s file system."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        block = b"\0" * 4096
+        while True:
+            try:
+                os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return filler
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def small_state_dir(tmp_path):
+    """``tmp_path/state`` on a 64 KiB tmpfs (root with mount rights only)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs",
+                              str(state)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield state
+    subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_a_state_dir_that_fills_up_loses_nothing(start_daemon, tmp_path, small_state_dir):
+    """The journal's disk fills mid-line, then has room again. No torn line is left for later
+    lines to follow (replay used to stop there: after SIGKILL counters came back lower), the
+    failing journal shows in /api/v1/status and /metrics, and after a SIGKILL and a restart
+    every counter is at least what was served."""
+    args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
+    daemon = start(start_daemon, tmp_path, *args)
+    time.sleep(1.0)
+    wait_persistence(daemon, "ok")
+    filler = fill(small_state_dir)
+    failing = wait_persistence(daemon, "failing")
+    assert failing["lastErrorReason"] == "journal_failed", failing
+    assert failing_gauge(daemon) == 1
+    time.sleep(1.0)                                   # ticks go on failing to append
+    journal = (small_state_dir / JOURNAL_FILE).read_bytes()
+    assert journal.endswith(b"\n")                    # no half line left
+    for line in journal.splitlines():
+        decode_journal_line(line)
+    served_while_full = scrape(daemon)
+    filler.unlink()
+    wait_persistence(daemon, "ok")
+    assert failing_gauge(daemon) == 0
+    time.sleep(0.5)
+    last = scrape(daemon)
+    assert_never_decreased(served_while_full, last)
+    daemon.stop(signal.SIGKILL)
+    restarted = start(start_daemon, tmp_path, *args)
+    first = scrape(restarted)
+    assert_never_decreased(last, first)
+    assert "torn or corrupt" not in restarted.log()
+
+
+def test_a_sighup_compaction_on_a_slow_disk_never_erases_a_tick(start_daemon, tmp_path):
+    """SIGHUP compacts while ticks run and fsync takes a second. The pod's process ends
+    during the compaction, so its counters change no more: lines the ticks journaled during
+    the compaction used to be erased by its truncation, and after a SIGKILL the pod's
+    counters came back lower than served."""
+    args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
+    env = {"PYTHONPATH": f"{SLOW_FSYNC}{os.pathsep}{REPO_ROOT}",
+           "GPUSTATS_TEST_FSYNC_SECONDS": "1.0"}
+    daemon = start(start_daemon, tmp_path, *args, env=env)
+    time.sleep(1.0)
+    daemon.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)                                   # the compaction waits on its fsync
+    write_scenario(tmp_path / "s.yaml", {**busy(), "processes": []})
+    deadline = time.monotonic() + 20
+    while "SIGHUP: counters" not in daemon.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "SIGHUP: counters persisted" in daemon.log()
+    time.sleep(1.0)
+    last = scrape(daemon)
+    assert any(name == "gpustats_pod_gpu_joules" for name, _ in last)
+    daemon.stop(signal.SIGKILL)
+    restarted = start(start_daemon, tmp_path, *args)
+    assert_never_decreased(last, scrape(restarted))
+
+
+def test_a_hard_linked_journal_leaves_the_other_file_alone(start_daemon, tmp_path):
+    """counters.journal hard-linked to another file: the daemon used to append to that file
+    and empty it at the next compaction. It is refused (moved aside, logged, counted) and a
+    journal of the daemon's own is written instead."""
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "victim"
+    body = b"another program's data\n" * 10
+    victim.write_bytes(body)
+    os.link(victim, state / JOURNAL_FILE)
+    daemon = start(start_daemon, tmp_path, "--housekeeping-interval", "0.1",
+                   "--persist-interval", "0.5")
+    first = (state / STATE_FILE).stat().st_mtime_ns if (state / STATE_FILE).exists() else None
+    deadline = time.monotonic() + 15
+    compactions = 0
+    while compactions < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if (state / STATE_FILE).exists() and (state / STATE_FILE).stat().st_mtime_ns != first:
+            first = (state / STATE_FILE).stat().st_mtime_ns
+            compactions += 1
+    assert compactions == 2
+    assert victim.read_bytes() == body
+    assert os.stat(state / JOURNAL_FILE).st_nlink == 1
+    assert len(list(state.glob(JOURNAL_FILE + ".refused-*"))) == 1
+    assert "has 2 hard links" in daemon.log()
+    assert sample(daemon, "gpustats_collection_errors_total", source="persistence",
+                  reason="hard_linked") == 1
+    last = scrape(daemon)
+    daemon.stop(signal.SIGKILL)
+    assert_never_decreased(last, scrape(start(start_daemon, tmp_path)))
