@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.persister import COMPACTION_FAILED, JOURNAL_FAILED, Persister
 from gpustats.engine.state_files import (
     CORRUPT_SUFFIX,
     JOURNAL_FILE,
@@ -254,7 +255,7 @@ def test_compaction_empties_the_journal_and_replay_skips_lines_already_compacted
     assert reloaded.value(("device", "GPU-a")) == 2.0
 
 
-def test_a_torn_journal_line_ends_the_replay(tmp_path, caplog):
+def test_a_torn_last_journal_line_is_skipped(tmp_path, caplog):
     counters = EnergyCounters()
     counters.attach(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 1.0)
@@ -516,6 +517,38 @@ def test_a_compaction_and_a_tick_never_write_at_once(tmp_path):
     assert reloaded.value(key) == 6.0
 
 
+def test_the_persister_reports_what_is_failing_until_it_works_again(tmp_path):
+    disk = Disk()
+    reports = []
+    fsync_fails = []
+
+    def fsync(fd):
+        if fsync_fails:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.fsync(fd)
+
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path), write=disk.write, fsync=fsync))
+    persister = Persister(counters, 3600.0, report=reports.append)
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert persister.journal() and reports[-1] is None
+    disk.room = 0
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert not persister.journal() and reports[-1][0] == JOURNAL_FAILED
+    assert not persister.journal() and reports[-1][0] == JOURNAL_FAILED   # still pending
+    disk.room = None
+    assert persister.journal() and reports[-1] is None
+    fsync_fails.append(True)
+    assert not persister.persist_now() and reports[-1][0] == COMPACTION_FAILED
+    counters.advance(("device", "GPU-a"), 1.0)
+    assert persister.journal() and reports[-1][0] == COMPACTION_FAILED   # until one works
+    fsync_fails.clear()
+    assert persister.close() and reports[-1] is None
+    reloaded = EnergyCounters()
+    reloaded.load(StateFiles(str(tmp_path)))
+    assert reloaded.value(("device", "GPU-a")) == 3.0
+
+
 @pytest.mark.parametrize("place", [STATE_FILE, JOURNAL_FILE])
 @pytest.mark.parametrize("how", ["hard_linked", "symlink", "foreign_owner"])
 def test_a_state_file_that_is_not_the_daemons_own_is_refused(tmp_path, place, how, caplog):
@@ -561,6 +594,40 @@ def test_a_journal_hard_linked_while_running_is_refused_when_reopened(tmp_path):
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal() and counters.persist()
     assert victim.read_bytes() == b"keep me\n" and refused == ["hard_linked"]
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["advance", "journal", "persist", "crash", "fill",
+                                           "free"]),
+                          st.sampled_from([("device", "GPU-a"), ("pod", "u", "GPU-a")]),
+                          st.integers(0, 200)), max_size=40))
+def test_a_disk_filling_and_freeing_never_costs_what_was_written(tmp_path_factory, steps):
+    """Disk full at any byte, freed again, crashes anywhere: after a restart every counter is
+    at least what the last write that succeeded held."""
+    state = tmp_path_factory.mktemp("state")
+    disk = Disk()
+    counters = EnergyCounters()
+    counters.load(StateFiles(str(state), write=disk.write))
+    written: dict = {}
+    for action, key, amount in steps:
+        if action == "advance":
+            counters.advance(key, float(amount))
+        elif action == "journal":
+            if counters.journal():
+                written = dict(counters.items())
+        elif action == "persist":
+            if counters.persist():
+                written = dict(counters.items())
+        elif action == "fill":
+            disk.room = amount
+        elif action == "free":
+            disk.room = None
+        else:
+            counters = EnergyCounters()
+            counters.load(StateFiles(str(state), write=disk.write))
+            for k, v in written.items():
+                assert counters.value(k) is not None and counters.value(k) >= v
 
 
 def test_owners_without_counters_are_not_remembered():
