@@ -210,12 +210,6 @@ class EnergyCounters:
         with self._writing:
             return self._persist()
 
-    def close(self) -> None:
-        """Close the journal once no line is being written (a later line reopens it)."""
-        with self._writing:
-            if self._files is not None:
-                self._files.close()
-
     def _persist(self) -> bool:
         if self._files is None:
             return False
@@ -231,11 +225,18 @@ class EnergyCounters:
             self._dirty_devices |= uuids
         return False
 
+    def close(self) -> None:
+        """Close the journal once no line is being written (a later line reopens it)."""
+        with self._writing:
+            if self._files is not None:
+                self._files.close()
+
     def load(self, files: StateFiles) -> bool:
         """Read the snapshot and replay the journal; attach ``files`` for later writes.
 
         A missing, corrupt or foreign file is logged and the counters start from zero (the bad
-        file is kept aside); a file from a newer gpustats raises ``NewerStateVersion``.
+        file is kept aside); a torn or corrupt journal line is skipped and the others replayed;
+        a file from a newer gpustats raises ``NewerStateVersion``.
         """
         self._files = files
         parsed, journal = files.load(parse_state_document)

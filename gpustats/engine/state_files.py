@@ -60,9 +60,10 @@ class NewerStateVersion(Exception):
     """The state file was written by a newer gpustats; its counters cannot be read safely."""
 
 
-class RefusedStateFile(Exception):
+class RefusedStateFile(OSError):
     """Something other than the daemon's own single-linked regular file is in a state file's
-    place; ``reason`` is one of the module's refusal reasons."""
+    place; ``reason`` is one of the module's refusal reasons. An ``OSError``: to a writer it
+    is one more reason the file cannot be written."""
 
     def __init__(self, path: str, reason: str, detail: str):
         super().__init__(f"{path}: {detail}")
