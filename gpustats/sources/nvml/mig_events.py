@@ -37,10 +37,11 @@ class MigConfigEvents:
         self._q = querier
         self._set = None
         self._by_address: dict[int | None, str] = {}
+        self._watched: frozenset[str] = frozenset()
         self.opened = False
 
     def watches(self, uuid: str) -> bool:
-        return self._set is not None and uuid in self._by_address.values()
+        return uuid in self._watched
 
     def open(self, devices: Iterable[DeviceHandle]) -> None:
         """Register every identified GPU that offers MIG configuration events."""
@@ -67,7 +68,8 @@ class MigConfigEvents:
                          "at a cadence", uuid, exc)
                 continue
             self._by_address[_address(device.handle)] = uuid
-        if not self._by_address:
+        self._watched = frozenset(self._by_address.values())
+        if not self._watched:
             self.close()
 
     def changed(self) -> frozenset[str]:
@@ -82,7 +84,7 @@ class MigConfigEvents:
                 if isinstance(exc, pynvml.NVMLError) \
                         and error_code(exc) == pynvml.NVML_ERROR_TIMEOUT:
                     break
-                watched = frozenset(self._by_address.values())
+                watched = self._watched
                 log.warning("MIG configuration events failed (%s); MIG layouts are re-read at a "
                             "cadence from now on", exc)
                 self.close()
@@ -90,7 +92,7 @@ class MigConfigEvents:
             if not data.eventType & MIG_CONFIG_CHANGE:
                 continue
             uuid = self._by_address.get(_address(data.device))
-            named.update((uuid,) if uuid is not None else self._by_address.values())
+            named.update((uuid,) if uuid is not None else self._watched)
         return frozenset(named)
 
     def close(self) -> None:
@@ -101,3 +103,4 @@ class MigConfigEvents:
                 log.debug("nvmlEventSetFree: %s", exc)
         self._set = None
         self._by_address = {}
+        self._watched = frozenset()

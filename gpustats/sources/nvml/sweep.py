@@ -35,9 +35,7 @@ from gpustats.model.device import (
 from gpustats.sources.nvml import fields
 from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
-from gpustats.sources.nvml.mig import (
-    MigInstance, layout_change, mig_readings, parse_mig_profile, read_layout,
-)
+from gpustats.sources.nvml.mig import MigInstance, layout_change, mig_readings, read_layout
 from gpustats.sources.nvml.mig_events import MigConfigEvents
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
@@ -52,9 +50,6 @@ _VIOLATION_POLICIES = (
     ("sync_boost_ns", pynvml.NVML_PERF_POLICY_SYNC_BOOST),
     ("board_limit_ns", pynvml.NVML_PERF_POLICY_BOARD_LIMIT),
 )
-
-
-__all__ = ["DeviceSweeper", "parse_mig_profile", "unique_processes"]
 
 
 def unique_processes(processes) -> tuple[ProcessReading, ...]:
