@@ -109,3 +109,5 @@ def test_idle_instances_memory_is_in_the_summary_and_dcgm_vocabulary(start_daemo
     assert metric_value(text, "DCGM_FI_DEV_FB_USED", GPU_I_ID="2", GPU_I_PROFILE="1g.10gb") == 0
     assert metric_value(text, "DCGM_FI_DEV_FB_FREE", GPU_I_ID="2") == 10 * 1024
     assert metric_value(text, "DCGM_FI_DEV_FB_USED", GPU_I_ID="1") == 1024
+    assert metric_value(text, "gpustats_node_gpu_mig_memory_used_bytes",
+                        gpu_instance_id="2") == 0
