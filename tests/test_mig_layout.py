@@ -101,9 +101,10 @@ def test_a_reconfiguration_is_followed_on_the_mig_configuration_event(simulate):
 def test_without_mig_events_the_layout_is_re_read_every_slow_tick(simulate):
     s = simulate(scenario([instance(1), instance(2)], unsupported=["mig_events"]), slow_every=4)
     s.tick()
-    s.rewrite(scenario([instance(3, "1g.10gb")], unsupported=["mig_events"]))
+    s.rewrite(scenario([instance(1), instance(2), instance(3, "1g.10gb")],
+                       unsupported=["mig_events"]))   # an idle instance created: no other hint
     seen = [[m.gpu_instance_id for m in s.tick().mig_instances] for _ in range(4)]
-    assert seen == [[1, 2], [1, 2], [1, 2], [3]]        # ticks 1-3, then slow tick 4
+    assert seen == [[1, 2], [1, 2], [1, 2], [1, 2, 3]]  # ticks 1-3, then slow tick 4
     assert s.calls("nvmlEventSetWait_v2") == 0          # no GPU offers the event: no set
 
 
@@ -176,3 +177,20 @@ def test_a_lost_gpu_closes_the_event_set_and_the_cadence_takes_over(simulate):
     for _ in range(3):
         s.tick()
     assert s.calls("nvmlEventSetWait_v2") == waits      # closed: the cadence from now on
+
+
+def test_an_instance_whose_memory_read_fails_prompts_a_re_read(simulate):
+    """Without events, a destroyed instance's handle answers INVALID_ARGUMENT: gone a tick later,
+    not at the next slow tick."""
+    s = simulate(scenario([instance(1), instance(2)], [(101, 1)], unsupported=["mig_events"]),
+                 slow_every=1000)
+    s.tick()
+    s.rewrite(scenario([instance(1)], [(101, 1)], unsupported=["mig_events"]))
+    stale = s.tick()
+    assert [(m.gpu_instance_id, m.memory_used_bytes) for m in stale.mig_instances] == \
+        [(1, GIB), (2, None)]                   # unreadable this tick: absent, not 0
+    assert [m.gpu_instance_id for m in s.tick().mig_instances] == [1]
+    before = s.calls("nvmlDeviceGetMaxMigDeviceCount")
+    for _ in range(3):
+        s.tick()
+    assert s.calls("nvmlDeviceGetMaxMigDeviceCount") == before

@@ -1,13 +1,13 @@
 """MIG instances of one GPU: the layout (which instances exist) and each tick's readings.
 
 The sweep reads the layout when MIG mode turns on, on a MIG configuration change event, at a
-bounded cadence (see ``sweep.py``) and when a process names a GPU instance the layout lacks.
-A re-read asks, per MIG device index, for its handle, UUID and name (which carries the
-profile): 1 call, then 3 per instance and 1 per empty index, 22 calls on a GPU with 7
-instances. An instance whose UUID and name are already known keeps what was read of it; a new
-one costs 2 calls more (its GPU and compute instance ids). Each tick every instance's memory is
-read, idle ones too (1 call per instance: 56 per tick at 8 GPUs x 7 instances); GPM only for
-instances with processes.
+bounded cadence, and when a process names a GPU instance the layout lacks or an instance's
+memory read fails (see ``sweep.py``). A re-read asks, per MIG device index, for its handle,
+UUID and name (which carries the profile): 1 call, then 3 per instance and 1 per empty index,
+22 calls on a GPU with 7 instances. An instance whose UUID and name are already known keeps
+what was read of it; a new one costs 2 calls more (its GPU and compute instance ids). Each
+tick every instance's memory is read, idle ones too (1 call per instance: 56 per tick at
+8 GPUs x 7 instances); GPM only for instances with processes.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ read every that many ticks and estimated from power in between (``energy_reads.p
 
 MIG: every instance's memory each tick; the layout (``mig.py``) re-read while MIG stays on when
 NVML delivers a MIG configuration change event for the GPU (``mig_events.py``), when a process
-names a GPU instance the layout lacks, and every ``slow_every`` ticks on a GPU without those
-events (every ``slow_every`` × 10 ticks on one with them, in case an event was missed).
+names a GPU instance the layout lacks or an instance's memory could not be read, and every
+``slow_every`` ticks on a GPU without those events (every ``slow_every`` × 10 ticks on one with
+them, in case an event was missed).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class _DeviceState:
     mps: bool | None = None
     mig_enabled: bool | None = None
     mig_instances: list[MigInstance] = field(default_factory=list)
-    mig_unknown_checked: frozenset[int] = frozenset()   # GPU instance ids a re-read did not find
+    mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
+    mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
 
 
@@ -196,8 +198,10 @@ class DeviceSweeper:
             state.pcie = self._pcie(uuid, h)
         mig = ()
         if state.mig_enabled:
-            self._check_unknown_instances(ident, h, state, processes)
+            self._follow_hints(ident, h, state, processes)
             mig = mig_readings(q, self._gpm, uuid, h, state.mig_instances, processes)
+            state.mig_unreadable = frozenset() if q.is_unsupported(uuid, "mig_memory") else \
+                frozenset(m.gpu_instance_id for m in mig if m.memory_used_bytes is None)
         reserved = getattr(memory, "reserved", None) if memory is not None else None
 
         return DeviceReading(
@@ -404,20 +408,24 @@ class DeviceSweeper:
             self._forget_instances(ident.uuid, state.mig_instances)
             state.mig_instances = []
 
-    def _check_unknown_instances(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
-                                 processes: tuple[ProcessReading, ...]) -> None:
-        """A process on a GPU instance the layout lacks: the layout changed, re-read it (once
-        for the same unknown ids, so a driver listing an instance it has no device for costs one
-        re-read, not one per tick)."""
+    def _follow_hints(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
+                      processes: tuple[ProcessReading, ...]) -> None:
+        """Re-read the layout when a process runs on a GPU instance it lacks, or an instance's
+        memory could not be read last tick (its handle may name a destroyed instance). Once for
+        the same hints, so a driver that lists an instance it has no device for, or an instance
+        whose memory stays unreadable, costs one re-read, not one per tick."""
         known = {m.gpu_instance_id for m in state.mig_instances}
-        unknown = frozenset(p.gpu_instance_id for p in processes
-                            if p.gpu_instance_id is not None
-                            and p.gpu_instance_id not in known)
-        if unknown and unknown != state.mig_unknown_checked:
-            log.info("GPU %s: a process runs on GPU instance(s) %s, not in the known MIG layout;"
-                     " re-reading it", ident.uuid, ", ".join(map(str, sorted(unknown))))
+        unknown = tuple(sorted({p.gpu_instance_id for p in processes
+                                if p.gpu_instance_id is not None
+                                and p.gpu_instance_id not in known}))
+        hints = (unknown, tuple(sorted(state.mig_unreadable & known)))
+        if any(hints) and hints != state.mig_hints_checked:
+            log.info("GPU %s: re-reading the MIG layout (processes on GPU instance(s) not in it:"
+                     " %s; instance(s) whose memory could not be read: %s)", ident.uuid,
+                     ", ".join(map(str, hints[0])) or "none", ", ".join(map(str, hints[1]))
+                     or "none")
             self._set_layout(ident, h, state)
-        state.mig_unknown_checked = unknown
+        state.mig_hints_checked = hints
 
     def _set_layout(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
                     first: bool = False) -> None:
