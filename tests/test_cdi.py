@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import shutil
 
 import pytest
 from hypothesis import given, settings
@@ -244,3 +245,19 @@ def test_mig_capabilities_reread_on_miss_rate_limited(tmp_path):
     for _ in range(10):
         caps.lookup(66)
     assert caps.reads == 2
+
+
+def test_mig_capabilities_follow_a_reconfiguration(tmp_path):
+    """An instance created moments after another minor missed is found at its first lookup;
+    a destroyed instance's minor keeps meaning the same (GPU, GI, CI), as the driver numbers."""
+    proc = tmp_path / "proc"
+    clock = Clock(0.0)
+    make_caps(proc, {(1, 7, None): 66})
+    caps = MigCapabilities(HostRoots(proc=str(proc)), reread_seconds=10, monotonic=clock)
+    assert caps.lookup(66) == MigCapability(1, 7)
+    assert caps.lookup(99) is None and caps.reads == 2      # a minor nothing has
+    clock.now = 3
+    shutil.rmtree(proc / "driver" / "nvidia" / "capabilities" / "gpu1" / "mig" / "gi7")
+    make_caps(proc, {(1, 5, None): 30})                     # gi7 destroyed, gi5 created
+    assert caps.lookup(30) == MigCapability(1, 5) and caps.reads == 3
+    assert caps.lookup(99) is None and caps.reads == 3      # the same miss waits its 10 s

@@ -233,3 +233,41 @@ def test_examples_parse():
     from tests.conftest import REPO_ROOT
     for path in (REPO_ROOT / "examples").glob("*.yaml"):
         assert load_scenario(str(path)).devices
+
+
+def test_mig_reconfiguration_destroys_creates_and_tells_event_sets_that_asked(simulate):
+    mig = {"uuid": A, "mig_instances": [{"gpu_instance_id": 1, "uuid": "MIG-1"},
+                                        {"gpu_instance_id": 2, "uuid": "MIG-2"}]}
+    sim, path = simulate({"devices": [mig, {"uuid": B}]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlDeviceGetSupportedEventTypes(h) & pynvml.nvmlEventMigConfigChange
+    old = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 1)
+    mig_set, xid_set = pynvml.nvmlEventSetCreate(), pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventMigConfigChange, mig_set)
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, xid_set)
+    mig["mig_instances"] = [{"gpu_instance_id": 1, "uuid": "MIG-1"},
+                            {"gpu_instance_id": 5, "uuid": "MIG-5", "profile": "1g.10gb"}]
+    write_scenario(path, {"devices": [mig, {"uuid": B}]})
+    time.sleep(0.25)
+    event = pynvml.nvmlEventSetWait_v2(mig_set, 0)
+    assert event.eventType == pynvml.nvmlEventMigConfigChange
+    assert pynvml.nvmlDeviceGetUUID(event.device) == A
+    with pytest.raises(pynvml.NVMLError_Timeout):            # once per change
+        pynvml.nvmlEventSetWait_v2(mig_set, 0)
+    with pytest.raises(pynvml.NVMLError_Timeout):            # not asked for there
+        pynvml.nvmlEventSetWait_v2(xid_set, 0)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):    # the destroyed instance's handle
+        pynvml.nvmlDeviceGetUUID(old)
+    new = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 1)
+    assert pynvml.nvmlDeviceGetUUID(new) == "MIG-5"
+    assert pynvml.nvmlDeviceGetGpuInstanceId(new) == 5
+    assert pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)) == "MIG-1"
+    for es in (mig_set, xid_set):
+        pynvml.nvmlEventSetFree(es)
+
+
+def test_a_gpu_without_mig_events_does_not_offer_them(simulate):
+    simulate({"devices": [{"uuid": A, "unsupported": ["mig_events"],
+                           "mig_instances": [{"gpu_instance_id": 1}]}]})
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert not pynvml.nvmlDeviceGetSupportedEventTypes(h) & pynvml.nvmlEventMigConfigChange

@@ -1,4 +1,5 @@
-"""The simulator's NVML event calls: event sets, XID/ECC delivery on schedule, GPU lost."""
+"""The simulator's NVML event calls: event sets, XID/ECC delivery on schedule, GPU lost, and
+MIG configuration changes (a reloaded scenario whose ``mig_instances`` differ)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,24 @@ from ctypes import POINTER, c_ulonglong, c_void_p, cast
 import pynvml
 
 from gpustats.simulator.abi import (
-    EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL, GPU_IS_LOST, INVALID_ARGUMENT,
-    NO_INSTANCE, NOT_SUPPORTED, SUCCESS, TIMEOUT, UNINITIALIZED, set_out, struct_at,
+    EVENT_DOUBLE_BIT_ECC, EVENT_MIG_CONFIG_CHANGE, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
+    GPU_IS_LOST, INVALID_ARGUMENT, NO_INSTANCE, NOT_SUPPORTED, SUCCESS, TIMEOUT, UNINITIALIZED,
+    set_out, struct_at,
 )
+
+_KIND_BITS = {"xid": EVENT_XID_CRITICAL, "single_bit_ecc": EVENT_SINGLE_BIT_ECC,
+              "double_bit_ecc": EVENT_DOUBLE_BIT_ECC}
+
+
+def mig_layout(device) -> tuple:
+    """What a MIG configuration change event is about: the instances and their identities."""
+    return tuple((m.gpu_instance_id, m.compute_instance_id, m.profile, m.uuid)
+                 for m in device.mig_instances)
 
 
 class EventCalls:
-    """Mixin of ``SimulatedNvml``: state lives on the simulator (``_event_sets``, ``_delivered``)."""
+    """Mixin of ``SimulatedNvml``: state lives on the simulator (``_event_sets``, ``_delivered``,
+    ``_mig_changes``, ``_lost_reported``)."""
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -25,7 +37,8 @@ class EventCalls:
         if self._refcount <= 0:
             return UNINITIALIZED
         set_id = self._new_id()
-        self._event_sets[set_id] = set()
+        self._event_sets[set_id] = {}
+        self._mig_changes[set_id] = []
         set_out(out, c_void_p, set_id)
         return SUCCESS
 
@@ -35,6 +48,8 @@ class EventCalls:
         mask = EVENT_XID_CRITICAL
         if "ecc" not in device.unsupported:
             mask |= EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC
+        if "mig_events" not in device.unsupported:
+            mask |= EVENT_MIG_CONFIG_CHANGE
         return mask
 
     def _supported_events(self, device, instance, out) -> int:
@@ -48,17 +63,30 @@ class EventCalls:
         registered = self._event_sets.get(event_set)
         if registered is None:
             return INVALID_ARGUMENT
-        if not (mask & self._event_mask(device)):
+        wanted = mask & self._event_mask(device)
+        if not wanted:
             return NOT_SUPPORTED
-        registered.add(device.uuid)
+        registered[device.uuid] = registered.get(device.uuid, 0) | wanted
         return SUCCESS
 
-    def _due_event(self, registered: set[str]):
+    def _note_mig_changes(self, old, new) -> None:
+        """Called on a scenario reload: queue a MIG configuration change event, in every set
+        registered for it, for each GPU whose MIG layout differs."""
+        for device in new.devices:
+            before = old.device(device.uuid)
+            if before is None or mig_layout(before) == mig_layout(device):
+                continue
+            for set_id, registered in self._event_sets.items():
+                if registered.get(device.uuid, 0) & EVENT_MIG_CONFIG_CHANGE:
+                    self._mig_changes[set_id].append(device.uuid)
+
+    def _due_event(self, registered: dict[str, int]):
         elapsed = self._monotonic() - self._installed_at
         next_due = None
         for position, event in enumerate(self._scenario.xid_events):
             key = hash((event.device, event.kind, event.xid, event.after_seconds, position))
-            if key in self._delivered or event.device not in registered:
+            wanted = registered.get(event.device, 0) & _KIND_BITS[event.kind]
+            if key in self._delivered or not wanted:
                 continue
             if event.after_seconds <= elapsed:
                 return key, event, None
@@ -75,20 +103,22 @@ class EventCalls:
         while True:
             for uuid in registered:
                 device = self._scenario.device(uuid)
-                if device is not None and device.lost and uuid not in self._lost_reported:
-                    self._lost_reported.add(uuid)
+                if device is not None and device.lost \
+                        and (event_set, uuid) not in self._lost_reported:
+                    self._lost_reported.add((event_set, uuid))
                     return GPU_IS_LOST
+            changes = self._mig_changes.get(event_set)
+            if changes:
+                device = self._scenario.device(changes.pop(0))
+                if device is not None:
+                    self._fill_event(data_ptr, device, EVENT_MIG_CONFIG_CHANGE, 0)
+                    return SUCCESS
+                continue
             key, event, _ = self._due_event(registered)
             if event is not None:
                 self._delivered.add(key)
-                device = self._scenario.device(event.device)
-                data = struct_at(data_ptr, pynvml.c_nvmlEventData_t)
-                cast(ctypes.addressof(data), POINTER(c_void_p))[0] = self._handle_of(device)
-                data.eventType = {"xid": EVENT_XID_CRITICAL, "single_bit_ecc": EVENT_SINGLE_BIT_ECC,
-                                  "double_bit_ecc": EVENT_DOUBLE_BIT_ECC}[event.kind]
-                data.eventData = event.xid if event.kind == "xid" else 0
-                data.gpuInstanceId = NO_INSTANCE
-                data.computeInstanceId = NO_INSTANCE
+                self._fill_event(data_ptr, self._scenario.device(event.device),
+                                 _KIND_BITS[event.kind], event.xid if event.kind == "xid" else 0)
                 return SUCCESS
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -100,5 +130,14 @@ class EventCalls:
                 self._lock.acquire()
             self._maybe_reload()
 
+    def _fill_event(self, data_ptr, device, event_type: int, event_data: int) -> None:
+        data = struct_at(data_ptr, pynvml.c_nvmlEventData_t)
+        cast(ctypes.addressof(data), POINTER(c_void_p))[0] = self._handle_of(device)
+        data.eventType = event_type
+        data.eventData = event_data
+        data.gpuInstanceId = NO_INSTANCE
+        data.computeInstanceId = NO_INSTANCE
+
     def _event_set_free(self, event_set) -> int:
+        self._mig_changes.pop(event_set, None)
         return SUCCESS if self._event_sets.pop(event_set, None) is not None else INVALID_ARGUMENT

@@ -69,8 +69,13 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._violation_ns: dict[str, dict[str, float]] = {}
         self._advanced_at = monotonic()
         self._delivered: set[int] = set()
-        self._lost_reported: set[str] = set()
-        self._event_sets: dict[int, set[str]] = {}
+        self._lost_reported: set[tuple[int, str]] = set()      # (event set, GPU UUID)
+        self._event_sets: dict[int, dict[str, int]] = {}       # set -> {GPU UUID: event mask}
+        self._mig_changes: dict[int, list[str]] = {}           # set -> GPUs whose layout changed
+        # MIG device handles name one instance (GPU UUID, instance UUID), as the driver's do: a
+        # handle of a destroyed instance answers INVALID_ARGUMENT, never another instance.
+        self._mig_handles: dict[int, tuple[str, str]] = {}
+        self._mig_handle_ids: dict[tuple[str, str], int] = {}
         self._next_id = 1
         self._gpm_samples: dict[int, tuple[str, int | None, float] | None] = {}
         self._previous_lib = None
@@ -130,6 +135,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         for device in scenario.devices:
             self._energy_mj.setdefault(device.uuid, float(device.energy_counter_base_millijoules))
             self._violation_ns.setdefault(device.uuid, {})
+        self._note_mig_changes(self._scenario, scenario)
         self._scenario = scenario
         log.info("simulator: scenario %s reloaded", self._path)
 
@@ -182,21 +188,28 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return None
         devices = self._scenario.devices
         if handle >= MIG_BASE:
-            offset = handle - MIG_BASE
-            position, slot = divmod(offset, 0x100)
-            if position < len(devices) and slot < len(devices[position].mig_instances):
-                return devices[position], devices[position].mig_instances[slot]
-            return None
+            named = self._mig_handles.get(handle)
+            device = self._scenario.device(named[0]) if named is not None else None
+            if device is None:
+                return None
+            for instance in device.mig_instances:
+                if instance.uuid == named[1]:
+                    return device, instance
+            return None                        # destroyed since the handle was given
         position = handle - PHYSICAL_BASE
         if 0 <= position < len(devices):
             return devices[position], None
         return None
 
-    def _handle_of(self, device: SimDevice, mig_slot: int | None = None) -> int:
-        position = self._scenario.devices.index(device)
-        if mig_slot is None:
-            return PHYSICAL_BASE + position
-        return MIG_BASE + position * 0x100 + mig_slot
+    def _handle_of(self, device: SimDevice, instance: SimMigInstance | None = None) -> int:
+        if instance is None:
+            return PHYSICAL_BASE + self._scenario.devices.index(device)
+        key = (device.uuid, instance.uuid)
+        handle = self._mig_handle_ids.get(key)
+        if handle is None:
+            handle = self._mig_handle_ids[key] = MIG_BASE + len(self._mig_handle_ids)
+            self._mig_handles[handle] = key
+        return handle
 
     # ------------------------------------------------------------ library construction
 
@@ -387,9 +400,9 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             if device.uuid == wanted:
                 set_out(out, c_void_p, self._handle_of(device))
                 return SUCCESS
-            for slot, instance in enumerate(device.mig_instances):
+            for instance in device.mig_instances:
                 if instance.uuid == wanted:
-                    set_out(out, c_void_p, self._handle_of(device, slot))
+                    set_out(out, c_void_p, self._handle_of(device, instance))
                     return SUCCESS
         return NOT_FOUND
 
@@ -582,7 +595,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return INVALID_ARGUMENT
         if index >= len(device.mig_instances):
             return NOT_FOUND
-        set_out(out, c_void_p, self._handle_of(device, index))
+        set_out(out, c_void_p, self._handle_of(device, device.mig_instances[index]))
         return SUCCESS
 
     def _gpu_instance_id(self, device, instance, out) -> int:

@@ -28,7 +28,8 @@ memory, utilization, power, energy, power_limit, temperature, memory_temperature
 memory_clock, pcie_replay, encoder_utilization, decoder_utilization, memory_reserved,
 remapped_rows, processes, process_utilization, clocks_event_reasons, violations, pcie, gpm,
 events, ecc, mig, minor_number, pci_info — each answers NOT_SUPPORTED, through its own call and
-as a field of ``nvmlDeviceGetFieldValues``; ``memory_reserved`` makes nvmlMemory_v2 answer
+as a field of ``nvmlDeviceGetFieldValues``; ``mig_events``: the GPU offers no MIG configuration
+change events; ``memory_reserved`` makes nvmlMemory_v2 answer
 NOT_SUPPORTED; ``fields`` makes every field of ``nvmlDeviceGetFieldValues`` answer
 NOT_SUPPORTED while the single calls still answer, ``fields.<name>`` only that one, for power,
 energy, memory_temperature, violations, pcie_replay, remapped_rows), ``lost`` (bool: every call for this GPU
@@ -43,7 +44,10 @@ pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, nvlink_tx_bytes_per_second,
 nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_instances``
 (list; present and non-empty means MIG mode is on: ``gpu_instance_id`` (required), ``compute_instance_id``
 (default 0), ``profile`` (e.g. ``1g.10gb``), ``memory_total_bytes``, ``uuid`` (default derived),
-``gpm``), ``events_supported`` (default true).
+``gpm``), ``events_supported`` (default true). Rewriting ``mig_instances`` while MIG stays on
+is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
+handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets
+one ``nvmlEventMigConfigChange`` for that GPU.
 
 Process keys: ``pid`` (required), ``device`` (a device UUID, required), ``sm_util_percent``
 (present: the process has utilization samples), ``memory_used_bytes``, ``gpu_instance_id`` (MIG),
@@ -71,8 +75,8 @@ FIELD_READINGS = ("power", "energy", "memory_temperature", "violations", "pcie_r
 UNSUPPORTABLE = frozenset({
     "memory", "utilization", "power", "energy", "power_limit", "temperature", "processes",
     "process_utilization", "clocks_event_reasons", "violations", "pcie", "gpm", "events", "ecc",
-    "mig", "minor_number", "pci_info", "memory_temperature", "sm_clock", "memory_clock",
-    "pcie_replay", "encoder_utilization", "decoder_utilization", "memory_reserved",
+    "mig", "mig_events", "minor_number", "pci_info", "memory_temperature", "sm_clock",
+    "memory_clock", "pcie_replay", "encoder_utilization", "decoder_utilization", "memory_reserved",
     "remapped_rows", "fields", *(f"fields.{name}" for name in FIELD_READINGS),
 })
 REMAPPED_ROWS_KEYS = ("correctable", "uncorrectable", "pending", "failure")

@@ -3,8 +3,9 @@
 The driver lists one ``access`` file per existing GPU instance and compute instance under
 ``<proc>/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access``; its
 ``DeviceFileMinor: N`` line is the capability node's minor. The numbering is fixed by the driver
-for each (GPU, GI, CI), so a table once read stays right; it is re-read when a minor is asked
-for that it lacks, at most once per ``reread_seconds``.
+for each (GPU, GI, CI), so a table once read stays right when instances are destroyed; it is
+re-read when a minor is asked for that it lacks, at most once per ``reread_seconds`` for the same
+minor, so an instance a MIG reconfiguration creates is found at the first lookup of its minor.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
 _GPU_DIR = re.compile(r"^gpu(\d+)$")
 _GI_DIR = re.compile(r"^gi(\d+)$")
 _CI_DIR = re.compile(r"^ci(\d+)$")
+_MAX_MISSED = 256          # minors remembered as missed (a bound on what CDI specs can name)
 
 
 def parse_access(text: str) -> int:
@@ -72,7 +74,7 @@ class MigCapabilities:
         self._reread = reread_seconds
         self._monotonic = monotonic
         self._table: dict[int, MigCapability] = {}
-        self._read_at: float | None = None
+        self._missed: dict[int, float] = {}        # minor -> when a re-read last looked for it
         self.reads = 0
 
     def lookup(self, minor: int) -> MigCapability | None:
@@ -80,8 +82,11 @@ class MigCapabilities:
         if found is not None:
             return found
         now = self._monotonic()
-        if self._read_at is None or now - self._read_at >= self._reread:
-            self._read_at = now
+        missed = self._missed.get(minor)
+        if missed is None or now - missed >= self._reread:
+            if len(self._missed) >= _MAX_MISSED:
+                self._missed.clear()
+            self._missed[minor] = now
             self.reads += 1
             self._table = read_mig_capabilities(self._roots)
         return self._table.get(minor)

@@ -58,6 +58,15 @@ class GpmSampler:
         return self._next((uuid, gpu_instance_id),
                           lambda s: pynvml.nvmlGpmMigSampleGet(parent, gpu_instance_id, s))
 
+    def forget_instance(self, uuid: str, gpu_instance_id: int) -> None:
+        """The instance with this id was destroyed or created: its samples and what its
+        support taught belong to the old instance."""
+        buffers = self._buffers.pop((uuid, gpu_instance_id), None)
+        if buffers is not None:
+            _free(buffers[0])
+            _free(buffers[1])
+        self._q.forget(uuid, (f"gpm_gi{gpu_instance_id}",))
+
     def close(self) -> None:
         for previous, spare, _ in self._buffers.values():
             _free(previous)

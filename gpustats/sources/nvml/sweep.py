@@ -12,12 +12,17 @@ every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driv
 §2.7) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
 carried in the readings between its reads. With ``energy_every`` > 1 the energy counter is
 read every that many ticks and estimated from power in between (``energy_reads.py``).
+
+MIG: every instance's memory each tick; the layout (``mig.py``) re-read while MIG stays on when
+NVML delivers a MIG configuration change event for the GPU (``mig_events.py``), when a process
+names a GPU instance the layout lacks or an instance's memory could not be read, and every
+``slow_every`` ticks on a GPU without those events (every ``slow_every`` × 10 ticks on one with
+them, in case an event was missed).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -25,33 +30,27 @@ from typing import Any, Callable
 import pynvml
 
 from gpustats.model.device import (
-    DeviceIdentity, DeviceReading, MigInstanceReading, ProcessReading, ProcessSample,
-    RemappedRowsReading, ViolationReading,
+    DeviceIdentity, DeviceReading, ProcessReading, ProcessSample, RemappedRowsReading,
+    ViolationReading,
 )
 from gpustats.sources.nvml import fields
 from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
+from gpustats.sources.nvml.mig import MigInstance, layout_change, mig_readings, read_layout
+from gpustats.sources.nvml.mig_events import MigConfigEvents
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
 
 log = logging.getLogger(__name__)
 
 _NO_INSTANCE = 0xFFFFFFFF
-_MIG_PROFILE = re.compile(r"MIG\s+(\S+)$")
+_MIG_EVENT_BACKSTOP = 10          # with MIG events: layout also re-read every 10 slow ticks
 _VIOLATION_POLICIES = (
     ("power_ns", pynvml.NVML_PERF_POLICY_POWER),
     ("thermal_ns", pynvml.NVML_PERF_POLICY_THERMAL),
     ("sync_boost_ns", pynvml.NVML_PERF_POLICY_SYNC_BOOST),
     ("board_limit_ns", pynvml.NVML_PERF_POLICY_BOARD_LIMIT),
 )
-
-
-def parse_mig_profile(device_name: str | None) -> str | None:
-    """``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"`` → ``"1g.10gb"``."""
-    if not device_name:
-        return None
-    match = _MIG_PROFILE.search(device_name)
-    return match.group(1) if match else None
 
 
 def unique_processes(processes) -> tuple[ProcessReading, ...]:
@@ -74,16 +73,6 @@ def _instance_id(value: int | None) -> int | None:
 
 
 @dataclass
-class _MigInstance:
-    handle: Any
-    gpu_instance_id: int
-    compute_instance_id: int | None
-    uuid: str | None
-    profile: str | None
-    memory_total_bytes: int | None
-
-
-@dataclass
 class _DeviceState:
     """What the sweep remembers about one device between ticks."""
 
@@ -100,7 +89,9 @@ class _DeviceState:
     mps_pids: frozenset[int] | None = None                        # process list MPS was read for
     mps: bool | None = None
     mig_enabled: bool | None = None
-    mig_instances: list[_MigInstance] = field(default_factory=list)
+    mig_instances: list[MigInstance] = field(default_factory=list)
+    mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
+    mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
 
 
@@ -122,6 +113,7 @@ class DeviceSweeper:
         self._state: dict[int, _DeviceState] = {}
         self._gpm = GpmSampler(self._q, monotonic)
         self._energy = DeferredEnergy(energy_every)
+        self._mig_events = MigConfigEvents(self._q)
 
     @property
     def calls(self) -> int:
@@ -129,6 +121,7 @@ class DeviceSweeper:
 
     def close(self) -> None:
         self._gpm.close()
+        self._mig_events.close()
 
     def unidentified(self) -> tuple[int, ...]:
         """Indices of GPUs lost before their identity could be read (named by the engine)."""
@@ -137,12 +130,14 @@ class DeviceSweeper:
     def sweep(self) -> tuple[DeviceReading, ...]:
         """Read all devices; a lost device is reported as lost, the others as usual."""
         readings = []
+        mig_changed = self._mig_events.changed()
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
             state = self._state.setdefault(device.index, _DeviceState())
             try:
-                readings.append(self._read(device, device.identity, state))
+                readings.append(self._read(device, device.identity, state,
+                                           device.identity.uuid in mig_changed))
             except DeviceLost as exc:
                 if not state.lost:
                     log.error("GPU %s (index %d) is lost: %s", device.identity.uuid,
@@ -151,10 +146,12 @@ class DeviceSweeper:
                 readings.append(DeviceReading(identity=device.identity,
                                               monotonic_seconds=self._monotonic(), lost=True))
             state.ticks += 1
+        if not self._mig_events.opened and any(s.mig_enabled for s in self._state.values()):
+            self._mig_events.open(self._session.devices)   # once MIG is seen on a GPU
         return tuple(readings)
 
-    def _read(self, device: DeviceHandle, ident: DeviceIdentity,
-              state: _DeviceState) -> DeviceReading:
+    def _read(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState,
+              mig_changed: bool) -> DeviceReading:
         q, h, uuid = self._q, device.handle, ident.uuid
         tick = state.ticks
         slow = tick % self._slow_every == 0
@@ -183,7 +180,10 @@ class DeviceSweeper:
         if slow:
             limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
-            self._refresh_mig(device, ident, state)
+        if slow or mig_changed:
+            every = self._slow_every * (_MIG_EVENT_BACKSTOP if self._mig_events.watches(uuid)
+                                        else 1)
+            self._refresh_mig(device, ident, state, mig_changed or tick % every == 0)
         self._field_backed(uuid, h, state, values, tick, slow)
         if tick % self._detail_every == 0:
             self._details(uuid, h, state)
@@ -196,7 +196,12 @@ class DeviceSweeper:
         gpm = self._gpm.device(uuid, h)
         if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
-        mig = self._mig_readings(uuid, h, state, processes) if state.mig_enabled else ()
+        mig = ()
+        if state.mig_enabled:
+            self._follow_hints(ident, h, state, processes)
+            mig = mig_readings(q, self._gpm, uuid, h, state.mig_instances, processes)
+            state.mig_unreadable = frozenset() if q.is_unsupported(uuid, "mig_memory") else \
+                frozenset(m.gpu_instance_id for m in mig if m.memory_used_bytes is None)
         reserved = getattr(memory, "reserved", None) if memory is not None else None
 
         return DeviceReading(
@@ -378,11 +383,15 @@ class DeviceSweeper:
                           pynvml.NVML_PCIE_UTIL_RX_BYTES) if tx is not None else None
         return (tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None)
 
-    def _refresh_mig(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState) -> None:
-        """Check MIG mode (one cheap call); re-read the topology when it changed."""
+    def _refresh_mig(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState,
+                     check_layout: bool) -> None:
+        """Check MIG mode (one cheap call); read the layout when MIG turned on, and re-read it
+        while MIG stays on when ``check_layout``."""
         mode = self._q.read(ident.uuid, "mig", pynvml.nvmlDeviceGetMigMode, device.handle)
         enabled = bool(mode[0]) if mode is not None else None
         if enabled == state.mig_enabled:
+            if enabled and check_layout:
+                self._set_layout(ident, device.handle, state)
             return
         if state.mig_enabled is not None or enabled:
             log.info("GPU %s: MIG mode is now %s", ident.uuid, "on" if enabled else "off")
@@ -393,56 +402,49 @@ class DeviceSweeper:
                 "decoder_utilization", "remapped_rows",
                 *(f"field:{name}" for name, _ in fields.REMAPPED_ROWS)))
         state.mig_enabled = enabled
-        state.mig_instances = self._mig_topology(ident, device.handle) if enabled else []
+        if enabled:
+            self._set_layout(ident, device.handle, state, first=True)
+        else:
+            self._forget_instances(ident.uuid, state.mig_instances)
+            state.mig_instances = []
 
-    def _mig_topology(self, ident: DeviceIdentity, h: Any) -> list[_MigInstance]:
-        q, uuid = self._q, ident.uuid
-        count = q.read(uuid, "mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0
-        instances = []
-        for i in range(count):
-            mh = q.read(uuid, "mig_handle", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i,
-                        not_found=NOT_FOUND)
-            if mh is None or mh is NOT_FOUND:
-                continue
-            gi = q.read(uuid, "mig_gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId, mh)
-            if gi is None:
-                continue
-            name = q.read(uuid, "mig_name", pynvml.nvmlDeviceGetName, mh)
-            memory = q.read(uuid, "mig_memory", pynvml.nvmlDeviceGetMemoryInfo, mh)
-            instances.append(_MigInstance(
-                handle=mh, gpu_instance_id=int(gi),
-                compute_instance_id=q.read(uuid, "mig_compute_instance_id",
-                                           pynvml.nvmlDeviceGetComputeInstanceId, mh),
-                uuid=q.read(uuid, "mig_uuid", pynvml.nvmlDeviceGetUUID, mh),
-                profile=parse_mig_profile(name),
-                memory_total_bytes=int(memory.total) if memory is not None else None,
-            ))
-        log.info("GPU %s: %d MIG instance(s): %s", uuid, len(instances),
-                 ", ".join(f"{m.gpu_instance_id}:{m.profile}" for m in instances) or "none")
-        return instances
+    def _follow_hints(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
+                      processes: tuple[ProcessReading, ...]) -> None:
+        """Re-read the layout when a process runs on a GPU instance it lacks, or an instance's
+        memory could not be read last tick (its handle may name a destroyed instance). Once for
+        the same hints, so a driver that lists an instance it has no device for, or an instance
+        whose memory stays unreadable, costs one re-read, not one per tick."""
+        known = {m.gpu_instance_id for m in state.mig_instances}
+        unknown = tuple(sorted({p.gpu_instance_id for p in processes
+                                if p.gpu_instance_id is not None
+                                and p.gpu_instance_id not in known}))
+        hints = (unknown, tuple(sorted(state.mig_unreadable & known)))
+        if any(hints) and hints != state.mig_hints_checked:
+            log.info("GPU %s: re-reading the MIG layout (processes on GPU instance(s) not in it:"
+                     " %s; instance(s) whose memory could not be read: %s)", ident.uuid,
+                     ", ".join(map(str, hints[0])) or "none", ", ".join(map(str, hints[1]))
+                     or "none")
+            self._set_layout(ident, h, state)
+        state.mig_hints_checked = hints
 
-    def _mig_readings(self, uuid: str, h: Any, state: _DeviceState,
-                      processes: tuple[ProcessReading, ...]) -> tuple[MigInstanceReading, ...]:
-        """Per instance: processes from the parent's list; NVML asked only for busy instances."""
-        by_instance: dict[int, list[ProcessReading]] = {}
-        for p in processes:
-            if p.gpu_instance_id is not None:
-                by_instance.setdefault(p.gpu_instance_id, []).append(p)
-        readings = []
-        for inst in state.mig_instances:
-            procs = tuple(by_instance.get(inst.gpu_instance_id, ()))
-            used = None
-            gpm = None
-            if procs:
-                memory = self._q.read(uuid, "mig_memory", pynvml.nvmlDeviceGetMemoryInfo,
-                                      inst.handle)
-                used = int(memory.used) if memory is not None else None
-                gpm = self._gpm.mig_instance(uuid, h, inst.gpu_instance_id)
-            readings.append(MigInstanceReading(
-                gpu_instance_id=inst.gpu_instance_id,
-                compute_instance_id=inst.compute_instance_id,
-                uuid=inst.uuid, profile=inst.profile,
-                memory_total_bytes=inst.memory_total_bytes, memory_used_bytes=used,
-                processes=procs, gpm=gpm,
-            ))
-        return tuple(readings)
+    def _set_layout(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
+                    first: bool = False) -> None:
+        """Read the MIG layout; log what was destroyed and created since the last read."""
+        before = state.mig_instances
+        after = read_layout(self._q, ident.uuid, h, before)
+        destroyed, created = layout_change(before, after)
+        state.mig_instances = after
+        self._forget_instances(ident.uuid, destroyed + created)
+        if first:
+            log.info("GPU %s: %d MIG instance(s): %s", ident.uuid, len(after),
+                     ", ".join(m.label for m in after) or "none")
+        elif destroyed or created:
+            log.info("GPU %s: MIG layout changed: destroyed %s; created %s; now %s", ident.uuid,
+                     ", ".join(m.label for m in destroyed) or "none",
+                     ", ".join(m.label for m in created) or "none",
+                     ", ".join(m.label for m in after) or "none")
+
+    def _forget_instances(self, uuid: str, instances: list[MigInstance]) -> None:
+        """GPM state kept per GPU instance id belongs to the instance that had the id."""
+        for m in instances:
+            self._gpm.forget_instance(uuid, m.gpu_instance_id)
