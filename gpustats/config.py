@@ -11,108 +11,124 @@ import argparse
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
-import yaml
+from gpustats.documents import DocumentError, brief, load_yaml, read_document
 
 DEFAULT_PORT = 9477
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
     """A configuration value is unusable; the message names the option and why."""
 
 
+def _scalar(value: Any) -> str:
+    """A flag, environment or file value as stripped text. A list or mapping where one value
+    belongs is refused: its text would be the whole structure, every alias expanded."""
+    if isinstance(value, (list, tuple, dict)):
+        raise ValueError(f"expected a single value, got {brief(value)}")
+    return str(value).strip()
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"expected a number, got {brief(value)}") from None
+
+
 def parse_listen(value: Any) -> tuple[str, int]:
-    text = str(value).strip()
+    text = _scalar(value)
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
+        raise ValueError(f"expected HOST:PORT, got {brief(text)}")
     # ":PORT" asks for every interface explicitly; the default stays on loopback.
     host = host.strip("[]") or "0.0.0.0"  # nosec B104
     try:
         port = int(port_text)
     except ValueError:
-        raise ValueError(f"port {port_text!r} is not a number") from None
+        raise ValueError(f"port {brief(port_text)} is not a number") from None
     if not 0 <= port <= 65535:
         raise ValueError(f"port {port} is out of range 0-65535")
     return host, port
 
 
 def _optional_listen(value: Any) -> tuple[str, int] | None:
-    return parse_listen(value) if str(value).strip() else None
+    return parse_listen(value) if _scalar(value) else None
 
 
 def _intervals(value: Any) -> float:
-    count = float(value)
+    count = _float(value)
     if not 2.0 <= count < 1e6:
-        raise ValueError(f"must be a number of intervals >= 2, got {value!r}")
+        raise ValueError(f"must be a number of intervals >= 2, got {brief(value)}")
     return count
 
 
 def _positive_seconds(value: Any) -> float:
-    seconds = float(value)
+    seconds = _float(value)
     if not seconds > 0 or seconds != seconds or seconds == float("inf"):
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        raise ValueError(f"must be a positive number of seconds, got {brief(value)}")
     return seconds
 
 
 def _positive_int(value: Any) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+        raise ValueError(f"expected a whole number >= 1, got {brief(value)}")
     try:
-        number = int(str(value).strip())
+        number = int(_scalar(value))
     except ValueError:
-        raise ValueError(f"expected a whole number >= 1, got {value!r}") from None
+        raise ValueError(f"expected a whole number >= 1, got {brief(value)}") from None
     if number < 1:
-        raise ValueError(f"expected a whole number >= 1, got {value!r}")
+        raise ValueError(f"expected a whole number >= 1, got {brief(value)}")
     return number
 
 
 def _ratio(value: Any) -> float:
-    ratio = float(value)
+    ratio = _float(value)
     if not 0.0 < ratio <= 1.0:
-        raise ValueError(f"must be a ratio in (0, 1], got {value!r}")
+        raise ValueError(f"must be a ratio in (0, 1], got {brief(value)}")
     return ratio
 
 
 def _text(value: Any) -> str:
-    text = str(value).strip()
+    text = _scalar(value)
     if not text:
         raise ValueError("must not be empty")
     return text
 
 
 def _optional_text(value: Any) -> str | None:
-    text = str(value).strip()
+    text = _scalar(value)
     return text or None
 
 
 def _optional_directory(value: Any) -> str | None:
-    text = str(value).strip()
+    text = _scalar(value)
     if not text:
         return None
     if not text.startswith("/") or "\0" in text:
-        raise ValueError(f"expected an absolute directory path, got {text!r}")
+        raise ValueError(f"expected an absolute directory path, got {brief(text)}")
     return text.rstrip("/") or "/"
 
 
 def _url(value: Any) -> str | None:
-    text = str(value).strip()
+    text = _scalar(value)
     if not text:
         return None
     if not text.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+        raise ValueError(f"expected an http:// or https:// URL, got {brief(text)}")
     return text
 
 
 def _path_list(value: Any) -> tuple[str, ...]:
     """Absolute directories, comma-separated (or a YAML list); empty turns the feature off."""
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    items = value if isinstance(value, (list, tuple)) else _scalar(value).split(",")
     paths = []
     for item in items:
-        text = str(item).strip()
+        text = _scalar(item)
         if not text:
             continue
         if not text.startswith("/") or "\0" in text:
-            raise ValueError(f"expected absolute paths, got {text!r}")
+            raise ValueError(f"expected absolute paths, got {brief(text)}")
         paths.append(text)
     return tuple(dict.fromkeys(paths))
 
@@ -121,25 +137,26 @@ def parse_bool(value: Any) -> bool:
     """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case), or a YAML boolean."""
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = _scalar(value).lower()
     if text in ("true", "yes", "on", "1"):
         return True
     if text in ("false", "no", "off", "0"):
         return False
-    raise ValueError(f"expected true or false, got {value!r}")
+    raise ValueError(f"expected true or false, got {brief(value)}")
 
 
 def _log_level(value: Any) -> str:
-    level = str(value).strip().upper()
+    level = _scalar(value).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
-        raise ValueError(f"expected one of debug, info, warning, error, critical; got {value!r}")
+        raise ValueError("expected one of debug, info, warning, error, critical; "
+                         f"got {brief(value)}")
     return level
 
 
 def _watts(value: Any) -> float:
-    watts = float(value)
+    watts = _float(value)
     if not 0.0 <= watts < 100_000 or watts != watts:
-        raise ValueError(f"must be a power in watts >= 0, got {value!r}")
+        raise ValueError(f"must be a power in watts >= 0, got {brief(value)}")
     return watts
 
 
@@ -154,9 +171,9 @@ def parse_idle_power(value: Any) -> "IdlePower":
             elif str(key).startswith(("GPU-", "MIG-")):
                 per_uuid[str(key)] = _watts(watts)
             else:
-                raise ValueError(f"keys must be 'default' or a GPU UUID, got {key!r}")
+                raise ValueError(f"keys must be 'default' or a GPU UUID, got {brief(key)}")
         return IdlePower(default_watts=default, per_uuid=tuple(sorted(per_uuid.items())))
-    text = str(value).strip()
+    text = _scalar(value)
     if not text:
         return IdlePower()
     if "=" in text:  # flag/env form: "120" or "default=60,GPU-abc=70"
@@ -164,7 +181,7 @@ def parse_idle_power(value: Any) -> "IdlePower":
         for item in text.split(","):
             key, sep, watts = item.partition("=")
             if not sep:
-                raise ValueError(f"expected KEY=WATTS items, got {item!r}")
+                raise ValueError(f"expected KEY=WATTS items, got {brief(item)}")
             pairs[key.strip()] = watts.strip()
         return parse_idle_power(pairs)
     return IdlePower(default_watts=_watts(text))
@@ -175,10 +192,10 @@ MAX_HISTORY_SECONDS = 86400
 
 
 def _history_seconds(value: Any) -> int:
-    text = str(value).strip()
+    text = _scalar(value)
     if isinstance(value, bool) or not text.isdigit() or not text.isascii():
         raise ValueError(f"must be a whole number of seconds from 0 (off) to "
-                         f"{MAX_HISTORY_SECONDS}, got {value!r}")
+                         f"{MAX_HISTORY_SECONDS}, got {brief(value)}")
     seconds = int(text)
     if seconds > MAX_HISTORY_SECONDS:
         raise ValueError(f"must be at most {MAX_HISTORY_SECONDS} seconds, got {seconds}")
@@ -186,13 +203,16 @@ def _history_seconds(value: Any) -> int:
 
 
 def _xid_list(value: Any) -> tuple[int, ...]:
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    items = value if isinstance(value, (list, tuple)) else _scalar(value).split(",")
     xids = []
     for item in items:
-        text = str(item).strip()
+        text = _scalar(item)
         if not text:
             continue
-        xid = int(text)
+        try:
+            xid = int(text)
+        except ValueError:
+            raise ValueError(f"expected XID numbers, got {brief(text)}") from None
         if xid < 0:
             raise ValueError(f"XID codes are non-negative, got {xid}")
         xids.append(xid)
@@ -367,22 +387,24 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def load_config_file(path: str) -> dict[str, Any]:
+    """The file's options by name. Read as an untrusted document (``gpustats.documents``):
+    a FIFO or device is refused at once, and so is a file over ``MAX_CONFIG_BYTES`` or one
+    whose aliases expand it past the bound."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = load_yaml(read_document(path, MAX_CONFIG_BYTES))
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    except DocumentError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping of option: value")
     normalised = {}
     for key, value in data.items():
-        name = str(key).replace("-", "_")
+        name = key.replace("-", "_") if isinstance(key, str) else None
         if name not in OPTION_NAMES:
-            raise ConfigError(f"config file {path}: unknown option {key!r}")
+            raise ConfigError(f"config file {path}: unknown option {brief(key)}")
         normalised[name] = value
     return normalised
 

@@ -18,6 +18,7 @@ from gpustats.sources.mig_caps import (
     read_mig_capabilities,
 )
 from tests.clock import Clock
+from tests.test_documents import alias_bomb
 
 CLAIM = "4b1c7e1a-5f0e-4d7b-9a52-0c9e2d7f3a11"
 GPU = "GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01"
@@ -193,6 +194,68 @@ def test_malformed_file_logged_once_and_recovers(tmp_path, caplog):
     write(d / "broken.yaml", "kind: v.com/c\ndevices: [{name: fixed}]\n")
     specs.refresh()
     assert specs.malformed() == () and specs.lookup("v.com/c=fixed") == CdiDeviceNodes()
+
+
+@pytest.mark.parametrize("name, text, reason, parses", [
+    ("bomb.yaml", f"kind: {alias_bomb()}\ndevices: []\n", "aliases would expand it", 2),
+    ("bomb.yaml", f"kind: a.com/b\ndevices: [{{name: {alias_bomb()}}}]\n", "aliases", 2),
+    ("deep.json", '{"kind": ' + "[" * 5000 + "]" * 5000 + ', "devices": []}', "nested deeper",
+     2),
+    ("latin.yaml", "kind: a.com/b\ndevices: [{name: caf\udce9}]\n", "not UTF-8", 1),
+])
+def test_hostile_spec_is_refused_once_until_it_changes(tmp_path, caplog, name, text, reason,
+                                                       parses):
+    """Refused for what it is, logged once, and never parsed again (``parses`` counts the
+    good spec beside it and, unless refused before parsing, the hostile one once)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / name).write_bytes(text.encode("utf-8", "surrogateescape"))
+    write(d / "good.yaml", SPEC_YAML)
+    clock = Clock(0.0)
+    specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            specs.refresh()
+            clock.now += 2
+    assert specs.malformed() == (str(d / name),) and specs.parses == parses
+    [line] = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert reason in line and len(line) < 400
+    assert specs.lookup(f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-3") is not None
+
+
+def test_spec_that_runs_out_of_memory_is_not_parsed_again_until_it_changes(tmp_path,
+                                                                          monkeypatch):
+    # The 2.4 GB alias bomb ended in MemoryError, which is no ValueError: the file was left
+    # unrecorded and parsed again at every re-check.
+    d = tmp_path / "run"
+    d.mkdir()
+    write(d / "spec.yaml", SPEC_YAML)
+
+    def out_of_memory(data):
+        raise MemoryError
+
+    monkeypatch.setattr("gpustats.sources.cdi.parse_spec", out_of_memory)
+    clock = Clock(0.0)
+    specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
+    for _ in range(5):
+        specs.refresh()
+        clock.now += 2
+    assert specs.parses == 1 and specs.malformed() == (str(d / "spec.yaml"),)
+
+
+def test_fifo_put_in_a_specs_place_is_refused_without_blocking(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    write(d / "spec.yaml", SPEC_YAML)
+
+    def swapped_read(path):
+        os.unlink(path)
+        os.mkfifo(path)                   # replaced between the listing and the read
+        return read_spec_file(path)
+
+    specs = CdiSpecs([str(d)], read=swapped_read)
+    specs.refresh()
+    assert specs.malformed() == (str(d / "spec.yaml"),) and specs.parses == 0
 
 
 def test_missing_directories_are_empty(tmp_path):

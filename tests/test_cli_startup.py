@@ -1,5 +1,6 @@
 """Start-up as a newcomer meets it: a busy port, an unwritable state dir (given, or the default
-for a non-root user), and a readable --help; each a line, never a traceback."""
+for a non-root user), a hostile config or scenario file, and a readable --help; each a line,
+never a traceback."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from gpustats.config import OPTIONS, build_arg_parser, resolve
 from gpustats.engine.statedir import choose_state_dir, user_state_dir
 from tests.conftest import REPO_ROOT
+from tests.test_documents import alias_bomb
 
 NOBODY = 65534
 
@@ -95,6 +97,44 @@ def test_default_state_dir_falls_back_to_the_users_for_a_non_root_user():
         assert (Path(home) / ".local" / "state" / "gpustats" / "counters.json").exists()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def one_line_exit_2(result) -> str:
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 400, result.stderr[:2000]
+    return lines[0]
+
+
+# The file is refused before any of it is expanded; the code before took seconds and
+# hundreds of MB to print the expanded value in a line of tens of MB (2.4 GB at 9 levels).
+def test_config_alias_bomb_is_one_line_and_exit_2(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"listen: {alias_bomb(levels=7)}\n")
+    line = one_line_exit_2(run_cli("--config", str(bomb), "--state-dir", str(tmp_path / "s"),
+                                   *quiet(tmp_path), timeout=20))
+    assert line == f"gpustats: config file {bomb}: its aliases would expand it by more than " \
+                   "65536 nodes and characters"
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_config_fifo_is_refused_at_once(tmp_path, how):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)                                   # nobody ever writes to it
+    args, env = (["--config", str(fifo)], None) if how == "flag" else \
+        ([], {"GPUSTATS_CONFIG": str(fifo)})
+    line = one_line_exit_2(run_cli(*args, "--state-dir", str(tmp_path / "s"), *quiet(tmp_path),
+                                   env=env, timeout=20))
+    assert line == f"gpustats: config file {fifo}: not a regular file"
+
+
+def test_scenario_alias_bomb_is_one_line_and_exit_2(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"driver_version: {alias_bomb(levels=7)}\ndevices: [{{uuid: GPU-a}}]\n")
+    line = one_line_exit_2(run_cli("--simulate", str(bomb), "--once", "--state-dir",
+                                   str(tmp_path / "s"), *quiet(tmp_path), timeout=20))
+    assert line == f"gpustats: cannot start: {bomb}: its aliases would expand it by more " \
+                   "than 65536 nodes and characters"
 
 
 def test_state_dir_choice(tmp_path, monkeypatch):

@@ -122,6 +122,23 @@ def test_bad_config_file(tmp_path):
         _resolve(["--config", str(tmp_path / "missing.yaml")])
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("state_dir: [a, b]\n", "state_dir in .*: expected a single value, got a list of 2 items"),
+    ("log_level: {a: 1}\n", "log_level in .*: expected a single value, got a mapping of 1 keys"),
+    ("cdi_spec_dirs: [[/a]]\n", "expected a single value, got a list of 1 items"),
+    ("housekeeping_interval: 0x" + "f" * 300 + "\n",
+     "housekeeping_interval in .*: expected a number, got an integer of 1200 bits"),
+    ("? 0x" + "f" * 5000 + "\n: 1\n", "unknown option an integer of 20000 bits"),
+    ("listen: " + "x" * 100_000 + "\n", "expected HOST:PORT, got 'xxx"),
+])
+def test_file_values_are_refused_without_being_written_out(tmp_path, text, fragment):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=fragment) as info:
+        _resolve(["--config", str(cfg)])
+    assert len(str(info.value)) < 300
+
+
 def test_file_value_error_names_file_and_key(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("housekeeping_interval: soon\n")

@@ -3,6 +3,8 @@ server speaking the current proto (and an older one), an in-process CRI runtime 
 CDI spec files in a temporary directory and MIG capability minors in a fake procfs."""
 
 import json
+import signal
+import time
 from concurrent import futures
 
 import grpc
@@ -15,7 +17,9 @@ from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.fakehost import build, container_id, pod_uid, write_scenario
 from tests.test_cdi import make_caps
+from tests.test_documents import alias_bomb
 from tests.test_dra import old_response
+from tests.test_hostile import timed_get
 
 FULL, MIGGPU, SHARED, IDLE = (f"GPU-{c * 8}-1111-4111-8111-{c * 12}" for c in "abcd")
 ARGS = ("--housekeeping-interval", "0.2", "--idle-power-watts", "100")
@@ -267,3 +271,45 @@ def test_older_kubelet_without_share_id_and_dcgm_labels(start_daemon, tmp_path, 
     assert {k: v for k, v in power.labels.items() if k.startswith("dra_") or k == "pod"} == {
         "pod": "train-0", "dra_claim_name": "gpu", "dra_claim_namespace": "ml",
         "dra_driver_name": NV, "dra_pool_name": "node-1", "dra_device_name": "gpu-0"}
+
+
+def test_alias_bomb_spec_is_refused_once_and_probes_keep_answering(start_daemon, tmp_path,
+                                                                    node):
+    """A few hundred bytes of aliases in the spec dir: expanding them into the error message
+    held the tick (and the interpreter) for seconds to minutes and gigabytes, so the probes
+    timed out; the spec is now refused before it is expanded, and not read again."""
+    run = tmp_path / "run-cdi"
+    run.mkdir()
+    (run / "k8s.gpu.nvidia.com-claim_u1.yaml").write_text(spec("u1", ("gpu-0", ["/dev/nvidia0"])))
+    response = api.ListPodResourcesResponse(pod_resources=[
+        claimed("train-0", "train-gpu", cdi_name("u1", "gpu-0"), "gpu-0"),
+        claimed("infer-0", "infer-gpu", cdi_name("u2", "gpu-1"), "gpu-1"),
+    ])
+    daemon = start(start_daemon, tmp_path, node,
+                   lambda s: api_grpc.add_PodResourcesListerServicer_to_server(Kubelet(response),
+                                                                               s),
+                   [{"uuid": FULL, "minor": 0, "power_watts": 300},
+                    {"uuid": SHARED, "minor": 1, "power_watts": 300}],
+                   {101: (1, 1), 102: (2, 2)}, [], "--log-level", "debug")
+    daemon.wait_for(lambda s: pods_by_name(s)["train-0"]["containers"][0].get("accelerators"))
+
+    bomb = run / "k8s.gpu.nvidia.com-claim_u9.yaml"
+    staged = run / "u9.tmp"
+    staged.write_text(f"cdiVersion: 0.6.0\nkind: {alias_bomb(levels=8)}\ndevices: []\n")
+    staged.rename(bomb)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:               # ticks every 0.2 s meanwhile
+        for path in ("/healthz", "/readyz"):
+            assert timed_get(daemon.port, path, timeout=1.0)[0] == 200
+        time.sleep(0.05)
+    assert f"CDI spec {bomb} is malformed (its aliases would expand it" in daemon.log()
+
+    # A spec added after it: the directory is rescanned, the bomb is not read again.
+    (run / "k8s.gpu.nvidia.com-claim_u2.yaml").write_text(spec("u2", ("gpu-1", ["/dev/nvidia1"])))
+    daemon.wait_for(lambda s: pods_by_name(s)["infer-0"]["containers"][0].get("accelerators"))
+    log = daemon.log()
+    assert log.count(f"CDI spec {bomb}: parsing") == 1
+    assert log.count("is malformed") == 1
+    began = time.monotonic()
+    assert daemon.stop(signal.SIGTERM) == 0 and time.monotonic() - began < 5
+    assert "Traceback" not in daemon.log_path.read_text()

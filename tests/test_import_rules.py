@@ -15,9 +15,10 @@ RULES = {
     "hostfs": set(),
     "sdnotify": set(),
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
-    "config": set(),
-    "sources": {"model", "hostfs"},
-    "simulator": set(),     # a tool below pynvml, not a source: imports no other layer
+    "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
+    "config": {"documents"},
+    "sources": {"model", "hostfs", "documents"},
+    "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},

@@ -63,9 +63,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from gpustats.documents import DocumentError, load_yaml, read_document
 
 GIB = 1024 ** 3
+MAX_SCENARIO_BYTES = 16 << 20      # a scenario of thousands of simulated processes fits
 
 ARCHITECTURES = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7,
                  "ada": 8, "hopper": 9, "blackwell": 10}
@@ -406,14 +407,15 @@ def parse_scenario(data: Any) -> Scenario:
 
 
 def load_scenario(path: str) -> Scenario:
-    """Read and parse a scenario file; ``ValueError("<path>: <what is wrong>")`` on a bad one."""
+    """Read and parse a scenario file; ``ValueError("<path>: <what is wrong>")`` on a bad one,
+    a FIFO or device (refused at once), a file over ``MAX_SCENARIO_BYTES`` or one whose
+    aliases or nesting go past the bounds of ``gpustats.documents``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = load_yaml(read_document(path, MAX_SCENARIO_BYTES))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    except DocumentError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     try:
         return parse_scenario(data)
     except ValueError as exc:

@@ -5,6 +5,9 @@ claim into ``/var/run/cdi``; ``/etc/cdi`` holds static ones). ``parse_spec`` is 
 ``CdiSpecs`` lists the spec dirs, keeps each parsed file keyed by its (mtime, size, inode) and
 re-reads only files that changed: a directory whose mtime moved is rescanned at once, and every
 file is re-checked every ``recheck_seconds`` (in-place rewrites leave the directory alone).
+A file refused (not a regular file, over ``MAX_SPEC_BYTES``, not valid, aliases or nesting past
+the bounds of ``gpustats.documents``) is recorded as malformed under its key, logged once and
+not read again until it changes.
 
 Names follow the CDI specification: a spec's ``kind`` is ``vendor/class`` and its devices are
 ``vendor/class=name``. Where two files define one name, the later directory wins (``/var/run/cdi``
@@ -13,7 +16,6 @@ over ``/etc/cdi`` in the default order), and within a directory the later file n
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -21,9 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-import yaml
-
-from gpustats.hostfs import read_text
+from gpustats.documents import brief, load_json, load_yaml, read_document
 from gpustats.model.dra import CdiDeviceNodes
 from gpustats.sources.errors import LogOnce
 
@@ -41,7 +41,6 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _GPU_NODE = re.compile(r"^/dev/nvidia(\d{1,3})$")
 _CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d{1,7})$")
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # ------------------------------------------------------------------ parse (pure)
@@ -115,13 +114,9 @@ class _Edits:
 
 
 def load_document(text: str, fmt: str) -> Any:
-    """JSON or YAML text → Python data; ValueError when it is neither."""
-    try:
-        if fmt == "json":
-            return json.loads(text)
-        return yaml.load(text, Loader=_Loader)   # nosec B506: a safe loader
-    except (ValueError, yaml.YAMLError, RecursionError) as exc:
-        raise ValueError(f"not valid {fmt.upper()}: {str(exc).splitlines()[0][:200]}") from None
+    """JSON or YAML text → Python data; ValueError when it is neither, or when its aliases
+    or nesting go past the bounds of ``gpustats.documents``."""
+    return load_json(text) if fmt == "json" else load_yaml(text)
 
 
 def parse_spec(data: Any) -> dict[str, CdiDeviceNodes]:
@@ -130,7 +125,7 @@ def parse_spec(data: Any) -> dict[str, CdiDeviceNodes]:
         raise ValueError("a CDI spec is a mapping")
     kind, devices = data.get("kind"), data.get("devices")
     if not isinstance(kind, str) or not _KIND.match(kind):
-        raise ValueError(f"kind must be vendor/class, got {str(kind)[:80]!r}")
+        raise ValueError(f"kind must be vendor/class, got {brief(kind)}")
     if not isinstance(devices, list):
         raise ValueError("devices must be a list")
     if len(devices) > MAX_DEVICES:
@@ -142,7 +137,7 @@ def parse_spec(data: Any) -> dict[str, CdiDeviceNodes]:
             raise ValueError("a device is not a mapping")
         name = device.get("name")
         if not isinstance(name, str) or not _DEVICE_NAME.match(name):
-            raise ValueError(f"bad device name {str(name)[:80]!r}")
+            raise ValueError(f"bad device name {brief(name)}")
         out[f"{kind}={name}"] = common.then(_Edits.of(device.get("containerEdits")))
     return out
 
@@ -160,8 +155,12 @@ class _File:
 
 
 def read_spec_file(path: str) -> str | None:
-    """The file's text, or None when it vanished (a claim unprepared meanwhile)."""
-    return read_text(path)
+    """The file's text, or None when it vanished (a claim unprepared meanwhile) or cannot be
+    read; ``DocumentError`` when it is not a regular file, too large or not UTF-8."""
+    try:
+        return read_document(path, MAX_SPEC_BYTES)
+    except OSError:
+        return None
 
 
 class CdiSpecs:
@@ -231,15 +230,21 @@ class CdiSpecs:
     def _load(self, path: str, key: FileKey) -> _File | None:
         if key[1] > MAX_SPEC_BYTES:
             return self._bad(path, key, f"larger than {MAX_SPEC_BYTES} bytes")
-        text = self._read(path)
+        try:
+            text = self._read(path)
+        except ValueError as exc:              # a FIFO or device put in its place, say
+            return self._bad(path, key, str(exc))
         if text is None:
             log.debug("CDI spec %s vanished before it could be read", path)
             return None
         self.parses += 1
+        log.debug("CDI spec %s: parsing %d characters", path, len(text))
         try:
             devices = parse_spec(load_document(text, _SUFFIXES[os.path.splitext(path)[1]]))
-        except ValueError as exc:
-            return self._bad(path, key, str(exc))
+        except (ValueError, MemoryError) as exc:
+            # Recorded under the file's key either way, so a file that fails is parsed again
+            # only once it changes, never once a tick.
+            return self._bad(path, key, str(exc) or type(exc).__name__)
         self._log.forget(path)
         return _File(key, devices)
 
