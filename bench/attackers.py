@@ -1,4 +1,5 @@
-"""Hostile peers for the soak: idle sockets, trickling sockets, large POSTs, and a probe.
+"""Hostile peers for the soak: idle sockets, trickling sockets, large POSTs, smuggled requests,
+and a probe.
 
 Each attacker is a thread bounded by a stop event; sockets the server closes are re-opened, so
 the pressure holds for the whole run. The probe times ``/healthz`` (and ``/readyz``) on fresh
@@ -139,6 +140,81 @@ class LargePosts(_Attacker):
             self.stop.wait(0.2)
 
 
+class Smuggler(_Attacker):
+    """Requests framed by both ``Content-Length`` and ``Transfer-Encoding: chunked``, with a
+    second request after the chunked body; counts how often that second one was answered."""
+
+    REQUEST = (b"POST /stats/summary HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+               b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    def __init__(self, port: int, stop: threading.Event):
+        super().__init__(port, stop)
+        self.sent = 0
+        self.refused_400 = 0
+        self.smuggled_answered = 0
+        self.other = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            s = self.connect()
+            if s is None:
+                continue
+            try:
+                s.sendall(self.REQUEST)
+                self.sent += 1
+                reply = read_until_closed(s, 3.0)
+            except OSError:
+                self.other += 1
+                continue
+            finally:
+                s.close()
+            answers = replies(reply)
+            if len(answers) > 1:
+                self.smuggled_answered += 1
+            elif answers == [400]:
+                self.refused_400 += 1
+            else:
+                self.other += 1
+
+
+def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes the connection or ``timeout`` passes."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + timeout
+    data = b""
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def replies(stream: bytes) -> list[int]:
+    """The status codes of the responses in a byte stream, read one after another by their
+    Content-Length (a response without one ends the list: its end cannot be told)."""
+    out = []
+    while stream:
+        head, sep, rest = stream.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = lines[0].split()
+        if not sep or len(status) < 2 or not status[1].isdigit():
+            break
+        out.append(int(status[1]))
+        lengths = [line.split(b":", 1)[1].strip() for line in lines[1:]
+                   if line.lower().startswith(b"content-length:")]
+        if len(lengths) != 1 or not lengths[0].isdigit():
+            break
+        stream = rest[int(lengths[0]):]
+    return out
+
+
 def deleted_files(pid: int) -> int:
     """Open files of ``pid`` that were deleted (a spooled request body is one)."""
     count = 0
@@ -194,7 +270,9 @@ def start_all(port: int, pid: int, stop: threading.Event, health_port: int | Non
              "posts": LargePosts(port, stop, pid),
              "healthz": Probe(port, stop, "/healthz"), "summary": Probe(port, stop,
                                                                        "/stats/summary")}
+    found["smuggler"] = Smuggler(port, stop)
     if health_port is not None:
+        found["trickle_health_port"] = TricklingSockets(health_port, stop)
         found["healthz_health_port"] = Probe(health_port, stop, "/healthz")
     for attacker in found.values():
         attacker.thread.start()
@@ -210,7 +288,14 @@ def report(found: dict) -> dict:
            "trickling_reopened": found["trickle"].reopened,
            "large_posts": posts.sent, "large_posts_413": posts.refused_413,
            "large_posts_reset": posts.refused_reset,
-           "large_posts_other": posts.other, "spooled_files_max": posts.max_deleted_files}
+           "large_posts_other": posts.other, "spooled_files_max": posts.max_deleted_files,
+           "smuggling_requests": found["smuggler"].sent,
+           "smuggling_refused_400": found["smuggler"].refused_400,
+           "smuggled_answered": found["smuggler"].smuggled_answered,
+           "smuggling_other": found["smuggler"].other}
+    if "trickle_health_port" in found:
+        out["trickling_sockets_health_port"] = found["trickle_health_port"].count
+        out["trickling_reopened_health_port"] = found["trickle_health_port"].reopened
     for name in ("healthz", "summary", "healthz_health_port"):
         if name in found:
             out[f"probe_{name}"] = found[name].figures()

@@ -7,10 +7,13 @@
 at ``--churn`` per second (real cgroup v2 groups under /sys/fs/cgroup/unified where this user
 may create them, a fake cgroup tree otherwise); the simulated GPUs' power and utilization
 change every second. Beside them, unless ``--no-attackers``: 200 idle sockets, 100 sockets
-trickling a header byte a second, and a stream of POSTs declaring 300 MB bodies
-(``bench/attackers.py``), while probes time /healthz and /stats/summary on fresh connections
-(1 s timeout) on the data port and on the separate health port. Reported: requests, 5xx and
-errors, RSS after warm-up and at the end, thread count over time, and the attack figures.
+trickling a header byte a second, a stream of POSTs declaring 300 MB bodies and a stream of
+requests framed by both Content-Length and Transfer-Encoding with a second request smuggled
+after them, on the data port, and 100 more trickling sockets on the health port (more than
+its 64 connections) (``bench/attackers.py``), while probes time /healthz and /stats/summary
+on fresh connections (1 s timeout) on the data port and on the separate health port.
+Reported: requests, 5xx and errors, RSS after warm-up and at the end, thread count over time,
+and the attack figures.
 The history window is set to the warm-up, so it is full (steady) when RSS is first taken.
 """
 
@@ -226,7 +229,8 @@ def main() -> int:
     parser.add_argument("--churn", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--no-attackers", action="store_true",
-                        help="clients and churn only: no idle, trickling or large-POST peers")
+                        help="clients and churn only: no idle, trickling, large-POST or "
+                        "smuggling peers")
     args = parser.parse_args()
     result = run_soak(args.seconds, args.clients, args.churn, args.warmup,
                       attackers=not args.no_attackers)
@@ -236,11 +240,13 @@ def main() -> int:
     if "attack" in result:
         a = result["attack"]
         ok = ok and a["spooled_files_max"] == 0 and a["large_posts_other"] == 0 \
-            and a["probe_healthz_health_port"]["failures"] == 0
+            and a["probe_healthz_health_port"]["failures"] == 0 \
+            and a["smuggled_answered"] == 0 and a["smuggling_other"] == 0
     print("targets:", "met" if ok else "NOT met",
           "(zero 5xx, RSS growth < 5% after warm-up, thread count constant; with attackers: "
-          "every large POST refused with 413, nothing spooled, every /healthz probe on the "
-          "health port answered within 1 s)")
+          "every large POST refused with 413, nothing spooled, every doubly framed request "
+          "refused with 400 and the request smuggled after it never answered, every /healthz "
+          "probe on the health port answered within 1 s beside 100 trickling sockets)")
     return 0 if ok else 1
 
 

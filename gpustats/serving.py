@@ -1,16 +1,26 @@
 """HTTP listeners: the data port, and an optional health port, both bounded against hostile peers.
 
 waitress's defaults suit a trusted network: 100 connections in all, idle connections kept
-120 s, request bodies up to 1 GiB spooled to temporary files. A node agent on a pod network
-gets none of that trust, so:
+120 s, no deadline for a request that arrives a byte at a time, request bodies up to 1 GiB
+spooled to temporary files. A node agent on a pod network gets none of that trust, so:
 
 - the connection limit is sized from the file-descriptor limit (raised to its hard limit where
   needed), with ``poll`` instead of ``select`` so descriptors above 1024 work;
 - a connection idle for ``CHANNEL_TIMEOUT_SECONDS`` is closed (checked every
-  ``CLEANUP_SECONDS``), so idle and trickling sockets free their slot within seconds;
+  ``CLEANUP_SECONDS``); a request whose headers have not all arrived
+  ``HEADER_DEADLINE_SECONDS`` after its first byte, or whose body has not arrived
+  ``BODY_DEADLINE_SECONDS`` after its headers, is answered 408 and its connection closed, so a
+  socket that trickles bytes frees its slot as surely as an idle one;
+- at the connection limit a new connection is still accepted: the connection that has waited
+  longest without a complete request (idle, or still sending one) is closed to make room, so
+  a flood of slow sockets cannot keep probes and scrapes out;
 - request bodies above ``MAX_BODY_BYTES`` are refused with 413 from their Content-Length (or
   as soon as a chunked body passes the cap) and never reach a temporary file; headers are
   capped at ``MAX_HEADER_BYTES`` (431);
+- a request framed twice (``Content-Length`` and ``Transfer-Encoding``), or an HTTP/1.0 one
+  with ``Transfer-Encoding``, is refused with 400 and its connection closed, and nothing sent
+  after it is read as a request (RFC 9112 section 6.3: the bytes could smuggle one);
+- errors found before the application sees the request are JSON, like the application's;
 - ``/healthz`` and ``/readyz`` can also be served on a separate small listener with its own
   thread and connection budget (``--health-listen``), so probes answer while the data port is
   saturated.
@@ -18,10 +28,18 @@ gets none of that trust, so:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 
-from waitress import create_server, wasyncore
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser, ParsingError
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.utilities import Error, build_http_date
 
 from gpustats.fdlimit import HEALTH_CONNECTIONS, connection_limit
 
@@ -30,8 +48,219 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024          # the API takes no body; 16 KiB is far above any real one
 MAX_HEADER_BYTES = 16 * 1024
 CHANNEL_TIMEOUT_SECONDS = 5
+HEADER_DEADLINE_SECONDS = 5         # a client sends its headers in one packet or a few
+BODY_DEADLINE_SECONDS = 5           # a body is at most 16 KiB
 CLEANUP_SECONDS = 2
 IDLE_WAKE_SECONDS = 30              # no client connection: nothing to expire, sleep long
+ACCEPT_BATCH = 64                   # connections accepted per wake-up of the serving loop
+REPORT_SECONDS = 60                 # timed-out and displaced connections: one log line a minute
+
+
+class RequestTimeout(Error):
+    code = 408
+    reason = "Request Timeout"
+
+
+def _error_body(error: Error) -> bytes:
+    return json.dumps({"error": error.reason.lower().replace(" ", "_"),
+                       "message": str(error.body)}).encode()
+
+
+class _JsonErrorTask(ErrorTask):
+    """waitress's error response (400, 413, 431, 501) as the application's JSON error."""
+
+    def execute(self) -> None:
+        error = self.request.error
+        body = _error_body(error)
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+class _Parser(HTTPRequestParser):
+    """waitress's parser, refusing ambiguous framing, and ending the stream at an error."""
+
+    def parse_header(self, header_plus: bytes) -> None:
+        super().parse_header(header_plus)
+        # waitress drops Transfer-Encoding from the headers once it has read it (HTTP/1.1
+        # only), so one still there came with another version, where it has no meaning.
+        if "TRANSFER_ENCODING" in self.headers:
+            raise ParsingError("Transfer-Encoding is only understood in an HTTP/1.1 request")
+        if self.chunked and "CONTENT_LENGTH" in self.headers:
+            raise ParsingError("both Content-Length and Transfer-Encoding given")
+
+    def received(self, data: bytes) -> int:
+        consumed = super().received(data)
+        # An error answer closes the connection: what follows it (a smuggled request, the
+        # rest of a refused body) is consumed unread rather than parsed as a next request.
+        return len(data) if self.error is not None else consumed
+
+
+class _Channel(HTTPChannel):
+    """A connection that knows since when its request in progress has been arriving."""
+
+    parser_class = _Parser
+    error_task_class = _JsonErrorTask
+    # waitress's clock (``time.time``) for these, as for ``last_activity``.
+    request_began: float | None = None
+    body_began: float | None = None
+
+    def received(self, data: bytes) -> bool:
+        with self.requests_lock:
+            if self.requests and self.requests[-1].error is not None:
+                return False                 # the connection closes after that answer
+        before = self.request
+        handled = super().received(data)
+        request = self.request
+        if request is None:
+            self.request_began = self.body_began = None
+            return handled
+        if request is not before:
+            self.request_began, self.body_began = self.last_activity, None
+        if request.headers_finished and self.body_began is None:
+            self.body_began = self.last_activity
+        return handled
+
+    def waiting(self) -> bool:
+        """Nothing being served or sent, not closing: this side only waits for the peer."""
+        return not (self.requests or self.total_outbufs_len or self.will_close
+                    or self.close_when_flushed)
+
+    def waiting_since(self) -> float:
+        """Since when the connection has held its slot without a complete request."""
+        return self.request_began if self.request is not None else self.last_activity
+
+    def overdue(self, now: float) -> str | None:
+        """Which part of the request in progress is past its deadline, if one is."""
+        if self.request is None or not self.waiting():
+            return None
+        if self.body_began is None:
+            return "headers" if now - self.request_began > HEADER_DEADLINE_SECONDS else None
+        return "body" if now - self.body_began > BODY_DEADLINE_SECONDS else None
+
+    def time_out(self, part: str) -> None:
+        """Answers the request in progress 408 and closes the connection once that is sent.
+
+        Written here, in the serving loop, rather than by a worker thread: at a deadline
+        hundreds of sockets may time out at once, and their answers must not queue ahead of
+        real requests."""
+        deadline = HEADER_DEADLINE_SECONDS if part == "headers" else BODY_DEADLINE_SECONDS
+        body = _error_body(RequestTimeout(f"the request's {part} did not arrive within "
+                                          f"{deadline} s"))
+        answer = (f"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                  f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n"
+                  f"Date: {build_http_date(time.time())}\r\nServer: {self.adj.ident}\r\n"
+                  f"\r\n").encode() + body
+        with self.requests_lock:
+            request, self.request = self.request, None
+            self.close_when_flushed = True
+        request.close()
+        self.request_began = self.body_began = None
+        with self.outbuf_lock:
+            self.outbufs[-1].append(answer)
+            self.current_outbuf_count += len(answer)
+            self.total_outbufs_len += len(answer)
+
+
+class _Server(TcpWSGIServer):
+    """waitress's TCP server with request deadlines and room made at the connection limit."""
+
+    channel_class = _Channel
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.timed_out = 0
+        self.displaced = 0
+        self._reported = (0, 0)
+        self._candidates: list[tuple[float, _Channel]] = []
+        self._report_at = 0.0
+
+    def readable(self) -> bool:
+        # waitress's own ``readable`` stops accepting at the limit, which leaves new
+        # connections in the backlog behind whatever slow sockets hold the slots. This one
+        # stops only when no connection can give its slot up (every one is being served);
+        # otherwise ``handle_accept`` makes room.
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        if not self.accepting:
+            return False
+        full = (len(self._map) >= self.adj.connection_limit
+                and not any(c.waiting() for c in self.active_channels.values()))
+        if full != self.in_connection_overflow:
+            self.in_connection_overflow = full
+            log.log(logging.WARNING if full else logging.INFO, "%s:%s: %s",
+                    self.effective_host, self.effective_port,
+                    f"all {self.adj.connection_limit} connections are being served; new ones "
+                    "wait in the backlog" if full else "accepting connections again")
+        return not full
+
+    def handle_accept(self) -> None:
+        # waitress accepts one connection per wake-up of the loop; after a burst of closes
+        # (every trickling socket timed out at the same pass) the reconnecting ones would
+        # each cost a loop turn while a probe waits behind them in the backlog.
+        for _ in range(ACCEPT_BATCH):
+            try:
+                pair = self.accept()         # None: no connection waits (or it went away)
+            except OSError as exc:           # as waitress: logged, the listener goes on
+                log.warning("%s:%s: accept failed: %s", self.effective_host,
+                            self.effective_port, exc)
+                return
+            if pair is None:
+                return
+            conn, addr = pair
+            try:
+                self.set_socket_options(conn)
+            except OSError:                  # the peer closed it before it was accepted
+                conn.close()
+                continue
+            if len(self._map) >= self.adj.connection_limit:
+                self._make_room()
+            self.channel_class(self, conn, self.fix_addr(addr), self.adj, map=self._map)
+            if not self.readable():
+                return
+
+    def _make_room(self) -> None:
+        """Closes the connection that has waited longest without a complete request.
+
+        Candidates are sorted once and taken in turn; one whose wait began again since (it
+        was served meanwhile) is skipped until the next sort."""
+        while True:
+            if not self._candidates:
+                self._candidates = sorted(
+                    ((c.waiting_since(), c) for c in self.active_channels.values()
+                     if c.waiting()), key=lambda pair: pair[0], reverse=True)
+                if not self._candidates:
+                    return
+            since, channel = self._candidates.pop()
+            if channel._fileno is not None and channel.waiting() \
+                    and channel.waiting_since() == since:
+                channel.handle_close()
+                self.displaced += 1
+                return
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)             # idle connections
+        self._candidates = []                # sorted again when room is next needed
+        for channel in list(self.active_channels.values()):
+            part = channel.overdue(now)
+            if part is not None:
+                channel.time_out(part)
+                self.timed_out += 1
+        self._report(now)
+
+    def _report(self, now: float) -> None:
+        counts = (self.timed_out, self.displaced)
+        if counts == self._reported or now < self._report_at:
+            return
+        log.info("%s:%s: %d request(s) timed out before arriving whole, %d waiting "
+                 "connection(s) closed to make room at the limit of %d (since start)",
+                 self.effective_host, self.effective_port, counts[0], counts[1],
+                 self.adj.connection_limit)
+        self._reported, self._report_at = counts, now + REPORT_SECONDS
 
 
 def _run(server) -> None:
@@ -48,9 +277,9 @@ def _run(server) -> None:
         server.task_dispatcher.shutdown()
 
 
-def _server(app, host: str, port: int, *, threads: int, connections: int):
-    return create_server(
-        app, host=host, port=port, threads=threads, ident="gpustats",
+def _server(app, host: str, port: int, *, threads: int, connections: int) -> _Server:
+    adj = Adjustments(
+        host=host, port=port, threads=threads, ident="gpustats",
         clear_untrusted_proxy_headers=True, connection_limit=connections,
         channel_timeout=CHANNEL_TIMEOUT_SECONDS, cleanup_interval=CLEANUP_SECONDS,
         asyncore_loop_timeout=CLEANUP_SECONDS, asyncore_use_poll=True,
@@ -58,6 +287,10 @@ def _server(app, host: str, port: int, *, threads: int, connections: int):
         # Responses stay in memory (a /metrics body is a few MB at most): a spilled one would
         # land in /tmp, a small memory-backed volume in the DaemonSet.
         outbuf_overflow=64 * 1024 * 1024)
+    dispatcher = ThreadedTaskDispatcher()
+    dispatcher.set_thread_count(threads)
+    # What waitress's ``create_server`` does for one address, with this server class.
+    return _Server(app, {}, dispatcher=dispatcher, adj=adj, sockinfo=adj.listen[0])
 
 
 class Interrupt(wasyncore.ExitNow):

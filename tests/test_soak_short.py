@@ -10,7 +10,11 @@ def test_short_soak(tmp_path):
     assert result["containers_created"] >= 80
     assert result["threads_min"] == result["threads_max"], result
     assert result["rss_growth_ratio"] < 0.10, result      # the 10-minute run holds 5%
-    attack = result["attack"]                # idle, trickling and large-POST peers beside
+    attack = result["attack"]         # idle, trickling, large-POST and smuggling peers beside
     assert attack["large_posts_413"] >= 1 and attack["large_posts_other"] == 0, attack
     assert attack["spooled_files_max"] == 0
+    assert attack["smuggling_refused_400"] >= 1 and attack["smuggling_other"] == 0, attack
+    assert attack["smuggled_answered"] == 0, attack
+    # 100 trickling sockets on the 64-connection health port, and every probe answered
+    assert attack["trickling_reopened_health_port"] >= 1, attack
     assert attack["probe_healthz_health_port"]["failures"] == 0, attack
