@@ -7,11 +7,11 @@ keys plus gpustats' extension keys.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Any
 
 from gpustats.export.accelerators import container_view
+from gpustats.export.text import json_bytes
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.model.snapshot import (
@@ -263,5 +263,4 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> di
 
 
 def summary_json(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> bytes:
-    return json.dumps(summary_dict(snapshot, only_cpu_and_memory=only_cpu_and_memory),
-                      separators=(",", ":")).encode()
+    return json_bytes(summary_dict(snapshot, only_cpu_and_memory=only_cpu_and_memory))
