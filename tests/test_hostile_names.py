@@ -1,4 +1,5 @@
-"""Tenant- and host-chosen names against the real daemon: odd bytes or characters in a name
+"""Tenant- and host-chosen names against the real daemon: a pod name long enough that the
+kubelet cuts its log link still bills its container, and odd bytes or characters in a name
 render in every output (JSON, Prometheus text and OpenMetrics, dcgm-compat, the page)."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehost import build, container_id, containers_by_id, write_scenario
+from tests.fakehost import build, container_id, containers_by_id, metric_value, pod_uid, \
+    write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 ARGS = ("--housekeeping-interval", "0.2", "--runtime-socket", "")
@@ -38,6 +40,24 @@ def raw_get(daemon, path: str, accept: str | None = None) -> tuple[int, str]:
         return err.code, err.read().decode("utf-8", "replace")
 
 
+def kubelet_link(pod: str, namespace: str, container: str, cid: str) -> str:
+    """The kubelet's ``/var/log/containers`` link name: ``<pod>_<ns>_<container>-<id>`` cut
+    to 251 characters, then ``.log`` (kuberuntime ``logSymlink``, the ext4 name limit)."""
+    return f"{pod}_{namespace}_{container}-{cid}"[:251] + ".log"
+
+
+def kubelet_layout(root: Path, namespace: str, pod: str, uid: str, container: str,
+                   cid: str) -> str:
+    pod_dir = root / "pods" / f"{namespace}_{pod}_{uid}" / container
+    pod_dir.mkdir(parents=True)
+    (pod_dir / "0.log").write_text("never read\n")
+    (root / "containers").mkdir(exist_ok=True)
+    link = kubelet_link(pod, namespace, container, cid)
+    os.symlink(f"/var/log/pods/{namespace}_{pod}_{uid}/{container}/0.log",
+               root / "containers" / link)
+    return link
+
+
 def pod_resources_server(path: Path, pods: list[tuple[str, str, str]]):
     """A pod-resources server whose List gives ``GPU`` to each (namespace, pod, container)."""
     import grpc
@@ -58,6 +78,69 @@ def pod_resources_server(path: Path, pods: list[tuple[str, str, str]]):
     server.add_insecure_port(f"unix://{path}")
     server.start()
     return server
+
+
+# ------------------------------------------------------------------ cut log links
+
+
+LONG_POD = "trainer-" + "x" * 190 + "-0"        # 200 characters: a valid DNS subdomain
+
+
+@pytest.mark.parametrize("with_pod_resources", [False, True])
+def test_a_pod_name_long_enough_to_cut_its_log_link_still_bills_its_container(
+        start_daemon, tmp_path, with_pod_resources):
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = tmp_path / "host" / "log"
+    link = kubelet_layout(logs, "ml", LONG_POD, pod_uid(1), "main", container_id(1))
+    assert len(link) == 255 and container_id(1) not in link     # the kubelet cut the ID
+    server = None
+    socket_args = ("--pod-resources-socket", "")
+    if with_pod_resources:
+        pytest.importorskip("grpc")
+        sock = tmp_path / "kubelet.sock"
+        server = pod_resources_server(sock, [("ml", LONG_POD, "main")])
+        socket_args = ("--pod-resources-socket", str(sock))
+    try:
+        daemon = start_daemon("--simulate", str(scenario_file(tmp_path, [101])),
+                              "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                              "--log-root", str(logs), *ARGS, *socket_args)
+        daemon.wait_ready()
+        summary = daemon.wait_for(lambda s: any(
+            a.get("attributedPowerWatts") for p in s["pods"] for c in p["containers"]
+            for a in c.get("accelerators", ())), timeout=10)
+        (pod,) = summary["pods"]
+        assert pod["podRef"] == {"name": LONG_POD, "namespace": "ml", "uid": pod_uid(1)}
+        (container,) = pod["containers"]
+        assert container["name"] == "main"
+        assert container["accelerators"][0]["attributedPowerWatts"] > 0
+        text = raw_get(daemon, "/metrics")[1]
+        assert metric_value(text, "gpustats_container_gpu_watts", pod=LONG_POD,
+                            container="main", container_id=container_id(1)) > 0
+        assert metric_value(text, "gpustats_pod_gpu_watts", pod_uid=pod_uid(1)) > 0
+    finally:
+        if server is not None:
+            server.stop(0)
+
+
+def test_a_gpu_container_the_log_layout_calls_a_sandbox_is_still_billed(start_daemon,
+                                                                        tmp_path):
+    """The pod's log directory is there and the container has no link (the kubelet failed to
+    make it): the log layout takes it for the pod's sandbox, but it holds the GPU."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = tmp_path / "host" / "log"
+    (logs / "pods" / f"ml_trainer-0_{pod_uid(1)}" / "main").mkdir(parents=True)
+    (logs / "containers").mkdir()
+    daemon = start_daemon("--simulate", str(scenario_file(tmp_path, [101])),
+                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                          "--log-root", str(logs), "--pod-resources-socket", "", *ARGS)
+    daemon.wait_ready()
+    summary = daemon.wait_for(lambda s: s["pods"] and s["pods"][0]["containers"], timeout=10)
+    (pod,) = summary["pods"]
+    assert pod["podRef"] == {"name": "trainer-0", "namespace": "ml", "uid": pod_uid(1)}
+    (container,) = pod["containers"]
+    assert container["name"] == container_id(1)            # no name: shown by its ID
+    daemon.wait_for(lambda s: s["pods"][0]["containers"][0]["accelerators"][0]
+                    .get("attributedPowerWatts"), timeout=10)
 
 
 # ------------------------------------------------------------------ odd names in every output
