@@ -1,6 +1,7 @@
 """The one rule every output shows a host name by (export.text)."""
 
 import json
+import re
 
 import pytest
 
@@ -38,3 +39,56 @@ def test_json_bytes_shows_every_string_value():
     assert json.loads(body) == {"pods": [{"name": "a\\u202eb", "n": 1, "ok": None}],
                                 "x": ["\\xff"]}
     assert b"\\ud" not in body
+
+
+def _poisoned(value, skip=("status", "type", "source", "state", "sharing_mode",
+                           "share_method", "runtime")):
+    """Every string field of a snapshot (but a few enumerations) made hostile the same way:
+    an undecodable byte, a right-to-left override and 1,100 more characters."""
+    import dataclasses
+
+    if isinstance(value, str):
+        return value + "\udcff\u202e" + "x" * 1100
+    if isinstance(value, tuple):
+        return tuple(_poisoned(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _poisoned(getattr(value, f.name)) for f in dataclasses.fields(value)
+                   if f.init and f.name not in skip}
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def _strings(tree):
+    if isinstance(tree, str):
+        yield tree
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            yield from _strings(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _strings(v)
+
+
+def test_every_output_shows_every_name_by_the_rule():
+    from gpustats.export.dcgm import render_dcgm
+    from gpustats.export.page import page_view
+    from gpustats.export.prometheus import render
+    from gpustats.export.summary import summary_json
+    from tests.snapshots import sample_snapshot
+
+    snapshot = _poisoned(sample_snapshot())
+    body = summary_json(snapshot)
+    strings = list(_strings(json.loads(body)))
+    assert any("\\xff\\u202e" in s for s in strings)
+    assert all(s.isprintable() and len(s) <= MAX_SHOWN_CHARS for s in strings)
+    for accept in (None, "application/openmetrics-text; version=1.0.0"):
+        text = render(snapshot, accept, dcgm_compat=True)[0].decode("utf-8")
+        values = [re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], v)  # unescaped
+                  for v in re.findall(r'="((?:[^"\\]|\\.)*)"', text)]
+        assert values and all(len(v) <= MAX_SHOWN_CHARS and v.isprintable() for v in values)
+    text = render_dcgm(snapshot).decode("utf-8")
+    assert "\u202e" not in text and "\\\\xff\\\\u202e" in text      # label-escaped
+    page = page_view(snapshot)
+    names = [page.node_name] + [getattr(r, f) for g in page.gpus for r in g.containers
+                                for f in ("pod", "namespace", "container")]
+    assert all(n.isprintable() and len(n) <= MAX_SHOWN_CHARS for n in names)
