@@ -208,9 +208,11 @@ class KubeletLogNames:
         # Cut links by (namespace, pod), and what each one's target says (read once per link).
         self._cut: dict[tuple[str, str], list[tuple[str, CutLogLink]]] = {}
         self._cut_names: dict[str, tuple[ContainerNames, str | None] | None] = {}
+        # The cut links that tell their container, by the first MIN_ID_PREFIX ID digits.
+        self._cut_index: dict[str, list[tuple[ContainerNames, str]]] | None = None
         self._resolved: dict[str, ContainerNames] = {}
         self._pod_memo: dict[str, PodLogDir | None] = {}
-        self._link_memo: dict[str, ContainerLogLink | None] = {}
+        self._link_memo: dict[str, ContainerLogLink | CutLogLink | None] = {}
         # The last answer, while the listings stay the same: (containers asked for, names).
         self._answer: tuple[dict, dict[str, ContainerNames]] | None = None
         # Entry names in the last listings that did not parse (each counted once, when new).
@@ -323,16 +325,18 @@ class KubeletLogNames:
     def _cut_container(self, cid: str, pod_uid: str | None) -> ContainerNames | None:
         """The names of the one cut link whose ID prefix is ``cid``'s (and whose pod, where
         both are known, is the container's)."""
-        answers = set()
-        for links in self._cut.values():
-            for file_name, link in links:
-                found = self._cut_link_names(file_name, link)
-                if found is None or found[1] is None or not cid.startswith(found[1]):
-                    continue
-                names = found[0]
-                if pod_uid is not None and names.pod_uid not in (None, pod_uid):
-                    continue
-                answers.add(names)
+        if self._cut_index is None:
+            index: dict[str, list[tuple[ContainerNames, str]]] = {}
+            for links in self._cut.values():
+                for file_name, link in links:
+                    found = self._cut_link_names(file_name, link)
+                    if found is not None and found[1] is not None:
+                        index.setdefault(found[1][:MIN_ID_PREFIX], []).append(
+                            (found[0], found[1]))
+            self._cut_index = index
+        answers = {names for names, prefix in self._cut_index.get(cid[:MIN_ID_PREFIX], ())
+                   if cid.startswith(prefix)
+                   and (pod_uid is None or names.pod_uid in (None, pod_uid))}
         if len(answers) != 1:
             return None
         names = answers.pop()
@@ -368,6 +372,7 @@ class KubeletLogNames:
             self._resolved = {cid: n for cid, n in self._resolved.items()
                               if n.pod_uid in self._by_uid}
             self._cut_names = {}       # a cut link without a target takes its UID from here
+            self._cut_index = None
         links_changed = self._links.refresh()
         if links_changed:
             self._link_memo = _parse_all(self._links.names, parse_any_link, self._link_memo)
@@ -385,6 +390,7 @@ class KubeletLogNames:
             self._cut = cut
             self._cut_names = {n: v for n, v in self._cut_names.items()
                                if n in self._link_memo}
+            self._cut_index = None
             self._resolved = {cid: n for cid, n in self._resolved.items() if cid in by_id}
         return pods_changed or links_changed
 
