@@ -11,7 +11,7 @@ from gpustats.engine.counters import EnergyCounters
 from gpustats.model.containers import ContainerIdentity, ContainerNames
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.kubelet_logs import (
-    KubeletLogNames, parse_container_link, parse_link_target, parse_pod_dir,
+    KubeletLogNames, parse_any_link, parse_container_link, parse_link_target, parse_pod_dir,
 )
 from tests.fakehost import build, container_id, pod_uid, write_scenario
 
@@ -280,3 +280,112 @@ def test_daemon_names_pods_from_the_log_layout_alone(start_daemon, tmp_path):
     assert 'reason="unparseable_pod_dir",source="kubelet_logs"} 2000.0' in metrics
     assert 'reason="unparseable_container_link",source="kubelet_logs"} 2000.0' in metrics
     assert daemon.proc.poll() is None
+
+
+# ------------------------------------------------------------------ links the kubelet cut
+
+
+def cut_link(root: Path, namespace: str, pod: str, uid: str, container: str, cid: str,
+             target: bool = True) -> str:
+    """A link as the kubelet makes it for a long name: ``<pod>_<ns>_<container>-<id>`` cut
+    to 251 characters, then ``.log`` (kuberuntime logSymlink)."""
+    pod_dir = root / "pods" / f"{namespace}_{pod}_{uid}" / container
+    pod_dir.mkdir(parents=True, exist_ok=True)
+    (root / "containers").mkdir(parents=True, exist_ok=True)
+    name = f"{pod}_{namespace}_{container}-{cid}"[:251] + ".log"
+    if target:
+        os.symlink(f"/var/log/pods/{namespace}_{pod}_{uid}/{container}/0.log",
+                   root / "containers" / name)
+    else:
+        (root / "containers" / name).write_text("")     # readlink fails: the name alone
+    return name
+
+
+def long_pod(keep: int, container: str = "main", namespace: str = "ml") -> str:
+    """A pod name that leaves ``keep`` digits of the container ID in its cut link."""
+    return "p" * (251 - len(f"_{namespace}_{container}-") - keep)
+
+
+def test_cut_link_parsers():
+    name = f"{long_pod(27)}_ml_main-{CID}"[:251] + ".log"
+    assert len(name) == 255
+    with pytest.raises(ValueError):
+        parse_container_link(name)
+    cut = parse_any_link(name)
+    assert (cut.pod_name, cut.namespace, cut.rest) == (long_pod(27), "ml", "main-" + CID[:27])
+    assert cut.split("main") == CID[:27]
+    assert cut.split("mai") is None and cut.split("other") is None
+    assert parse_any_link(f"p_ml_main-{CID}.log").container_id == CID   # whole: as before
+    for bad in (name[:-5] + ".log", name[:-4] + ".txt", "P" + name[1:],
+                name.replace("_ml_", "_m_l_")):
+        with pytest.raises(ValueError):
+            parse_any_link(bad)
+
+
+def test_cut_link_names_its_container_by_the_id_prefix_left(tmp_path):
+    pod, sandbox = long_pod(27), "ef" * 32
+    cut_link(tmp_path, "ml", pod, UID, "main", CID)
+    source = KubeletLogNames(str(tmp_path))
+    names = source.names({CID: ContainerIdentity(CID, pod_uid=UID),
+                          sandbox: ContainerIdentity(sandbox, pod_uid=UID),
+                          "cd" * 32: ContainerIdentity("cd" * 32, pod_uid=None)})
+    assert names[CID] == ContainerNames(pod, "ml", UID, "main")
+    assert names[sandbox].is_sandbox                # every link of the pod is accounted for
+    assert "cd" * 32 not in names
+    # Another pod's container with the same ID prefix is not this link's.
+    twin = CID[:27] + "0" * 37
+    assert twin not in source.names({twin: ContainerIdentity(twin, pod_uid=pod_uid(9))})
+
+
+def test_cut_link_without_a_target_splits_its_name(tmp_path):
+    pod = long_pod(30, container="cuda-main")
+    cut_link(tmp_path, "ml", pod, UID, "cuda-main", CID, target=False)
+    names = KubeletLogNames(str(tmp_path)).names({CID: ContainerIdentity(CID, pod_uid=UID)})
+    assert names[CID] == ContainerNames(pod, "ml", UID, "cuda-main")
+
+
+def test_cut_link_with_too_little_id_left_names_the_pod_only(tmp_path):
+    """A long container name leaves 4 digits: the pod's containers are named by their pod,
+    and none is taken for its sandbox."""
+    container = "c" * 40
+    pod = long_pod(4, container=container)
+    cut_link(tmp_path, "ml", pod, UID, container, CID)
+    other = "ef" * 32
+    names = KubeletLogNames(str(tmp_path)).names({CID: ContainerIdentity(CID, pod_uid=UID),
+                                                  other: ContainerIdentity(other, pod_uid=UID)})
+    for cid in (CID, other):
+        assert names[cid] == ContainerNames(pod, "ml", UID, None, is_sandbox=False)
+
+
+def test_cut_link_whose_target_names_another_container_is_skipped(tmp_path):
+    pod = long_pod(27)
+    name = cut_link(tmp_path, "ml", pod, UID, "main", CID)
+    os.unlink(tmp_path / "containers" / name)
+    os.symlink(f"/var/log/pods/ml_{pod}_{UID}/side/0.log", tmp_path / "containers" / name)
+    errors = CollectionErrors()
+    names = KubeletLogNames(str(tmp_path), errors=errors).names(
+        {CID: ContainerIdentity(CID, pod_uid=UID)})
+    assert names[CID] == ContainerNames(pod, "ml", UID, None, is_sandbox=False)
+    assert ("kubelet_logs", "unparseable_container_link", 1) in errors.totals()
+
+
+def test_a_container_called_a_sandbox_is_shown_while_it_holds_a_gpu():
+    from types import SimpleNamespace
+
+    a, b = "aa" * 32, "bb" * 32
+    containers = {x: ContainerIdentity(x, pod_uid=UID) for x in (a, b)}
+    logs = FakeNames({x: ContainerNames("p", "ml", UID, None, is_sandbox=True) for x in (a, b)})
+
+    class Procs:
+        def container_of(self, pid):
+            return SimpleNamespace(info=SimpleNamespace(container_id=a, runtime=None,
+                                                        pod_uid=UID, qos_class=None),
+                                   cgroup=None)
+
+    reading = SimpleNamespace(identity=SimpleNamespace(uuid=GPU, minor_number=0),
+                              processes=(SimpleNamespace(pid=7, gpu_instance_id=None),),
+                              mig_instances=(), lost=False, unsupported_fields=frozenset())
+    tracker = ContainerTracker(FakeCgroups(containers), Procs(), EnergyCounters(),
+                               names=(logs,))
+    view = tracker.tick((reading,), {}, ())
+    assert [c.container_id for p in view.pods for c in p.containers] == [a]

@@ -141,7 +141,7 @@ def test_page_shows_every_gpu_and_pod_without_javascript(node):
     resp = client.get("/")
     assert resp.status_code == 200 and resp.mimetype == "text/html"
     html = resp.get_data(as_text=True)
-    assert html.count('class="model">NVIDIA H100 80GB HBM3<') == 3
+    assert html.count('class="model"><bdi>NVIDIA H100 80GB HBM3</bdi><') == 3
     assert "trainer-0" in html and ">ml<" in html and ">trainer<" in html
     assert "GPU lost" in html                                   # the lost GPU says so
     assert "2.0 / 79.6 GiB" in html and "310 W / 700 W" in html

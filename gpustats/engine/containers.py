@@ -384,10 +384,12 @@ class ContainerTracker:
             if cid is not None:
                 by_container.setdefault(cid, []).append(p)
         tick_energy = _tick_energy_by_pid(attributions)
-        shown = []          # (container ID, identity, names, pod UID), sandboxes left out
+        # (container ID, identity, names, pod UID), sandboxes left out: a container a source
+        # calls its pod's sandbox, unless it holds a GPU (never dropped, whatever its names).
+        shown = []
         for cid, identity in sorted(containers.items()):
             n = names.get(cid)
-            if n is None or not n.is_sandbox:
+            if n is None or not n.is_sandbox or mappings.get(cid) or cid in by_container:
                 shown.append((cid, identity, n, _pod_uid(identity, n)))
         usage = self._read_usage(shown, pods)
         stats_by_pod: dict[str, list[ContainerStats]] = {}

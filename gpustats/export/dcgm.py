@@ -17,6 +17,7 @@ from typing import Iterator
 from gpustats.export.dcgm_table import (
     DEVICE_FIELDS, INSTANCE_MEMORY_FIELDS, PROF_FIELDS, XID, DcgmField,
 )
+from gpustats.export.text import shown
 from gpustats.model.device import MigInstanceReading
 from gpustats.model.health import XID_DESCRIPTIONS
 from gpustats.model.snapshot import (
@@ -40,7 +41,8 @@ def _get(obj: object, path: str) -> object:
 
 
 def _labels(*pairs: tuple[str, object]) -> Labels:
-    return tuple((k, str(v)) for k, v in pairs if v is not None and str(v) != "")
+    """The present labels, values shown by the one rule (export.text)."""
+    return tuple((k, shown(str(v))) for k, v in pairs if v is not None and str(v) != "")
 
 
 def _kubernetes_labels(pod: PodStats, container: ContainerStats, acc: ContainerAccelerator,

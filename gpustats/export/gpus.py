@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpustats.export.summary import health_dict, saturation_dict
+from gpustats.export.text import json_bytes
 from gpustats.model.snapshot import DeviceStats, Snapshot
 
 
@@ -31,4 +31,4 @@ def gpus_json(snapshot: Snapshot) -> bytes:
         "nvmlLoaded": snapshot.status.nvml_loaded,
         "gpus": [gpu_dict(d) for d in snapshot.devices],
     }
-    return json.dumps(body, separators=(",", ":")).encode()
+    return json_bytes(body)

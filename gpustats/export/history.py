@@ -14,6 +14,7 @@ from array import array
 from datetime import datetime, timezone
 from typing import Callable
 
+from gpustats.export.text import shown_or_none
 from gpustats.model.history import (
     CONTAINER_FIELDS, GPU_FIELDS, MIG_FIELDS, ContainerSeries, GpuSeries, HistoryWindow,
     MigSeries,
@@ -108,7 +109,7 @@ def _points(rows: array, layout: _Layout, times: _Times) -> str:
 
 def _head(pairs: tuple[tuple[str, object], ...]) -> str:
     """``{"k":v,...`` of the present identity fields (no closing brace)."""
-    return "{" + ",".join(f'"{key}":{json.dumps(value)}' for key, value in pairs
+    return "{" + ",".join(f'"{key}":{json.dumps(shown_or_none(value))}' for key, value in pairs
                           if value is not None)
 
 

@@ -1,7 +1,8 @@
 """What the web page shows of one snapshot, as plain rows of display text (no HTML here).
 
 The page is for people: figures are rounded and carry their units; a value that is absent is
-shown as "–", never as 0; a pod or container nothing names is shown by its ID.
+shown as "–", never as 0; a pod or container nothing names is shown by its ID. Every name is
+shown by the one rule of ``export.text`` (the template isolates each in ``<bdi>`` too).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from gpustats.export.text import shown
 from gpustats.model.snapshot import ContainerStats, DeviceStats, Snapshot
 from gpustats.model.health import STATUS_TRUE
 
@@ -142,6 +144,10 @@ def _figures(device: DeviceStats) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _shown(value: str | None) -> str | None:
+    return None if value is None else shown(value)
+
+
 def pod_key(name: str | None, namespace: str | None, uid: str | None,
             container_id: str) -> str:
     """How the page tells pods apart: namespace/name, else the pod UID, else the container."""
@@ -159,6 +165,7 @@ def _rows_for(device: DeviceStats, owners: list[tuple[str | None, str | None, st
     rows = []
     profiles = {m.gpu_instance_id: m.profile for m in device.mig_instances}
     for pod_name, namespace, pod_uid, container in owners:
+        pod_name, namespace, pod_uid = _shown(pod_name), _shown(namespace), _shown(pod_uid)
         for acc in container.accelerators:
             if acc.device_uuid != device.identity.uuid:
                 continue
@@ -170,7 +177,7 @@ def _rows_for(device: DeviceStats, owners: list[tuple[str | None, str | None, st
                 pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
                 pod=pod_name or pod_uid or ABSENT, pod_is_id=pod_name is None and bool(pod_uid),
                 namespace=namespace or ABSENT,
-                container=container.name or _short_id(container.container_id),
+                container=_shown(container.name) or _short_id(container.container_id),
                 container_is_id=container.name is None, instance=instance,
                 power=format_watts(acc.attributed_power_watts),
                 compute=format_percent(acc.compute_utilization_percent),
@@ -192,7 +199,8 @@ def page_view(snapshot: Snapshot) -> Page:
     index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
     cards = tuple(
         GpuCard(uuid=d.identity.uuid, index=d.identity.index,
-                model=d.identity.name or "unknown model", bus_id=d.identity.pci_bus_id or "",
+                model=_shown(d.identity.name) or "unknown model",
+                bus_id=_shown(d.identity.pci_bus_id) or "",
                 health=_health(d), figures=_figures(d),
                 containers=tuple(sorted(_rows_for(d, owners),
                                         key=lambda r: (r.namespace, r.pod, r.container))),
@@ -211,10 +219,11 @@ def page_view(snapshot: Snapshot) -> Page:
                   if a.attributed_energy_joules is not None]
         gpus = sorted(index_of[a.device_uuid] for a in pod.accelerators
                       if a.device_uuid in index_of)
+        name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
         pods.append((sum(power) if power else -1.0, PodRow(
-            pod_key=pod_key(pod.name, pod.namespace, pod.uid, ""),
-            pod=pod.name or pod.uid, pod_is_id=pod.name is None,
-            namespace=pod.namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
+            pod_key=pod_key(name, namespace, uid, ""),
+            pod=name or uid, pod_is_id=name is None,
+            namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
             power=format_watts(sum(power)) if power else ABSENT,
             energy=format_joules(sum(energy)) if energy else ABSENT)))
     pods.sort(key=lambda p: (-p[0], p[1].namespace, p[1].pod))
@@ -235,6 +244,6 @@ def page_view(snapshot: Snapshot) -> Page:
     if not status.nvml_loaded:
         note = ("NVML is not loaded" + (f": {status.nvml_error}" if status.nvml_error else "")
                 if status.gpus_on_pci_bus else "No NVIDIA GPU on this node's PCI bus")
-    return Page(node_name=snapshot.node.node_name, taken_at=format_time(snapshot.taken_at),
+    return Page(node_name=shown(snapshot.node.node_name), taken_at=format_time(snapshot.taken_at),
                 sequence=snapshot.sequence, driver_version=status.driver_version,
                 nvml_note=note, totals=totals, gpus=cards, pods=tuple(p[1] for p in pods))

@@ -21,19 +21,21 @@ from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
+from gpustats.export.text import shown
 from gpustats.model.dra import ClaimDevice
 from gpustats.model.snapshot import Snapshot
 
 
 def _label(value: object) -> str:
-    return "" if value is None else str(value)
+    """Every label value, names from the host included, shown by the one rule (export.text)."""
+    return "" if value is None else shown(str(value))
 
 
 class _Families:
     """Fresh metric families for one collect(), filled by name."""
 
     def __init__(self, node_name: str):
-        self._node = node_name
+        self._node = shown(node_name)
         self._families: dict[str, Metric] = {}
         for f in FAMILIES:
             labels = ["node_name", *f.labels]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpustats.export.summary import rfc3339
+from gpustats.export.text import json_bytes
 from gpustats.model.snapshot import Snapshot
 from gpustats.model.sources import SourceState
 
@@ -40,4 +40,4 @@ def status_json(snapshot: Snapshot) -> bytes:
         body["tickDurationSeconds"] = round(status.tick_duration_seconds, 6)
     if status.driver_version is not None:
         body["driverVersion"] = status.driver_version
-    return json.dumps(body, separators=(",", ":")).encode()
+    return json_bytes(body)

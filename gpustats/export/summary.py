@@ -2,7 +2,9 @@
 
 Keys follow k8s.io/kubelet/pkg/apis/stats/v1alpha1: camelCase, times as UTC RFC 3339 with
 second precision, every unknown value left out (never 0). Accelerators carry the kubelet's six
-keys plus gpustats' extension keys.
+keys plus gpustats' extension keys. Every name from the host or a source is shown by the one
+rule of ``export.text``, field by field (a walk over the whole body would cost as much as
+encoding it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpustats.export.accelerators import container_view
+from gpustats.export.text import shown, shown_or_none
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.model.snapshot import (
@@ -65,8 +68,8 @@ def _kubelet_keys(device: DeviceStats) -> dict[str, Any]:
     """make, model, id, memoryTotal, memoryUsed, dutyCycle (each left out when unknown)."""
     ident = device.identity
     out: dict[str, Any] = {"make": MAKE}
-    _put(out, "model", ident.name)
-    out["id"] = ident.uuid
+    _put(out, "model", shown_or_none(ident.name))
+    out["id"] = shown(ident.uuid)
     _put(out, "memoryTotal", ident.memory_total_bytes)
     _put(out, "memoryUsed", device.memory_used_bytes)
     _put(out, "dutyCycle", device.duty_cycle_percent)
@@ -77,7 +80,8 @@ def health_dict(health: DeviceHealth) -> dict[str, Any]:
     return {
         "healthy": health.healthy,
         "conditions": [
-            {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            {"type": c.type, "status": c.status, "reason": shown_or_none(c.reason),
+             "message": shown_or_none(c.message),
              "lastTransitionTime": rfc3339(c.last_transition_time), "source": c.source}
             for c in health.conditions
         ],
@@ -109,8 +113,8 @@ def saturation_dict(saturation: Saturation) -> dict[str, Any]:
 
 def _mig_dict(instance: MigInstanceStats) -> dict[str, Any]:
     out: dict[str, Any] = {"gpuInstanceId": instance.gpu_instance_id}
-    _put(out, "id", instance.uuid)
-    _put(out, "profile", instance.profile)
+    _put(out, "id", shown_or_none(instance.uuid))
+    _put(out, "profile", shown_or_none(instance.profile))
     _put(out, "memoryTotal", instance.memory_total_bytes)
     _put(out, "memoryUsed", instance.memory_used_bytes)
     _put(out, "activityRatio", _round(instance.activity_ratio, 4))
@@ -125,7 +129,7 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     out = _kubelet_keys(device)
     out["index"] = ident.index
     _put(out, "minorNumber", ident.minor_number)
-    _put(out, "pciBusId", ident.pci_bus_id)
+    _put(out, "pciBusId", shown_or_none(ident.pci_bus_id))
     if device.lost:
         out["lost"] = True
     _put(out, "powerWatts", _round(device.power_watts))
@@ -149,34 +153,39 @@ def container_accelerator_dict(acc: ContainerAccelerator,
     """A container's view of a GPU: the kubelet keys of the device, or of its MIG instance
     (with the GPU's UUID as ``parentId``), plus what its processes account for."""
     if device is None:
-        out: dict[str, Any] = {"make": MAKE, "id": acc.device_uuid}
+        out: dict[str, Any] = {"make": MAKE, "id": shown(acc.device_uuid)}
     else:
         view = container_view(acc, device)
         out = {"make": MAKE}
-        _put(out, "model", view.model)
-        out["id"] = view.id
+        _put(out, "model", shown_or_none(view.model))
+        out["id"] = shown(view.id)
         _put(out, "memoryTotal", view.memory_total_bytes)
         _put(out, "memoryUsed", view.memory_used_bytes)
         _put(out, "dutyCycle", view.duty_cycle_percent)
-        _put(out, "parentId", view.parent_id)
+        _put(out, "parentId", shown_or_none(view.parent_id))
     _put(out, "processMemoryUsed", acc.process_memory_used_bytes)
     _put(out, "computeUtilization", _round(acc.compute_utilization_percent, 2))
     _put(out, "attributedPowerWatts", _round(acc.attributed_power_watts))
     _put(out, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
     _put(out, "gpuInstanceId", acc.gpu_instance_id)
-    _put(out, "migProfile", acc.mig_profile)
+    _put(out, "migProfile", shown_or_none(acc.mig_profile))
     if acc.claim is not None:
         claim_keys(out, acc.claim)
     return out
 
 
+def _claim_ref(claim: ClaimDevice) -> dict[str, Any]:
+    return {"name": shown_or_none(claim.claim_name),
+            "namespace": shown_or_none(claim.claim_namespace)}
+
+
 def claim_keys(out: dict[str, Any], claim: ClaimDevice) -> dict[str, Any]:
     """The DRA claim that allocated a device: ``claim{name, namespace}``, driver, pool, device."""
-    out["claim"] = {"name": claim.claim_name, "namespace": claim.claim_namespace}
-    _put(out, "driver", claim.driver_name)
-    _put(out, "pool", claim.pool_name)
-    _put(out, "device", claim.device_name)
-    _put(out, "shareId", claim.share_id)
+    out["claim"] = _claim_ref(claim)
+    _put(out, "driver", shown_or_none(claim.driver_name))
+    _put(out, "pool", shown_or_none(claim.pool_name))
+    _put(out, "device", shown_or_none(claim.device_name))
+    _put(out, "shareId", shown_or_none(claim.share_id))
     return out
 
 
@@ -185,13 +194,13 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
                     top_level: bool, pod_uid: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if top_level:
-        out["id"] = container.container_id
-        _put(out, "name", container.name)
-        _put(out, "podUid", pod_uid)
-        _put(out, "runtime", container.runtime)
-        _put(out, "cgroup", container.cgroup_path)
+        out["id"] = shown(container.container_id)
+        _put(out, "name", shown_or_none(container.name))
+        _put(out, "podUid", shown_or_none(pod_uid))
+        _put(out, "runtime", shown_or_none(container.runtime))
+        _put(out, "cgroup", shown_or_none(container.cgroup_path))
     else:
-        out["name"] = container.name or container.container_id
+        out["name"] = shown(container.name or container.container_id)
     start = container.usage.start_time
     out["startTime"] = rfc3339(start if start is not None else fallback_start)
     _usage(out, container.usage)
@@ -207,7 +216,8 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
 def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: float,
               *, with_accelerators: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "podRef": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "podRef": {"name": shown_or_none(pod.name), "namespace": shown_or_none(pod.namespace),
+                   "uid": shown(pod.uid)},
     }
     start = pod.usage.start_time
     out["startTime"] = rfc3339(start if start is not None else fallback_start)
@@ -220,12 +230,11 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
     if with_accelerators and pod.accelerators:
         accs = []
         for acc in pod.accelerators:
-            entry: dict[str, Any] = {"id": acc.device_uuid}
+            entry: dict[str, Any] = {"id": shown(acc.device_uuid)}
             _put(entry, "attributedPowerWatts", _round(acc.attributed_power_watts))
             _put(entry, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
             if acc.claim is not None:
-                entry["claim"] = {"name": acc.claim.claim_name,
-                                  "namespace": acc.claim.claim_namespace}
+                entry["claim"] = _claim_ref(acc.claim)
             accs.append(entry)
         out["accelerators"] = accs
     return out
@@ -233,7 +242,8 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
 
 def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> dict[str, Any]:
     node = snapshot.node
-    node_out: dict[str, Any] = {"nodeName": node.node_name, "startTime": rfc3339(node.start_time)}
+    node_out: dict[str, Any] = {"nodeName": shown(node.node_name),
+                                "startTime": rfc3339(node.start_time)}
     if node.cpu is not None:
         node_out["cpu"] = cpu_dict(node.cpu)
     if node.memory is not None:

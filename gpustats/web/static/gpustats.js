@@ -218,8 +218,9 @@
     for (const layer of spec.layers.concat(spec.total ? [spec.total] : [])) {
       const v = layer.values[i];
       if (v === null || v === undefined || !layer.label) continue;
-      const row = document.createElement("div");
-      row.textContent = layer.label + ": " + spec.format(v);
+      const row = document.createElement("div"), name = document.createElement("bdi");
+      name.textContent = layer.label;         // isolated: a right-to-left name keeps its place
+      row.append(name, ": " + spec.format(v));
       tip.appendChild(row);
     }
     tip.hidden = false;
