@@ -188,3 +188,51 @@ def test_a_cgroup_made_after_the_first_walk_is_found_and_read(cgroups):
         reader.end_tick()
     finally:
         reader.close()
+
+
+def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
+    """Container cgroups made and removed under one subtree of the real hierarchies (v1 memory
+    and, where mounted, the v2 one at /sys/fs/cgroup/unified): each is found and gone at the
+    next discovery, and no directory of the first walk is listed again."""
+    from gpustats.hostfs import HostRoots
+    from gpustats.sources.cgroup_tree import list_subdirs
+    from gpustats.sources.cgroups import CgroupReader
+
+    listed = []
+    reader = CgroupReader(HostRoots(cgroup=str(CGROUP)),
+                          list_dirs=lambda d: listed.append(d) or list_subdirs(d))
+    if reader._changes.unavailable:
+        pytest.skip(reader._changes.unavailable)
+    try:
+        reader.discover()
+        first = set(listed)
+        listed.clear()
+        top = f"gpustats-churn-{uuid.uuid4().hex[:8]}"
+        roots = [CGROUP / "memory"] + ([CGROUP / "unified"]
+                                       if (CGROUP / "unified" / "cgroup.procs").exists() else [])
+        for round_ in range(3):
+            cid = uuid.uuid4().hex * 2
+            groups = [root / top / "docker" / cid for root in roots]
+            try:
+                for group in groups:
+                    _mkdir(group, cgroups["created"])
+            except OSError as exc:
+                pytest.skip(f"cannot create cgroups here: {exc}")
+            found = reader.discover()
+            assert set(dict(found.containers[cid].cgroup.paths)) == \
+                {"memory"} | ({""} if len(roots) == 2 else set())
+            assert not first & set(listed), sorted(first & set(listed))[:5]
+            # The first round lists the two directories made above the container; later
+            # rounds list nothing of ours (a container's cgroup is not descended into).
+            ours = {d for d in listed if f"/{top}" in d}
+            assert ours == ({str(root / top / sub) for root in roots for sub in ("", "docker")}
+                            if round_ == 0 else set())
+            listed.clear()
+            for group in groups:
+                group.rmdir()
+                cgroups["created"].remove(group)
+            assert cid not in reader.discover().containers
+            assert not first & set(listed)
+            listed.clear()
+    finally:
+        reader.close()
