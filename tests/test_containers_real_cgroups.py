@@ -236,3 +236,67 @@ def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
             listed.clear()
     finally:
         reader.close()
+
+
+def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(cgroups,
+                                                                                tmp_path):
+    """As the DaemonSet runs it (no hostPID): the daemon in a PID namespace of its own, the
+    host's procfs bound read-only at the --proc-root. The host PID the GPU reports, which the
+    daemon cannot see in its own /proc nor signal, is mapped to its container."""
+    import shutil
+
+    from tests.conftest import free_port, http_get
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1)")
+    uid, cid = str(uuid.uuid4()), uuid.uuid4().hex * 2
+    memory = CGROUP / "memory" / _own_v1_path("memory").lstrip("/") / \
+        f"kubepods/besteffort/pod{uid}/{cid}"
+    try:
+        _mkdir(memory, cgroups["created"])
+    except OSError as exc:
+        pytest.skip(f"cannot create v1 cgroups here: {exc}")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    cgroups["procs"].append(worker)
+    _join(worker, memory)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "devices": [{"uuid": GPU0, "minor": 0, "power_watts": 300}],
+        "processes": [{"pid": worker.pid, "device": GPU0, "memory_used_bytes": 1 << 30}]}))
+    host_proc, port = tmp_path / "host-proc", free_port()
+    host_proc.mkdir()
+    daemon = " ".join([
+        sys.executable, "-m", "gpustats", f"--listen=127.0.0.1:{port}",
+        f"--state-dir={tmp_path / 'state'}", f"--simulate={scenario}",
+        f"--cgroup-root={CGROUP}", f"--proc-root={host_proc}", "--pod-resources-socket=",
+        "--runtime-socket=", "--housekeeping-interval=0.3", "--idle-power-watts=100"])
+    # The host's procfs kept (read-only) before a procfs of the new namespace covers /proc;
+    # the worker is neither in that /proc nor reachable by kill(2) from inside.
+    script = (f"mount --bind /proc {host_proc} && mount -o remount,bind,ro {host_proc} && "
+              f"mount -t proc proc /proc && test ! -e /proc/{worker.pid}/cgroup && "
+              f"! kill -0 {worker.pid} 2>/dev/null && exec {daemon}")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    log = open(tmp_path / "daemon.log", "w")
+    proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child",
+                             "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline, found = time.monotonic() + 20, None
+        while time.monotonic() < deadline and found is None and proc.poll() is None:
+            try:
+                status, body = http_get(f"http://127.0.0.1:{port}/stats/summary")
+            except OSError:
+                status, body = None, None
+            if status == 200:
+                found = next((c for c in body.get("containers", ())
+                              if c.get("podUid") == uid and c.get("accelerators")), None)
+            time.sleep(0.3)
+        output = (tmp_path / "daemon.log").read_text()
+        if found is None and "unshare failed" in output:
+            pytest.skip(f"cannot make namespaces here: {output[-300:]}")
+        assert found is not None, output[-3000:]
+        assert found["id"] == cid and found["accelerators"][0]["id"] == GPU0
+        assert found["accelerators"][0]["processMemoryUsed"] == 1 << 30
+    finally:
+        proc.kill()               # --kill-child: the daemon dies with unshare
+        proc.wait(10)
+        log.close()
