@@ -48,7 +48,7 @@ class _Hierarchy:
         self.controller = controller
         self.root = root
         # Each directory listed (descended into) → its watch and its subdirectories' names.
-        self.listed: dict[str, tuple[int | None, list[str]]] = {}
+        self.listed: dict[str, tuple[int | None, tuple[str, ...]]] = {}
         # Each container's or pod's own cgroup → what its path says (not descended below a
         # container: what is below it belongs to it).
         self.found: dict[str, CgroupPathInfo] = {}
@@ -63,7 +63,8 @@ class CgroupTree:
         self._changes = changes
         self._list = list_dirs
         self._hierarchies: list[_Hierarchy] = []
-        self._at_watch: dict[int, list[tuple[_Hierarchy, str]]] = {}
+        # Watch → the directories it watches (one, but for hierarchies mounted together).
+        self._at_watch: dict[int, tuple[tuple[_Hierarchy, str], ...]] = {}
         self._stale = True
         self._found_changed = False
 
@@ -128,9 +129,9 @@ class CgroupTree:
             names = self._list(directory)
             if names is None:
                 continue        # gone: its parent's watch says so
-            hierarchy.listed[rel] = (wd, names)
+            hierarchy.listed[rel] = (wd, tuple(names))       # most are leaves: () is shared
             if wd is not None:
-                self._at_watch.setdefault(wd, []).append((hierarchy, rel))
+                self._at_watch[wd] = self._at_watch.get(wd, ()) + ((hierarchy, rel),)
             depth = rel.count("/") + 1
             for name in names:
                 child = f"{rel}/{name}"
@@ -159,12 +160,12 @@ class CgroupTree:
         if listed is None:
             return                 # its parent went too (or was never descended into)
         self._drop(hierarchy, rel, dropped)
-        names = listed[1]
-        if name in names:
-            names.remove(name)
-        if not _is_dir(hierarchy.root + rel):
+        wd, names = listed
+        names = tuple(n for n in names if n != name)
+        there = _is_dir(hierarchy.root + rel)
+        hierarchy.listed[parent] = (wd, names + (name,) if there else names)
+        if not there:
             return
-        names.append(name)
         if self._classify(hierarchy, rel) and rel.count("/") < MAX_DEPTH:
             self._walk(hierarchy, rel)
 
@@ -179,10 +180,11 @@ class CgroupTree:
                 continue
             wd, names = listed
             if wd is not None:
-                places = self._at_watch.get(wd, [])
-                if (hierarchy, rel) in places:
-                    places.remove((hierarchy, rel))
-                if not places:
+                places = tuple(p for p in self._at_watch.get(wd, ())
+                               if p != (hierarchy, rel))
+                if places:
+                    self._at_watch[wd] = places
+                else:
                     self._at_watch.pop(wd, None)
                 dropped.add(wd)
             stack.extend(f"{rel}/{n}" for n in names)
