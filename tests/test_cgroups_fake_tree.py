@@ -215,3 +215,116 @@ def test_usages_read_many_cgroups_in_order_and_one_that_vanished_reads_as_gone(t
     shutil.rmtree(root / "cpu,cpuacct" / pod / C1)
     shutil.rmtree(root / "memory" / "process_api" / "abc" / pod / C1)
     assert figures(reader.usages(wanted)) == [(None, None), (None, None), (6_000_000_000, None)]
+
+
+# ------------------------------------------------------------------ churn
+
+def churn_tree(root, pods=20, containers=3):
+    """A v2 tree (systemd driver) of ``pods`` besteffort pods, plus a system slice."""
+    _write(root, {"cgroup.controllers": "cpu memory\n"})
+    slice_ = root / "kubepods.slice" / "kubepods-besteffort.slice"
+    for p in range(pods):
+        pod = slice_ / f"kubepods-besteffort-pod{p:08x}_aaaa_4bbb_8ccc_{p:012x}.slice"
+        for c in range(containers):
+            (pod / f"cri-containerd-{p * 100 + c:064x}.scope").mkdir(parents=True)
+    for unit in range(30):
+        (root / "system.slice" / f"unit{unit}.service").mkdir(parents=True)
+    return root
+
+
+class Lister:
+    """Remembers every directory listed (``os.scandir``, which the walk lists with)."""
+
+    def __init__(self, monkeypatch):
+        self.listed, real = [], os.scandir
+        monkeypatch.setattr(os, "scandir", lambda path: self.listed.append(str(path))
+                            or real(path))
+
+    def discover(self, reader):
+        """What ``reader.discover()`` finds, and the directories it listed."""
+        self.listed = []
+        found = reader.discover()
+        return found, self.listed
+
+
+def churning_reader(root, monkeypatch):
+    lister = Lister(monkeypatch)
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    if reader._changes.unavailable:
+        import pytest
+        pytest.skip(reader._changes.unavailable)
+    return reader, lister
+
+
+def test_churn_in_one_subtree_lists_only_that_subtree(tmp_path, monkeypatch):
+    """A cgroup made and removed under one pod is found and gone at the next discovery, and
+    only the directories below the one made are listed, never the rest of the tree."""
+    import shutil
+
+    root = churn_tree(tmp_path / "cg")
+    reader, lister = churning_reader(root, monkeypatch)
+    first, listed = lister.discover(reader)
+    assert len(first.containers) == 60 and len(first.pods) == 20
+    assert len(listed) == 1 + 2 + 20 + 1 + 30        # root, 2 slices, pods, system, units
+    pod = next(root.glob("kubepods.slice/*/*pod00000004*"))
+    for round_ in range(3):
+        cid = f"{0xc0ffee00 + round_:064x}"
+        (pod / f"cri-containerd-{cid}.scope").mkdir()    # a container starts
+        (pod / "churn" / "a" / "b").mkdir(parents=True)  # and a plain subtree comes
+        found, listed = lister.discover(reader)
+        assert cid in found.containers and found.containers[cid].pod_uid.startswith("00000004")
+        assert sorted(listed) == [str(pod / "churn"), str(pod / "churn" / "a"),
+                                  str(pod / "churn" / "a" / "b")]
+        (pod / f"cri-containerd-{cid}.scope").rmdir()    # and both go
+        shutil.rmtree(pod / "churn")
+        found, listed = lister.discover(reader)
+        assert cid not in found.containers and len(found.containers) == 60
+        assert listed == []                              # a removal lists nothing
+    found, listed = lister.discover(reader)
+    assert found.containers.keys() == first.containers.keys() and listed == []
+    reader.close()
+
+
+def test_a_pod_made_whole_between_ticks_and_a_renamed_slice_are_seen(tmp_path, monkeypatch):
+    import shutil
+
+    root = churn_tree(tmp_path / "cg", pods=2)
+    reader, lister = churning_reader(root, monkeypatch)
+    reader.discover()
+    slice_ = root / "kubepods.slice" / "kubepods-besteffort.slice"
+    new_pod = slice_ / f"kubepods-besteffort-pod{UID_}.slice"
+    (new_pod / f"cri-containerd-{C1}.scope").mkdir(parents=True)   # pod and container at once
+    found, listed = lister.discover(reader)
+    assert found.containers[C1].pod_uid == UID and UID in found.pods
+    assert listed == [str(new_pod)]
+    (root / "system.slice").rename(root / "moved.slice")             # renamed: old path goes
+    (root / "moved.slice" / "unit0.service" / "docker").mkdir()
+    (root / "moved.slice" / "unit0.service" / "docker" / C2).mkdir()
+    found, listed = lister.discover(reader)
+    assert found.containers[C2].runtime == "docker"
+    assert str(root / "moved.slice" / "unit0.service" / "docker") in listed
+    assert not any("system.slice" in d or "kubepods" in d for d in listed)
+    shutil.rmtree(slice_)                                            # a whole QoS slice goes
+    found, listed = lister.discover(reader)
+    assert set(found.containers) == {C2} and found.pods == {} and listed == []
+    reader.close()
+
+
+def test_an_overflowed_event_queue_falls_back_to_a_full_walk(tmp_path, monkeypatch):
+    """When the kernel's queue overflowed (``events()`` is None: IN_Q_OVERFLOW, see the
+    hostfs tests) the tree is walked in full, and what changed meanwhile is all found."""
+    root = churn_tree(tmp_path / "cg", pods=2)
+    reader, lister = churning_reader(root, monkeypatch)
+    reader.discover()
+    (root / "kubepods.slice" / "docker").mkdir()
+    (root / "kubepods.slice" / "docker" / C3).mkdir()
+    real_events = reader._changes.events
+    monkeypatch.setattr(reader._changes, "events", lambda: real_events() and None)
+    found, listed = lister.discover(reader)
+    assert C3 in found.containers
+    assert len(listed) == 1 + 2 + 2 + 1 + 30 + 1        # all but containers, from the root
+    assert listed[0] == str(root)
+    monkeypatch.setattr(reader._changes, "events", real_events)
+    again, listed = lister.discover(reader)
+    assert again.containers.keys() == found.containers.keys() and listed == []
+    reader.close()

@@ -188,3 +188,115 @@ def test_a_cgroup_made_after_the_first_walk_is_found_and_read(cgroups):
         reader.end_tick()
     finally:
         reader.close()
+
+
+def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
+    """Container cgroups made and removed under one subtree of the real hierarchies (v1 memory
+    and, where mounted, the v2 one at /sys/fs/cgroup/unified): each is found and gone at the
+    next discovery, and no directory of the first walk is listed again."""
+    from gpustats.hostfs import HostRoots
+    from gpustats.sources.cgroup_tree import list_subdirs
+    from gpustats.sources.cgroups import CgroupReader
+
+    listed = []
+    reader = CgroupReader(HostRoots(cgroup=str(CGROUP)),
+                          list_dirs=lambda d: listed.append(d) or list_subdirs(d))
+    if reader._changes.unavailable:
+        pytest.skip(reader._changes.unavailable)
+    try:
+        reader.discover()
+        first = set(listed)
+        listed.clear()
+        top = f"gpustats-churn-{uuid.uuid4().hex[:8]}"
+        roots = [CGROUP / "memory"] + ([CGROUP / "unified"]
+                                       if (CGROUP / "unified" / "cgroup.procs").exists() else [])
+        for round_ in range(3):
+            cid = uuid.uuid4().hex * 2
+            groups = [root / top / "docker" / cid for root in roots]
+            try:
+                for group in groups:
+                    _mkdir(group, cgroups["created"])
+            except OSError as exc:
+                pytest.skip(f"cannot create cgroups here: {exc}")
+            found = reader.discover()
+            assert set(dict(found.containers[cid].cgroup.paths)) == \
+                {"memory"} | ({""} if len(roots) == 2 else set())
+            assert not first & set(listed), sorted(first & set(listed))[:5]
+            # The first round lists the two directories made above the container; later
+            # rounds list nothing of ours (a container's cgroup is not descended into).
+            ours = {d for d in listed if f"/{top}" in d}
+            assert ours == ({str(root / top / sub) for root in roots for sub in ("", "docker")}
+                            if round_ == 0 else set())
+            listed.clear()
+            for group in groups:
+                group.rmdir()
+                cgroups["created"].remove(group)
+            assert cid not in reader.discover().containers
+            assert not first & set(listed)
+            listed.clear()
+    finally:
+        reader.close()
+
+
+def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(cgroups,
+                                                                                tmp_path):
+    """As the DaemonSet runs it (no hostPID): the daemon in a PID namespace of its own, the
+    host's procfs bound read-only at the --proc-root. The host PID the GPU reports, which the
+    daemon cannot see in its own /proc nor signal, is mapped to its container."""
+    import shutil
+
+    from tests.conftest import free_port, http_get
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1)")
+    uid, cid = str(uuid.uuid4()), uuid.uuid4().hex * 2
+    memory = CGROUP / "memory" / _own_v1_path("memory").lstrip("/") / \
+        f"kubepods/besteffort/pod{uid}/{cid}"
+    try:
+        _mkdir(memory, cgroups["created"])
+    except OSError as exc:
+        pytest.skip(f"cannot create v1 cgroups here: {exc}")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    cgroups["procs"].append(worker)
+    _join(worker, memory)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "devices": [{"uuid": GPU0, "minor": 0, "power_watts": 300}],
+        "processes": [{"pid": worker.pid, "device": GPU0, "memory_used_bytes": 1 << 30}]}))
+    host_proc, port = tmp_path / "host-proc", free_port()
+    host_proc.mkdir()
+    daemon = " ".join([
+        sys.executable, "-m", "gpustats", f"--listen=127.0.0.1:{port}",
+        f"--state-dir={tmp_path / 'state'}", f"--simulate={scenario}",
+        f"--cgroup-root={CGROUP}", f"--proc-root={host_proc}", "--pod-resources-socket=",
+        "--runtime-socket=", "--housekeeping-interval=0.3", "--idle-power-watts=100"])
+    # The host's procfs kept (read-only) before a procfs of the new namespace covers /proc;
+    # the worker is neither in that /proc nor reachable by kill(2) from inside.
+    script = (f"mount --bind /proc {host_proc} && mount -o remount,bind,ro {host_proc} && "
+              f"mount -t proc proc /proc && test ! -e /proc/{worker.pid}/cgroup && "
+              f"! kill -0 {worker.pid} 2>/dev/null && exec {daemon}")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    log = open(tmp_path / "daemon.log", "w")
+    proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child",
+                             "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline, found = time.monotonic() + 20, None
+        while time.monotonic() < deadline and found is None and proc.poll() is None:
+            try:
+                status, body = http_get(f"http://127.0.0.1:{port}/stats/summary")
+            except OSError:
+                status, body = None, None
+            if status == 200:
+                found = next((c for c in body.get("containers", ())
+                              if c.get("podUid") == uid and c.get("accelerators")), None)
+            time.sleep(0.3)
+        output = (tmp_path / "daemon.log").read_text()
+        if found is None and "unshare failed" in output:
+            pytest.skip(f"cannot make namespaces here: {output[-300:]}")
+        assert found is not None, output[-3000:]
+        assert found["id"] == cid and found["accelerators"][0]["id"] == GPU0
+        assert found["accelerators"][0]["processMemoryUsed"] == 1 << 30
+    finally:
+        proc.kill()               # --kill-child: the daemon dies with unshare
+        proc.wait(10)
+        log.close()

@@ -128,6 +128,21 @@ def test_daemonset_contract():
     assert mounts["log-pods"]["mountPath"] == "/var/log/pods"
     assert mounts["log-containers"]["mountPath"] == "/var/log/containers"
     assert mounts["nvidia-devices"]["mountPath"] == "/var/run/nvidia-container-devices/all"
+    # Host processes are read through the host's procfs, mounted read-only, never by joining
+    # the host's namespaces: a process of the pod cannot signal or trace the kubelet.
+    for shared in ("hostPID", "hostIPC", "hostNetwork", "shareProcessNamespace"):
+        assert not pod.get(shared), shared
+    assert paths["proc"] == "/proc" and mounts["proc"]["mountPath"] == "/host/proc"
+    assert "--proc-root=/host/proc" in c["args"]
+    assert "--sysfs-root=/host/sys" in c["args"] and mounts["sys"]["mountPath"] == "/host/sys"
+    assert "--cgroup-root=/host/sys/fs/cgroup" in c["args"]
+    # Every host path is read-only but the state directory.
+    host_paths = {v["name"] for v in pod["volumes"] if "hostPath" in v}
+    assert {n for n in host_paths if not mounts[n].get("readOnly")} == {"state"}
+    for name in ("sys", "proc", "pod-resources", "cdi-static", "cdi-transient", "log-pods",
+                 "log-containers"):          # the mounts below them read-only too
+        assert mounts[name]["recursiveReadOnly"] in ("IfPossible", "Enabled"), name
+    assert host_paths <= set(mounts)
     # The API token reaches the proxy alone.
     assert pod["automountServiceAccountToken"] is False
     assert "kube-api-access" not in mounts

@@ -6,8 +6,8 @@ import socket
 import pytest
 
 from gpustats.hostfs import (
-    DEADLINE, NOT_REGULAR, TOO_LARGE, DirectoryChanges, KeptFiles, UnsafeFile, read_int,
-    read_regular, read_text,
+    DEADLINE, NOT_REGULAR, TOO_LARGE, DirectoryChanges, KeptFiles, UnsafeFile,
+    parse_inotify_events, read_int, read_regular, read_text,
 )
 from tests.conftest import open_descriptors
 
@@ -160,26 +160,57 @@ def test_a_kept_file_of_a_removed_cgroup_reads_as_gone():
     assert len(kept) == 0
 
 
-def test_directory_changes_report_what_was_made_or_removed_in_watched_directories(tmp_path):
+def _names(events):
+    return sorted((e.watch, e.name) for e in events)
+
+
+def test_directory_changes_say_which_directory_was_made_or_removed_where(tmp_path):
     changes = DirectoryChanges()
     if changes.unavailable:
         pytest.skip(changes.unavailable)
     try:
         (tmp_path / "unwatched").mkdir()
-        changes.watch(str(tmp_path))
-        changes.watch(str(tmp_path / "never-there"))     # vanished before watching: ignored
-        assert changes.unavailable is None and not changes.changed()
+        top = changes.watch(str(tmp_path))
+        assert changes.watch(str(tmp_path)) == top             # the same watch again
+        assert changes.watch(str(tmp_path / "never-there")) is None   # vanished: ignored
+        assert changes.unavailable is None and changes.events() == []
         (tmp_path / "pod").mkdir()
-        assert changes.changed() and not changes.changed()      # drained
+        (tmp_path / "a-file").write_text("")                   # files are not cgroups
+        assert _names(changes.events()) == [(top, "pod")]
+        assert changes.events() == []                           # drained
         (tmp_path / "unwatched" / "deeper").mkdir()             # not a watched directory
-        assert not changes.changed()
+        assert changes.events() == []
         (tmp_path / "pod").rename(tmp_path / "pod2")
-        assert changes.changed()
-        (tmp_path / "pod2").rmdir()
-        assert changes.changed() and not changes.changed()
+        assert _names(changes.events()) == [(top, "pod"), (top, "pod2")]
+        pod2 = changes.watch(str(tmp_path / "pod2"))
+        (tmp_path / "pod2" / "c").mkdir()
+        (tmp_path / "pod2" / "c").rmdir()
+        assert _names(changes.events()) == [(pod2, "c"), (pod2, "c")]
+        changes.unwatch(pod2)
+        (tmp_path / "pod2" / "d").mkdir()
+        assert changes.events() == []                           # no longer watched
+        changes.unwatch(pod2)                                   # twice: no error
     finally:
         changes.close()
-    assert changes.changed()            # closed: callers look every time
+    assert changes.events() is None            # closed: callers look at everything
+
+
+def test_inotify_events_parse_and_an_overflow_means_look_at_everything():
+    import struct
+
+    def event(wd, mask, name=b""):
+        padded = name + b"\0" * (16 - len(name) % 16) if name else b""   # NUL-padded
+        return struct.pack("iIII", wd, mask, 0, len(padded)) + padded
+
+    isdir, create, delete, ignored = 0x40000000, 0x100, 0x200, 0x8000
+    data = (event(3, create | isdir, b"pod1") + event(3, create, b"file")
+            + event(4, delete | isdir, "\xff".encode("latin-1")) + event(5, ignored))
+    assert [(e.watch, e.name) for e in parse_inotify_events(data)] == \
+        [(3, "pod1"), (4, os.fsdecode(b"\xff"))]
+    assert parse_inotify_events(data + event(-1, 0x4000)) is None       # IN_Q_OVERFLOW
+    assert parse_inotify_events(event(3, 0x2000)) is None               # IN_UNMOUNT
+    with pytest.raises(ValueError):
+        parse_inotify_events(data[:-3])
 
 
 def test_a_directory_made_in_a_real_cgroup_tree_is_reported():
@@ -189,21 +220,22 @@ def test_a_directory_made_in_a_real_cgroup_tree_is_reported():
     changes = DirectoryChanges()
     if changes.unavailable:
         pytest.skip(changes.unavailable)
-    group = os.path.join(root, f"gpustats-changes-{os.getpid()}")
+    name = f"gpustats-changes-{os.getpid()}"
+    group = os.path.join(root, name)
     try:
-        changes.watch(root)
-        changes.changed()
+        wd = changes.watch(root)
+        changes.events()
         os.mkdir(group)
-        assert changes.changed()
+        assert _names(changes.events()) == [(wd, name)]
         os.rmdir(group)
-        assert changes.changed()
+        assert _names(changes.events()) == [(wd, name)]
     finally:
         if os.path.isdir(group):
             os.rmdir(group)
         changes.close()
 
 
-def test_past_the_watch_limit_every_call_says_changed(tmp_path):
+def test_past_the_watch_limit_every_call_says_look_at_everything(tmp_path):
     import ctypes
     import errno
 
@@ -216,9 +248,9 @@ def test_past_the_watch_limit_every_call_says_changed(tmp_path):
         return -1
 
     changes._add_watch = limit_reached           # as fs.inotify.max_user_watches would
-    changes.watch(str(tmp_path))
+    assert changes.watch(str(tmp_path)) is None
     assert "No space left on device" in changes.unavailable
-    assert changes.changed() and changes.changed()
+    assert changes.events() is None and changes.events() is None
 
 
 def test_kept_files_and_watches_never_closed_are_closed_when_collected(tmp_path):

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.model.host import CpuStats, MemoryStats
-from gpustats.sources.cgroup_paths import parse_cgroup_path
+from gpustats.sources.cgroup_tree import CgroupTree, ListDirs, list_subdirs
 from gpustats.sources.cgroup_stats import (
     MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, DeviceRules, cpu_rate, cpu_stat_usage_usec,
     memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 
 V2 = ""
 WALKED_CONTROLLERS = ("devices", "cpuacct", "memory")
-MAX_DEPTH = 12
 LIMIT_REFRESH_SECONDS = 30.0     # memory limits change rarely (in-place resize); re-read then
 # A hierarchy mounted after start (or a v1/v2 switch) is picked up within this many seconds;
-# while none is found at all, at every tick. One scandir of the cgroup root each time.
+# while none is found at all, at every tick. One scandir of the cgroup root each time; the
+# trees are walked again in full only when the hierarchies changed.
 LAYOUT_RECHECK_SECONDS = 30.0
 SOURCE = "cgroups"
 # A cgroup's memory usage, statistics and limit files, in v1's memory hierarchy and in v2.
@@ -82,26 +82,6 @@ class Discovery:
 
     def copy(self) -> "Discovery":
         return Discovery(dict(self.containers), dict(self.pods), dict(self.pod_qos))
-
-
-def _walk(root: str, on_dir: Callable[[str], bool],
-          watch: Callable[[str], None] = lambda directory: None) -> None:
-    """Depth-first over directories below ``root``; ``on_dir(rel)`` False stops descent.
-    ``watch`` is handed each directory before it is listed."""
-    stack = [("", 0)]
-    while stack:
-        rel, depth = stack.pop()
-        directory = os.path.join(root, rel.lstrip("/")) if rel else root
-        watch(directory)
-        try:
-            with os.scandir(directory) as it:
-                children = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            continue          # vanished between listing and reading
-        for name in children:
-            child = f"{rel}/{name}"
-            if on_dir(child) and depth + 1 < MAX_DEPTH:
-                stack.append((child, depth + 1))
 
 
 @dataclass(frozen=True)
@@ -157,11 +137,13 @@ class CgroupReader:
     def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 forget_after_ticks: int = 5, kept_files: int = 0):
+                 forget_after_ticks: int = 5, kept_files: int = 0,
+                 list_dirs: ListDirs = list_subdirs):
         """``forget_after_ticks``: what is kept of a cgroup (its last CPU sample, start time,
         limit) lasts this many ticks without a read; more than the ticks between its reads.
         ``kept_files``: how many of the files read every few ticks (CPU, memory, devices) may
-        stay open between reads (``hostfs.KeptFiles``); the rest are opened for each read."""
+        stay open between reads (``hostfs.KeptFiles``); the rest are opened for each read.
+        ``list_dirs``: how a cgroup directory's subdirectories are listed."""
         self._roots = roots
         self._files = KeptFiles(kept_files)
         self._errors = errors
@@ -172,14 +154,13 @@ class CgroupReader:
         self._unsafe: list[UnsafeFile] = []      # files refused this tick
         self._forget_after = forget_after_ticks
         self._log_once = LogOnce(log, every_seconds=600.0)
-        # Per-tick caches, pruned in end_tick to what was seen this tick.
-        self._parsed: dict[str, object] = {}
-        self._parsed_seen: set[str] = set()
         self._dirs: dict[tuple[str, str], str | None] = {}
         self._states: dict[object, _CgroupState] = {}     # per container or pod key
         self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
         self._changes = DirectoryChanges()
+        self._tree = CgroupTree(self._changes, list_dirs)
+        self._tree_changed = False               # since the last end_tick
         self._discovered: Discovery | None = None
         self._said_unwatched = False
 
@@ -196,6 +177,7 @@ class CgroupReader:
             log.info("cgroup hierarchies: %s", ", ".join(
                 f"{name or 'v2'}={path}" for name, path in layout.hierarchies) or "none")
             self._layout = layout
+            self._tree.reset(layout.hierarchies)
             self._dirs.clear()
             for state in self._states.values():
                 state.files = None          # worked out from the old layout's roots
@@ -205,47 +187,41 @@ class CgroupReader:
         self._unsafe.append(exc)
 
     def discover(self) -> Discovery:
-        """Containers and pods in the cgroup trees. The trees are walked again only when a
-        directory was made or removed in them (inotify), or when the layout is rechecked;
-        otherwise the last walk's result stands."""
-        changed = self._changes.changed()
+        """Containers and pods in the cgroup trees. Only the directories inotify says were
+        made, removed or renamed are looked at again (``CgroupTree``); with nothing changed
+        the last result stands."""
         if self._layout is None or not self._layout.hierarchies \
                 or self._monotonic() - self._layout_checked >= LAYOUT_RECHECK_SECONDS:
             self._detect()
-            changed = True
+        changed = self._tree.update()
         if not changed and self._discovered is not None:
             return self._discovered.copy()
         if self._changes.unavailable is not None and not self._said_unwatched:
             self._said_unwatched = True
             log.info("cgroup trees are walked every tick (%s)", self._changes.unavailable)
-        found = self._discovered = self._walk()
+        self._tree_changed = True
+        found = self._discovered = self._collect()
         return found.copy()
 
-    def _walk(self) -> Discovery:
+    def _collect(self) -> Discovery:
+        """The containers and pods the tree holds, each container's paths per controller."""
         found = Discovery()
         paths: dict[str, dict[str, str]] = {}
         meta: dict[str, tuple] = {}
-        parsed, seen = self._parsed, self._parsed_seen
-        for controller, root in self.layout.hierarchies:
-            def on_dir(rel: str, controller=controller) -> bool:
-                seen.add(rel)
-                info = parsed.get(rel, parsed)
-                if info is parsed:
-                    info = parsed[rel] = parse_cgroup_path(rel)
-                if info is None:
-                    return True
-                if info.container_id is not None:
-                    paths.setdefault(info.container_id, {})[controller] = info.container_path
-                    meta.setdefault(info.container_id,
-                                    (info.runtime, info.pod_uid, info.qos_class))
-                    return False      # what is below a container belongs to it
-                if info.pod_uid is not None and info.pod_path == rel:
-                    pod = found.pods.setdefault(info.pod_uid, CgroupRef(()))
-                    found.pods[info.pod_uid] = CgroupRef(pod.paths + ((controller, rel),))
-                    found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
-                return True
-            _walk(root, on_dir, self._changes.watch)
-        # The same container as last tick keeps its identity object (built once, not per tick).
+        pod_paths: dict[str, list[tuple[str, str]]] = {}
+        for controller, rel, info in self._tree.found():
+            if info.container_id is not None:
+                paths.setdefault(info.container_id, {})[controller] = info.container_path
+                meta.setdefault(info.container_id, (info.runtime, info.pod_uid, info.qos_class))
+            else:
+                pod_paths.setdefault(info.pod_uid, []).append((controller, rel))
+                found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
+        # The same container or pod as last time keeps its objects (built once, not per tick).
+        before = self._discovered.pods if self._discovered is not None else {}
+        for pod_uid, where in pod_paths.items():
+            ref, where = before.get(pod_uid), tuple(where)
+            found.pods[pod_uid] = ref if ref is not None and ref.paths == where \
+                else CgroupRef(where)
         previous, self._identities = self._identities, {}
         for container_id, by_controller in paths.items():
             runtime, pod_uid, qos = meta[container_id]
@@ -377,13 +353,12 @@ class CgroupReader:
         for key in [k for k, state in self._states.items() if state.last_tick < horizon]:
             del self._states[key]
         self._tick += 1
-        if self._parsed_seen:
-            for rel in set(self._parsed) - self._parsed_seen:
-                del self._parsed[rel]
-            self._files.keep_only(self._parsed_seen)      # removed cgroups' files are closed
-            self._parsed_seen = set()
-        if len(self._dirs) > 4 * max(1, len(self._parsed)) + 1024:
-            self._dirs.clear()
+        if self._tree_changed:
+            self._tree_changed = False
+            groups = self._tree.groups()
+            self._files.keep_only(groups)          # removed cgroups' files are closed
+            if len(self._dirs) > 4 * max(1, len(groups)) + 1024:
+                self._dirs.clear()
 
     def close(self) -> None:
         self._files.close()
