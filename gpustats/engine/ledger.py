@@ -135,16 +135,25 @@ class EnergyLedger:
                     joules = mig.get(inst.gpu_instance_id, 0.0)
                     totals[key] = counters.advance(key, joules)
                     tick[key] = joules
+        # Each process is billed once, to one entry of its container: the GPU instance it
+        # runs on where the container holds that instance, else the whole GPU.
+        held = holdings.held
+        containers: dict[ContainerKey, float] = {}
+        for (cid, uuid), shares in owned.items():
+            for gi, joules in shares:
+                key = ContainerKey(cid, uuid, gi) if gi is not None else None
+                if key is None or key not in held:
+                    key = ContainerKey(cid, uuid, None)
+                    if key not in held:
+                        continue              # no entry of the container: unattributed
+                containers[key] = containers.get(key, 0.0) + joules
         billed: dict[str, float] = {}
         pods: dict[PodKey, float] = {}
-        for key, pod in holdings.held.items():
-            _, cid, uuid, gi = key
+        for key, pod in held.items():
+            uuid = key[2]
             if uuid not in accounted:
                 continue                      # unknown this tick: absent, its total kept
-            joules = 0.0
-            for instance, share in owned.get((cid, uuid), ()):
-                if gi is None or instance == gi:
-                    joules += share
+            joules = containers.get(key, 0.0)
             totals[key] = self._grow(key, joules)
             tick[key] = joules
             billed[uuid] = billed.get(uuid, 0.0) + joules
