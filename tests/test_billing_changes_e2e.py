@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.invariants import assert_never_decreased, counters
+from tests.invariants import assert_billed_or_unattributed, assert_never_decreased, counters
 from tests.test_billing_e2e import GPU, device, scrape, start, v1_host, value
 
 NAMESPACE, POD = "ml", "trainer-0"
@@ -72,7 +72,9 @@ def test_a_pod_whose_only_container_restarts_stays_served(start_daemon, tmp_path
         pod = pods_by_uid(summary).get(uid)
         assert pod is not None, "the pod left pods[] while its container restarted"
         assert (pod["podRef"]["name"], pod["podRef"]["namespace"]) == (POD, NAMESPACE)
-        values = counters(scrape(daemon))
+        text = scrape(daemon)
+        assert_billed_or_unattributed(text, level="gpustats_pod_gpu_joules")
+        values = counters(text)
         assert pod_joules(values, uid) is not None, "the pod left /metrics"
         assert_never_decreased(last, values)
         last = values
@@ -117,8 +119,10 @@ def test_a_gpu_lost_and_back_bills_nobody_for_the_lost_time(start_daemon, tmp_pa
                     and any(c["id"] == container_id(2) and c.get("accelerators")
                             for c in s.get("containers", ())), timeout=10)
     time.sleep(0.4)
-    after = counters(scrape(daemon))
+    text = scrape(daemon)
     elapsed = time.monotonic() - back
+    assert_billed_or_unattributed(text, level="gpustats_pod_gpu_joules")
+    after = counters(text)
     assert_never_decreased(before, after)
     fair = 200.0 * (elapsed + 0.4)                  # 200 W since it is back, a tick's slack
     billed = pod_joules(after, pod_uid(2)) or 0.0
@@ -162,6 +166,7 @@ def test_an_unknown_process_list_leaves_container_and_pod_attribution_absent(sta
     assert "gpustats_container_gpu_joules_total{" not in text
     assert "gpustats_container_gpu_watts{" not in text
     assert "gpustats_pod_gpu_joules_total{" not in text
+    assert_billed_or_unattributed(text)
     values = counters(text)
     assert value(values, "gpustats_node_gpu_unattributed_joules", gpu_uuid=GPU) > 100
 
