@@ -565,8 +565,10 @@ class ContainerTracker:
         out = {}
         for uuid in gpus:
             key = PodKey(uid, uuid)
-            out[uuid] = PodAccelerator(uuid, settled.watts(key, uuid), settled.total(key),
-                                       claims.get(uuid))
+            total = settled.total(key)
+            if total is not None:          # None: never counted (its GPU's processes unknown)
+                out[uuid] = PodAccelerator(uuid, settled.watts(key, uuid), total,
+                                           claims.get(uuid))
         for uuid, total in history.items():
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
