@@ -305,21 +305,20 @@ class Collector:
         uuid = reading.identity.uuid
         out = []
         for inst in reading.mig_instances:
-            key = MigKey(uuid, inst.gpu_instance_id)
+            watts, total = settled.figures(MigKey(uuid, inst.gpu_instance_id), uuid)
             out.append(MigInstanceStats(
                 gpu_instance_id=inst.gpu_instance_id, uuid=inst.uuid, profile=inst.profile,
                 memory_total_bytes=inst.memory_total_bytes,
                 memory_used_bytes=inst.memory_used_bytes,
                 activity_ratio=activity.get(inst.gpu_instance_id),
-                attributed_power_watts=settled.watts(key, uuid),
-                attributed_energy_joules=settled.total(key),
+                attributed_power_watts=watts, attributed_energy_joules=total,
             ))
         return tuple(out)
 
     def _device_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
                       activity: dict[int, float], settled: Settled) -> DeviceStats:
         uuid = reading.identity.uuid
-        unattributed = UnattributedKey(uuid)
+        unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
         return DeviceStats(
             identity=reading.identity,
             lost=reading.lost,
@@ -330,8 +329,8 @@ class Collector:
             idle_power_watts=attribution.idle_power_watts if attribution else None,
             active_power_watts=attribution.active_power_watts if attribution else None,
             active_energy_joules=settled.total(ActiveKey(uuid)),
-            unattributed_power_watts=settled.watts(unattributed, uuid),
-            unattributed_energy_joules=settled.total(unattributed),
+            unattributed_power_watts=unattributed_watts,
+            unattributed_energy_joules=unattributed,
             power_limit_watts=reading.power_limit_watts,
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,

@@ -547,14 +547,13 @@ class ContainerTracker:
             memory = None
         # The container's share of SM time: MPS clients' percentages can add up past 100.
         utilization = min(100.0, utilization) if mine and utilization is not None else None
-        counter = ContainerKey(cid, uuid, gi)
+        watts, total = settled.figures(ContainerKey(cid, uuid, gi), uuid)
         return ContainerAccelerator(
             device_uuid=uuid, reasons=tuple(sorted(reasons)) if len(reasons) > 1 else
             tuple(reasons), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
-            attributed_power_watts=settled.watts(counter, uuid),
-            attributed_energy_joules=settled.total(counter), claim=claim)
+            attributed_power_watts=watts, attributed_energy_joules=total, claim=claim)
 
     @staticmethod
     def _pod_accelerators(uid: str, gpus: Iterable[str], settled: Settled,
@@ -564,11 +563,9 @@ class ContainerTracker:
         earlier."""
         out = {}
         for uuid in gpus:
-            key = PodKey(uid, uuid)
-            total = settled.total(key)
+            watts, total = settled.figures(PodKey(uid, uuid), uuid)
             if total is not None:          # None: never counted (its GPU's processes unknown)
-                out[uuid] = PodAccelerator(uuid, settled.watts(key, uuid), total,
-                                           claims.get(uuid))
+                out[uuid] = PodAccelerator(uuid, watts, total, claims.get(uuid))
         for uuid, total in history.items():
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)

@@ -59,6 +59,15 @@ class Settled:
         found = self.totals.get(key)
         return found if found is not None else self.counters.value(key)
 
+    def figures(self, key: tuple, device_uuid: str) -> tuple[float | None, float | None]:
+        """(watts, total) of the key: what every attributed entry of the snapshot shows."""
+        total = self.totals.get(key)
+        if total is None:
+            return None, self.counters.value(key)
+        joules = self.tick.get(key)
+        dt = self.dt.get(device_uuid)
+        return (joules / dt if joules is not None and dt else None), total
+
     def watts(self, key: tuple, device_uuid: str) -> float | None:
         """The key's energy this tick over the tick's length (None: unknown or no length)."""
         joules = self.tick.get(key)
