@@ -96,6 +96,7 @@ class EnergyLedger:
         owned: dict[tuple[str, str], list[tuple[int | None, float]]] = {}
         accounted: set[str] = set()
         owner_of = holdings.process_owner
+        advance = counters.advance
         for reading in readings:
             uuid = reading.identity.uuid
             alive.append(("gpu", uuid))
@@ -105,11 +106,11 @@ class EnergyLedger:
             settled.dt[uuid] = attribution.dt_seconds
             if attribution.device_energy_joules is not None:
                 key = DeviceKey(uuid)
-                totals[key] = counters.advance(key, attribution.device_energy_joules)
+                totals[key] = advance(key, attribution.device_energy_joules)
             active = attribution.tick_active_energy_joules
             if active is not None:
                 key = ActiveKey(uuid)
-                totals[key] = counters.advance(key, active)
+                totals[key] = advance(key, active)
                 tick[key] = active
             known = active is not None and attribution.processes_known
             if known:
@@ -122,27 +123,29 @@ class EnergyLedger:
             mig: dict[int, float] = {}
             seen: set[tuple[int, int | None]] = set()
             for p in reading.processes:
-                slot = (p.pid, p.gpu_instance_id)
+                pid, gi = p.pid, p.gpu_instance_id
+                slot = (pid, gi)
                 if slot in seen:
                     continue
                 seen.add(slot)
-                key = ProcessKey(uuid, p.pid, starts.get((uuid, p.pid)))
+                process = (uuid, pid)
+                key = ProcessKey(uuid, pid, starts.get(process))
                 joules = shares.get(slot)
                 if joules is None:
                     alive.append(key)
                     continue
-                totals[key] = counters.advance(key, joules)
+                totals[key] = advance(key, joules)
                 tick[key] = tick.get(key, 0.0) + joules
-                if p.gpu_instance_id is not None:
-                    mig[p.gpu_instance_id] = mig.get(p.gpu_instance_id, 0.0) + joules
-                cid = owner_of.get((uuid, p.pid))
+                if gi is not None:
+                    mig[gi] = mig.get(gi, 0.0) + joules
+                cid = owner_of.get(process)
                 if cid is not None:
-                    owned.setdefault((cid, uuid), []).append((p.gpu_instance_id, joules))
+                    owned.setdefault((cid, uuid), []).append((gi, joules))
             if known:
                 for inst in reading.mig_instances:
                     key = MigKey(uuid, inst.gpu_instance_id)
                     joules = mig.get(inst.gpu_instance_id, 0.0)
-                    totals[key] = counters.advance(key, joules)
+                    totals[key] = self._grow(key, joules)      # its owner is the GPU, alive
                     tick[key] = joules
         # Each process is billed once, to one entry of its container: the GPU instance it
         # runs on where the container holds that instance, else the whole GPU.
@@ -179,14 +182,14 @@ class EnergyLedger:
             # Whatever no container is billed for (all of it when the processes are unknown).
             left = max(0.0, active - billed.get(uuid, 0.0)) if uuid in accounted else active
             key = UnattributedKey(uuid)
-            totals[key] = counters.advance(key, left)
+            totals[key] = self._grow(key, left)
             tick[key] = left
         counters.mark_alive(alive)
         return settled
 
     def _grow(self, key: tuple, joules: float) -> float:
-        """A container's or pod's counter after this tick. One that exists and gains nothing is
-        only read: its owner is marked alive with every container and pod of the tick."""
+        """A counter after this tick. One that exists and gains nothing is only read (its owner
+        is marked alive at the end of the step, with every owner of the tick)."""
         if not joules:
             total = self._counters.value(key)
             if total is not None:
