@@ -6,7 +6,8 @@ for a few ticks;
 when there is one (resets and glitches detected), else the trapezoid of two power samples.
 Active energy is split across processes: exclusive → all of it; time-sliced or MPS → by SM
 utilization samples since the last timestamp; processes but no usable samples → equal split;
-MIG → across busy instances by activity (equal when unknown), then equally across each
+MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
+active as the mean of the known ones; equal only when none is known), then equally across each
 instance's processes. Idle energy is never attributed. Whenever any process has a share, the
 attributed energy sums to the active energy (up to float rounding).
 """
@@ -124,6 +125,7 @@ class DeviceTickInput:
     idle_power_watts: float | None
     active_power_watts: float | None
     power_watts: float | None = None                   # read, or the counter's rate
+    device_energy_joules: float | None = None          # the device counter's gain (ledger)
     processes: tuple[ProcessReading, ...] = ()
     processes_known: bool = True                       # False: the process list is unreadable
     samples: tuple[ProcessSample, ...] | None = None   # None: no sample source
@@ -240,6 +242,9 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         tick_active_energy_joules=active,
         sharing_mode=sharing_mode(inp),
         processes=tuple(result),
+        dt_seconds=inp.dt_seconds,
+        device_energy_joules=inp.device_energy_joules,
+        processes_known=inp.processes_known,
     )
 
 

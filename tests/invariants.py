@@ -125,3 +125,21 @@ def assert_attributed_watts(daemon, expected: float, gpu_uuid: str, container_id
     # watts == joules / (idle_joules / idle_watts), multiplied out (idle_joules may be 0).
     assert watts * idle_joules == pytest.approx(joules * idle_watts, rel=1e-3), \
         (watts, joules, idle_joules, idle_watts)
+
+
+def assert_billed_or_unattributed(text: str, rel: float = 0.02,
+                                  level: str = "gpustats_container_gpu_joules") -> None:
+    """Per GPU: Σ ``level`` joules + unattributed joules = active joules (within ``rel``):
+    energy nobody is billed for is counted as unattributed, never dropped. (Pods keep the
+    energy of their containers gone; a container gone leaves the container level.)"""
+    unattributed = "gpustats_node_gpu_unattributed_joules"
+    by_gpu: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (name, labels), value in counters(text).items():
+        if name in (ACTIVE, level, unattributed):
+            by_gpu[dict(labels)["gpu_uuid"]][name] += value
+    for uuid, levels in by_gpu.items():
+        active = levels.get(ACTIVE)
+        if not active:
+            continue
+        billed = levels[level] + levels[unattributed]
+        assert billed == pytest.approx(active, rel=rel, abs=1e-3), (uuid, dict(levels))

@@ -50,7 +50,9 @@ def test_learned_idle_survives_a_restart_while_busy(daemons, tmp_path):
         snapshot = restarted.collector.tick()
         time.sleep(0.05)
     assert device(snapshot).idle_power_watts == 80.0     # not today's 300 W
-    assert device(snapshot).active_power_watts == pytest.approx(220.0)
+    # The tick's active energy over its length (the energy counter, read at its own time and
+    # in millijoules, is not exact to the last digit).
+    assert device(snapshot).active_power_watts == pytest.approx(220.0, rel=0.01)
     assert snapshot.processes[0].attributed_power_watts == pytest.approx(220.0, rel=0.05)
 
 

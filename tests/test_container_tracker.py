@@ -105,7 +105,8 @@ def test_nvml_process_path_adds_containers_the_walk_missed():
     stats = (ProcessStats(pid=4242, device_uuid=GPU0, memory_used_bytes=100,
                           compute_utilization_percent=40.0, attributed_power_watts=50.0),)
     attribution = {GPU0: DeviceAttribution(GPU0, 100.0, 50.0, 1000.0, 250.0, "exclusive", (
-        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 50.0, 250.0, 40.0),))}
+        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 50.0, 250.0, 40.0),),
+        dt_seconds=5.0)}
     view = tracker.tick((reading(GPU0, 0, [proc]),), attribution, stats)
     container = view.pods[0].containers[0]
     acc = container.accelerators[0]
@@ -254,8 +255,10 @@ def test_counters_of_containers_and_pods_that_gain_nothing_outlive_the_retention
         FakeProcs({4242: f"/docker/{A}"}), counters,
         runtime=FakeNames({A: ContainerNames("trainer-0", "ml", UID, "trainer")}))
     busy = {GPU0: DeviceAttribution(GPU0, 50.0, 10.0, 100.0, 25.0, "exclusive", (
-        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 10.0, 25.0, 30.0),))}
-    idle = {GPU0: DeviceAttribution(GPU0, 50.0, 0.0, 50.0, 0.0, "exclusive", ())}
+        ProcessAttribution(4242, GPU0, None, 1.0, "exclusive", 10.0, 25.0, 30.0),),
+        dt_seconds=2.5)}
+    idle = {GPU0: DeviceAttribution(GPU0, 50.0, 0.0, 50.0, 0.0, "exclusive", (),
+                                    dt_seconds=1.0)}
     stats = (ProcessStats(pid=4242, device_uuid=GPU0, attributed_power_watts=10.0),)
     tracker.tick((reading(GPU0, 0, [ProcessReading(pid=4242)]),), busy, stats)
     for _ in range(5):

@@ -190,7 +190,7 @@ def attribution(uuid, shares, active=100.0):
     """shares: {pid: (gpu instance, fraction)} of ``active`` joules over a 1 s tick."""
     return DeviceAttribution(uuid, 50.0, active, active + 50.0, active, "time-slicing", tuple(
         ProcessAttribution(pid, uuid, gi, f, "sm-util", active * f, active * f, None)
-        for pid, (gi, f) in shares.items()))
+        for pid, (gi, f) in shares.items()), dt_seconds=1.0)
 
 
 def stats_of(attr):

@@ -13,12 +13,16 @@ from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.health_monitor import HealthMonitor
+from gpustats.engine.ledger import EnergyLedger, Holdings, Settled
 from gpustats.engine.persister import Persister
 from gpustats.engine.store import SnapshotStore
 from gpustats.health import unknown_health
 from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
+from gpustats.model.energy_keys import (
+    ActiveKey, DeviceKey, MigKey, ProcessKey, UnattributedKey,
+)
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
     DaemonStatus, DeviceStats, MigInstanceStats, ProcessStats, Snapshot,
@@ -69,6 +73,7 @@ class Collector:
         self._store = store
         self._energy = energy
         self._counters = counters
+        self._ledger = EnergyLedger(counters)
         self._persister = persister
         self._containers = containers
         self._mig_activity_source = mig_activity_source
@@ -98,19 +103,33 @@ class Collector:
                 lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid)), None)
             if attribution is not None:
                 attributions[uuid] = attribution
-        processes = self._process_stats(readings, attributions)
-        view = ContainerView()
+        starts = self._starts(readings)
+        mapped = None
         if self._containers is not None and (readings or gpu_status.gpus_on_pci_bus):
+            mapped = self._guard("container discovery",
+                                 lambda: self._containers.map(readings, starts), None)
+        holdings = mapped.holdings if mapped is not None else Holdings()
+        if not gpu_status.nvml_loaded and gpu_status.gpus_on_pci_bus:
+            # NVML away: the GPUs known before stay served, and so do their counters.
+            holdings = replace(holdings, alive=(*holdings.alive, *(
+                ("gpu", uuid) for uuid in self._known)))
+        # The one step that advances every energy counter of the tick.
+        settled = self._guard("energy ledger",
+                              lambda: self._ledger.settle(readings, attributions, starts,
+                                                          holdings), None) \
+            or Settled(self._counters)
+        processes = self._process_stats(readings, attributions, starts, settled)
+        view = ContainerView()
+        if mapped is not None:
             view = self._guard("container discovery",
-                               lambda: self._containers.tick(readings, attributions, processes),
-                               view)
+                               lambda: self._containers.build(mapped, processes, settled), view)
             owners = view.pid_to_container
             if owners:
                 processes = tuple(
                     replace(p, container_id=owners[(p.device_uuid, p.pid)])
                     if (p.device_uuid, p.pid) in owners else p for p in processes)
         devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid),
-                                           activity.get(r.identity.uuid, {}))
+                                           activity.get(r.identity.uuid, {}), settled)
                         for r in readings)
         devices = self._guard("health and saturation",
                               lambda: self._health_and_saturation(readings, devices, gpu_status),
@@ -138,7 +157,6 @@ class Collector:
                 sources=self._errors.states(),
             ),
         )
-        self._counters.mark_alive(("gpu", d.identity.uuid) for d in snapshot.devices)
         if self._persister is not None:
             # Before publishing: no counter is ever served above what survives a crash.
             self._guard("journaling counters", self._persister.journal, None)
@@ -211,8 +229,22 @@ class Collector:
             log.exception("%s failed; this tick's snapshot leaves it out", what)
             return default
 
+    def _starts(self, readings: tuple[DeviceReading, ...]) -> dict[tuple[str, int], int | None]:
+        """Each listed process's start time: with its PID, what its counter is keyed by."""
+        starts: dict[tuple[str, int], int | None] = {}
+        by_pid: dict[int, int | None] = {}
+        for reading in readings:
+            uuid = reading.identity.uuid
+            for p in reading.processes:
+                if p.pid not in by_pid:
+                    by_pid[p.pid] = self._process_start(p.pid)
+                starts[(uuid, p.pid)] = by_pid[p.pid]
+        return starts
+
     def _process_stats(self, readings: tuple[DeviceReading, ...],
-                       attributions: dict[str, DeviceAttribution]) -> tuple[ProcessStats, ...]:
+                       attributions: dict[str, DeviceAttribution],
+                       starts: dict[tuple[str, int], int | None],
+                       settled: Settled) -> tuple[ProcessStats, ...]:
         """One entry per (GPU, GPU instance, PID); counters keyed by the process's start time
         too, so a PID reused by a new process starts a new counter."""
         out = []
@@ -227,13 +259,7 @@ class Collector:
                     continue
                 seen.add((p.pid, p.gpu_instance_id))
                 a = by_pid.get((p.pid, p.gpu_instance_id))
-                start = self._process_start(p.pid)
-                key = ("process", uuid, p.pid, start)
-                if a is not None and a.energy_joules is not None:
-                    total = self._counters.advance(key, a.energy_joules)
-                else:
-                    self._counters.mark_alive((key,))
-                    total = self._counters.value(key)
+                start = starts.get((uuid, p.pid))
                 out.append(ProcessStats(
                     pid=p.pid, device_uuid=uuid, gpu_instance_id=p.gpu_instance_id,
                     start_time_ticks=start,
@@ -241,49 +267,44 @@ class Collector:
                     compute_utilization_percent=a.sm_util_percent if a else None,
                     share_method=a.share_method if a else None,
                     attributed_power_watts=a.power_watts if a else None,
-                    attributed_energy_joules=total,
+                    attributed_energy_joules=settled.total(ProcessKey(uuid, p.pid, start)),
                 ))
         return tuple(out)
 
-    def _mig_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
-                   activity: dict[int, float]) -> tuple[MigInstanceStats, ...]:
+    def _mig_stats(self, reading: DeviceReading, activity: dict[int, float],
+                   settled: Settled) -> tuple[MigInstanceStats, ...]:
         uuid = reading.identity.uuid
         out = []
         for inst in reading.mig_instances:
-            shares = [a for a in (attribution.processes if attribution else ())
-                      if a.gpu_instance_id == inst.gpu_instance_id]
-            power = energy = None
-            if attribution is not None and attribution.tick_active_energy_joules is not None:
-                power = sum(a.power_watts or 0.0 for a in shares)
-                energy = sum(a.energy_joules or 0.0 for a in shares)
-            key = ("mig", uuid, inst.gpu_instance_id)
-            total = self._counters.advance(key, energy) if energy is not None \
-                else self._counters.value(key)
+            watts, total = settled.figures(MigKey(uuid, inst.gpu_instance_id), uuid)
             out.append(MigInstanceStats(
                 gpu_instance_id=inst.gpu_instance_id, uuid=inst.uuid, profile=inst.profile,
                 memory_total_bytes=inst.memory_total_bytes,
                 memory_used_bytes=inst.memory_used_bytes,
                 activity_ratio=activity.get(inst.gpu_instance_id),
-                attributed_power_watts=power, attributed_energy_joules=total,
+                attributed_power_watts=watts, attributed_energy_joules=total,
             ))
         return tuple(out)
 
     def _device_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
-                      activity: dict[int, float]) -> DeviceStats:
+                      activity: dict[int, float], settled: Settled) -> DeviceStats:
         uuid = reading.identity.uuid
+        unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
         return DeviceStats(
             identity=reading.identity,
             lost=reading.lost,
             memory_used_bytes=reading.memory_used_bytes,
             duty_cycle_percent=reading.utilization_percent,
             power_watts=attribution.power_watts if attribution else reading.power_watts,
-            energy_joules=self._counters.value(("device", uuid)),
+            energy_joules=settled.total(DeviceKey(uuid)),
             idle_power_watts=attribution.idle_power_watts if attribution else None,
             active_power_watts=attribution.active_power_watts if attribution else None,
-            active_energy_joules=self._counters.value(("device_active", uuid)),
+            active_energy_joules=settled.total(ActiveKey(uuid)),
+            unattributed_power_watts=unattributed_watts,
+            unattributed_energy_joules=unattributed,
             power_limit_watts=reading.power_limit_watts,
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,
-            mig_instances=self._mig_stats(reading, attribution, activity),
+            mig_instances=self._mig_stats(reading, activity, settled),
             reading=reading,
         )

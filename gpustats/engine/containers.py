@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.ledger import EnergyLedger, Holdings, Settled
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.containers import (
     REASON_DEVICES_LIST, REASON_DRA, REASON_NVML_PROCESS, REASON_POD_RESOURCES, CgroupRef,
     ContainerIdentity, ContainerNames, ContainerUsage, PodDeviceAllocation,
 )
+from gpustats.model.energy_keys import ContainerKey, PodKey
 from gpustats.model.device import DeviceReading
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.snapshot import (
@@ -91,19 +93,25 @@ class _Resolved(NamedTuple):
     unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]]
 
 
+class _Mapped(NamedTuple):
+    """One tick's containers and pods and what each holds, between ``map`` and ``build``."""
+
+    containers: dict[str, ContainerIdentity]
+    pods: dict[str, CgroupRef]
+    names: dict[str, ContainerNames]
+    mappings: dict[str, dict[GpuKey, set[str]]]
+    devices: "_Devices"
+    pid_to_container: dict[tuple[str, int], str]
+    claims: _Claims
+    shown: list          # (container ID, identity, names, pod UID), sandboxes left out
+    holdings: Holdings
+
+
 @dataclass
 class ContainerView:
     pods: tuple[PodStats, ...] = ()
     containers: tuple[ContainerStats, ...] = ()
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _GpuFacts:
-    """What every container's entry on one GPU shares this tick."""
-
-    accounted: bool                  # its energy was accounted: attributed figures exist
-    process_memory_known: bool       # NVML listed its processes' memory
 
 
 @dataclass
@@ -114,7 +122,7 @@ class _Devices:
     by_uuid: dict[str, DeviceReading]
     mig_by_uuid: dict[str, GpuKey]
     profiles: dict[GpuKey, str | None]
-    _facts: dict[str, _GpuFacts] = field(default_factory=dict)
+    _memory_known: dict[str, bool] = field(default_factory=dict)
 
     def signature(self) -> tuple:
         """What resolving a device ID or a claim depends on: UUIDs, minors, MIG instances."""
@@ -122,15 +130,13 @@ class _Devices:
                 tuple(sorted(self.mig_by_uuid.items())),
                 tuple(sorted(u for u, r in self.by_uuid.items() if r.mig_instances)))
 
-    def facts(self, uuid: str, attributions: Mapping[str, DeviceAttribution]) -> _GpuFacts:
-        found = self._facts.get(uuid)
+    def process_memory_known(self, uuid: str) -> bool:
+        """NVML listed the GPU's processes (and so their memory) this tick."""
+        found = self._memory_known.get(uuid)
         if found is None:
-            reading, attribution = self.by_uuid.get(uuid), attributions.get(uuid)
-            found = self._facts[uuid] = _GpuFacts(
-                accounted=attribution is not None
-                and attribution.tick_active_energy_joules is not None,
-                process_memory_known=reading is not None and not reading.lost
-                and "processes" not in reading.unsupported_fields)
+            reading = self.by_uuid.get(uuid)
+            found = self._memory_known[uuid] = reading is not None and not reading.lost \
+                and "processes" not in reading.unsupported_fields
         return found
 
     @classmethod
@@ -184,10 +190,29 @@ class ContainerTracker:
         # even share (each figure carries its own time, as cAdvisor's housekeeping does).
         self._usage_every = max(1, usage_every_ticks)
         self._usage: dict[object, tuple[int, ContainerUsage]] = {}     # key -> (phase, usage)
+        # Each served pod's last known (name, namespace): kept while none of its containers
+        # is named (all of them restarting).
+        self._pod_names: dict[str, tuple[str | None, str | None]] = {}
 
     def tick(self, readings: tuple[DeviceReading, ...],
              attributions: Mapping[str, DeviceAttribution],
              processes: tuple[ProcessStats, ...]) -> ContainerView:
+        """Map, settle the tick's energy in a ledger of this tracker's counters, build: for
+        callers without a collector (the collector runs the ledger itself, between the two)."""
+        starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
+        mapped = self.map(readings, starts)
+        try:
+            settled = EnergyLedger(self._counters).settle(readings, attributions, starts,
+                                                          mapped.holdings)
+        except BaseException:
+            self._cgroups.end_tick()
+            raise
+        return self.build(mapped, processes, settled)
+
+    def map(self, readings: tuple[DeviceReading, ...],
+            starts: Mapping[tuple[str, int], int | None]) -> "_Mapped":
+        """Who holds which GPU this tick (what the energy ledger bills by). ``build`` must
+        follow (it ends the cgroup source's tick)."""
         self._ticks += 1
         if self._ticks % 12 == 0:
             # Re-check processes that were in no container (a start-up race would stick).
@@ -198,16 +223,37 @@ class ContainerTracker:
             pods: dict[str, CgroupRef] = dict(discovery.pods)
             devices = _Devices.of(readings)
             mappings: dict[str, dict[GpuKey, set[str]]] = {}
-            starts = {(p.device_uuid, p.pid): p.start_time_ticks for p in processes}
             pid_to_container = self._map_processes(readings, containers, mappings, starts)
             self._map_devices_lists(containers, devices, mappings)
             names = self._names(containers)
             claims = _Claims()
             self._map_pod_resources(devices, containers, names, mappings, claims)
             _fold_parents_into_instances(mappings)
-            self._counters.mark_alive(_owners(containers, pods, names))
-            return self._build(containers, pods, names, mappings, devices, attributions,
-                               processes, pid_to_container, claims)
+            # (container ID, identity, names, pod UID), sandboxes left out: a container a source
+            # calls its pod's sandbox, unless it holds a GPU (never dropped, whatever its names).
+            shown = []
+            held: dict[ContainerKey, str | None] = {}
+            gpu_users = set(pid_to_container.values())
+            for cid, identity in sorted(containers.items()):
+                n = names.get(cid)
+                if n is None or not n.is_sandbox or mappings.get(cid) or cid in gpu_users:
+                    uid = _pod_uid(identity, n)
+                    shown.append((cid, identity, n, uid))
+                    for uuid, gi in mappings.get(cid, ()):
+                        held[ContainerKey(cid, uuid, gi)] = uid
+            holdings = Holdings(pid_to_container, held,
+                                tuple(_owners(containers, pods, names)))
+            return _Mapped(containers, pods, names, mappings, devices, pid_to_container,
+                           claims, shown, holdings)
+        except BaseException:
+            self._cgroups.end_tick()
+            raise
+
+    def build(self, mapped: "_Mapped", processes: tuple[ProcessStats, ...],
+              settled: Settled) -> ContainerView:
+        """Containers and pods with the figures the ledger settled."""
+        try:
+            return self._build(mapped, processes, settled)
         finally:
             self._cgroups.end_tick()
 
@@ -376,45 +422,37 @@ class ContainerTracker:
 
     # ------------------------------------------------------------ snapshot parts
 
-    def _build(self, containers, pods, names, mappings, devices: _Devices, attributions,
-               processes, pid_to_container, claims: _Claims) -> ContainerView:
+    def _build(self, mapped: "_Mapped", processes, settled: Settled) -> ContainerView:
+        names, claims = mapped.names, mapped.claims
+        pid_to_container = mapped.pid_to_container
         by_container: dict[str, list[ProcessStats]] = {}
         for p in processes:
             cid = pid_to_container.get((p.device_uuid, p.pid))
             if cid is not None:
                 by_container.setdefault(cid, []).append(p)
-        tick_energy = _tick_energy_by_pid(attributions)
-        # (container ID, identity, names, pod UID), sandboxes left out: a container a source
-        # calls its pod's sandbox, unless it holds a GPU (never dropped, whatever its names).
-        shown = []
-        for cid, identity in sorted(containers.items()):
-            n = names.get(cid)
-            if n is None or not n.is_sandbox or mappings.get(cid) or cid in by_container:
-                shown.append((cid, identity, n, _pod_uid(identity, n)))
-        usage = self._read_usage(shown, pods)
+        shown = mapped.shown
+        usage = self._read_usage(shown, mapped.pods)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
-        pod_tick: dict[str, dict[str, tuple[float, float]]] = {}
+        pod_gpus: dict[str, set[str]] = {}
         pod_claims: dict[str, dict[str, ClaimDevice]] = {}
         for cid, identity, n, pod_uid in shown:
             accelerators = []
             held = claims.by_key.get(cid, {})
-            keys = mappings.get(cid)
+            keys = mapped.mappings.get(cid)
             for key, reasons in (_by_gpu_key(keys) if keys else ()):
                 # A claim on the parent GPU also covers instances it was folded into.
                 claim = held.get(key) or held.get((key[0], None))
-                acc, energy, power = self._accelerator(cid, key, reasons, devices,
-                                                       by_container.get(cid, ()), tick_energy,
-                                                       attributions, claim)
+                acc = self._accelerator(cid, key, reasons, mapped.devices,
+                                        by_container.get(cid, ()), settled, claim)
                 accelerators.append(acc)
+                if pod_uid is not None:
+                    pod_gpus.setdefault(pod_uid, set()).add(key[0])
                 if pod_uid is not None and claim is not None:
                     first = pod_claims.setdefault(pod_uid, {}).get(key[0])
                     if first is None or (first is not claim
                                          and _claim_order(claim) < _claim_order(first)):
                         pod_claims[pod_uid][key[0]] = claim
-                if pod_uid is not None and energy is not None:
-                    e, w = pod_tick.setdefault(pod_uid, {}).get(key[0], (0.0, 0.0))
-                    pod_tick[pod_uid][key[0]] = (e + energy, w + (power or 0.0))
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime,
@@ -425,20 +463,30 @@ class ContainerTracker:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
                 loose.append(stats)
+        # A pod is served while it exists: also while none of its containers does (its only
+        # app container restarting, the sandbox alive), by its cgroup.
+        for uid in mapped.pods:
+            if uid not in stats_by_pod:
+                stats_by_pod[uid] = []
         pod_history: dict[str, dict[str, float]] = {}
         for key, total in self._counters.items("pod"):
             pod_history.setdefault(key[1], {})[key[2]] = total
         pod_stats = []
+        known_names = self._pod_names
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
                               if c.container_id in names), None)
+            if pod_names is not None and pod_names.pod_name is not None:
+                known_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
+            name, namespace = known_names.get(uid, (None, None))
             pod_stats.append(PodStats(
-                uid=uid, name=pod_names.pod_name if pod_names else None,
-                namespace=pod_names.pod_namespace if pod_names else None,
+                uid=uid, name=name, namespace=namespace,
                 usage=usage[("pod", uid)], containers=tuple(members),
-                accelerators=self._pod_accelerators(uid, pod_tick.get(uid, {}),
+                accelerators=self._pod_accelerators(uid, pod_gpus.get(uid, ()), settled,
                                                     pod_history.get(uid, {}),
                                                     pod_claims.get(uid, {}))))
+        for gone in known_names.keys() - stats_by_pod.keys():
+            del known_names[gone]
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
 
     def _read_usage(self, shown, pods: Mapping[str, CgroupRef]) -> dict[object, ContainerUsage]:
@@ -476,17 +524,18 @@ class ContainerTracker:
             if pod_uid is not None and pod_uid not in seen_pods:
                 seen_pods.add(pod_uid)
                 yield ("pod", pod_uid), pods.get(pod_uid)
+        if len(pods) > len(seen_pods):          # pods none of whose containers is shown
+            for uid, ref in pods.items():
+                if uid not in seen_pods:
+                    yield ("pod", uid), ref
 
-    def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs, tick_energy,
-                     attributions, claim: ClaimDevice | None = None):
+    def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs,
+                     settled: Settled, claim: ClaimDevice | None = None) -> ContainerAccelerator:
         uuid, gi = key
-        gpu = devices.facts(uuid, attributions)
-        accounted = gpu.accounted
         # One pass over this container's processes on this GPU (or GPU instance).
         # Sums start as sum() does (int 0), so figures keep their types.
         memory: int | None = 0          # 0: read, and none of theirs
         utilization: float | None = 0
-        energy = power = 0
         mine = 0
         for p in procs:
             if p.device_uuid != uuid or (gi is not None and p.gpu_instance_id != gi):
@@ -497,45 +546,29 @@ class ContainerTracker:
             if utilization is not None:
                 u = p.compute_utilization_percent
                 utilization = None if u is None else utilization + u
-            if accounted:
-                energy += tick_energy.get((uuid, p.pid), 0.0)
-                power += p.attributed_power_watts or 0.0
-        if not gpu.process_memory_known:
+        if not devices.process_memory_known(uuid):
             memory = None
         # The container's share of SM time: MPS clients' percentages can add up past 100.
         utilization = min(100.0, utilization) if mine and utilization is not None else None
-        counter = ("container", cid, uuid, gi)
-        if accounted:
-            total = self._advance(counter, energy)
-        else:
-            energy = power = None
-            total = self._counters.value(counter)
-        acc = ContainerAccelerator(
+        watts, total = settled.figures(ContainerKey(cid, uuid, gi), uuid)
+        return ContainerAccelerator(
             device_uuid=uuid, reasons=tuple(sorted(reasons)) if len(reasons) > 1 else
             tuple(reasons), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
-            attributed_power_watts=power, attributed_energy_joules=total, claim=claim)
-        return acc, energy, power
+            attributed_power_watts=watts, attributed_energy_joules=total, claim=claim)
 
-    def _advance(self, key: tuple, joules: float) -> float:
-        """A container's or pod's counter after this tick's energy. One that exists and gains
-        nothing is only read: its owner was marked alive with every container and pod at the
-        start of the tick (``_owners``), which is all ``advance`` would do."""
-        if not joules:
-            total = self._counters.value(key)
-            if total is not None:
-                return total
-        return self._counters.advance(key, joules)
-
-    def _pod_accelerators(self, uid: str, tick: dict[str, tuple[float, float]],
+    @staticmethod
+    def _pod_accelerators(uid: str, gpus: Iterable[str], settled: Settled,
                           history: dict[str, float],
                           claims: dict[str, ClaimDevice]) -> tuple[PodAccelerator, ...]:
-        """GPUs the pod uses this tick, plus those whose energy it accumulated earlier."""
+        """GPUs the pod's containers hold this tick, plus those whose energy it accumulated
+        earlier."""
         out = {}
-        for uuid, (energy, power) in tick.items():
-            total = self._advance(("pod", uid, uuid), energy)
-            out[uuid] = PodAccelerator(uuid, power, total, claims.get(uuid))
+        for uuid in gpus:
+            watts, total = settled.figures(PodKey(uid, uuid), uuid)
+            if total is not None:          # None: never counted (its GPU's processes unknown)
+                out[uuid] = PodAccelerator(uuid, watts, total, claims.get(uuid))
         for uuid, total in history.items():
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
@@ -587,8 +620,3 @@ def _fold_parents_into_instances(mappings: dict[str, dict[GpuKey, set[str]]]) ->
                 reasons = keys.pop((uuid, None))
                 for key in instances:
                     keys[key] |= reasons
-
-
-def _tick_energy_by_pid(attributions: Mapping[str, DeviceAttribution]) -> dict:
-    return {(a.device_uuid, a.pid): a.energy_joules or 0.0
-            for attribution in attributions.values() for a in attribution.processes}

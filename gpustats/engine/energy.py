@@ -11,9 +11,11 @@ GPU UUID across restarts. Until a GPU has that many readings and nothing was lea
 the highest reading so far stands in (the first tick's power: nothing above it is known to be
 active yet).
 
-After a restart, when the hardware counter is continuous with the last persisted reading (same
-boot, not below it, and no more than the board could have drawn in between), the energy of the
-gap is added to the device counter; attributed counters never invent it.
+After a restart, or when a lost GPU is back, when the hardware counter is continuous with the
+last reading (same boot, not below it, and no more than the board could have drawn in between),
+the energy of the gap is added to the device counter; attributed counters never invent it.
+Counters are advanced by the energy ledger (``gpustats.engine.ledger``), from what
+``account`` returns.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpustats.attribution import (
-    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, active_power, attribute_device,
+    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device,
     learned_idle_power, plausible_max_watts, tick_energy_joules,
 )
 from gpustats.engine.counters import EnergyCounters
@@ -57,13 +59,22 @@ class EnergyAccountant:
 
     def account(self, reading: DeviceReading,
                 mig_activity: Mapping[int, float] | None = None) -> DeviceAttribution | None:
-        """One tick of one device; ``None`` for a lost device (its counters are kept)."""
-        if reading.lost:
-            return None
+        """One tick of one device; ``None`` for a lost device. Counters are advanced by the
+        energy ledger from what this returns.
+
+        A lost GPU's baseline is dropped: the first tick back starts afresh (no energy of its
+        own), and the energy used while it was lost goes to the device counter alone, by the
+        same rule as a restart's gap, never to whoever runs when it is back.
+        """
         uuid = reading.identity.uuid
+        if reading.lost:
+            self._state.pop(uuid, None)
+            return None
         state = self._state.get(uuid)
+        gap = None
         if state is None:
-            state = self._state[uuid] = self._first_tick(reading)
+            state, gap = self._first_tick(reading)
+            self._state[uuid] = state
         dt = reading.monotonic_seconds - state.monotonic if state.monotonic is not None else 0.0
         delta = tick_energy_joules(state.counter_mj, reading.energy_counter_millijoules,
                                    state.power_watts, reading.power_watts, dt,
@@ -77,10 +88,9 @@ class EnergyAccountant:
             power = delta.joules / dt           # no power call: the counter's rate
         idle = self._idle(uuid, state, power)
         active_energy = active_energy_joules(delta.joules, idle, dt)
+        device_energy = None
         if reading.energy_counter_millijoules is not None:
-            self._counters.advance(("device", uuid), delta.joules)
-        if active_energy is not None:
-            self._counters.advance(("device_active", uuid), active_energy)
+            device_energy = (delta.joules or 0.0) + (gap or 0.0)
         state.counter_mj = reading.energy_counter_millijoules
         state.power_watts = power
         state.monotonic = reading.monotonic_seconds
@@ -91,8 +101,11 @@ class EnergyAccountant:
             tick_energy_joules=delta.joules,
             active_energy_joules=active_energy,
             idle_power_watts=idle,
-            active_power_watts=active_power(power, idle),
+            # The tick's active energy over its length, as every attributed watts figure is
+            # (an instantaneous reading could be below what the tick attributes).
+            active_power_watts=active_energy / dt if active_energy is not None else None,
             power_watts=power,
+            device_energy_joules=device_energy,
             processes=reading.processes,
             processes_known="processes" not in reading.unsupported_fields,
             samples=reading.process_samples,
@@ -102,32 +115,32 @@ class EnergyAccountant:
             mig_activity=mig_activity or {},
         ))
 
-    def _first_tick(self, reading: DeviceReading) -> _DeviceState:
-        """Start from what an earlier run learned; count the gap if the counter ran on."""
+    def _first_tick(self, reading: DeviceReading) -> tuple[_DeviceState, float | None]:
+        """Start from what was learned before (an earlier run, or before the GPU was lost);
+        the energy of the gap when the counter ran on plausibly (device counter only)."""
         uuid = reading.identity.uuid
         record = self._counters.device(uuid)
         state = _DeviceState()
         if record is None:
-            return state
+            return state, None
         state.learned_idle_watts = record.idle_watts
         now_mj = reading.energy_counter_millijoules
         if now_mj is None or record.energy_counter_mj is None or record.read_at is None:
-            return state
+            return state, None
         if self._boot_id is None or record.boot_id != self._boot_id:
-            return state
+            return state, None
         elapsed = max(0.0, self._wall() - record.read_at)
         gap = (now_mj - record.energy_counter_mj) / 1000.0
         bound = GLITCH_FACTOR * plausible_max_watts(reading.power_limit_watts, None,
                                                     reading.power_watts) * elapsed
         if 0 <= gap <= bound:
-            self._counters.advance(("device", uuid), gap)
-            log.info("GPU %s: %.0f J used while gpustats was not running (%.0f s) added to "
-                     "its energy counter", uuid, gap, elapsed)
-        else:
-            log.info("GPU %s: energy counter not continuous with the last run (%s → %s mJ "
-                     "over %.0f s); the gap is not counted", uuid, record.energy_counter_mj,
-                     now_mj, elapsed)
-        return state
+            log.info("GPU %s: %.0f J used while gpustats was not running or the GPU was "
+                     "lost (%.0f s) added to its energy counter", uuid, gap, elapsed)
+            return state, gap
+        log.info("GPU %s: energy counter not continuous with the last reading (%s → %s mJ "
+                 "over %.0f s); the gap is not counted", uuid, record.energy_counter_mj,
+                 now_mj, elapsed)
+        return state, None
 
     def _idle(self, uuid: str, state: _DeviceState, power: float | None) -> float | None:
         configured = self._configured_idle(uuid)

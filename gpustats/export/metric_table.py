@@ -39,12 +39,22 @@ FAMILIES: tuple[Family, ...] = (
            GPU + ("gpu_name", "vendor", "pci_bus_id", "minor_number")),
     Family("gpustats_node_gpu_watts", GAUGE, "GPU power draw.", GPU, "watts"),
     Family("gpustats_node_gpu_joules", COUNTER,
-           "GPU energy from its hardware counter, monotonic across driver reloads and restarts.",
+           "GPU energy counted since gpustats first saw the GPU (from the GPU's energy counter "
+           "deltas), monotonic across driver reloads and restarts.",
            GPU, "joules"),
     Family("gpustats_node_gpu_idle_watts", GAUGE,
-           "GPU idle power (configured, or the lowest power seen).", GPU, "watts"),
-    Family("gpustats_node_gpu_active_watts", GAUGE, "GPU power above idle.", GPU, "watts"),
+           "GPU idle power: configured, or the lowest power that held for three ticks (the "
+           "highest seen until three readings are in).", GPU, "watts"),
+    Family("gpustats_node_gpu_active_watts", GAUGE,
+           "GPU power above idle: the tick's active energy over the tick's length.", GPU,
+           "watts"),
     Family("gpustats_node_gpu_active_joules", COUNTER, "GPU energy above idle.", GPU, "joules"),
+    Family("gpustats_node_gpu_unattributed_watts", GAUGE,
+           "GPU power above idle that no container is billed for (no process, processes in no "
+           "container, or processes unknown), over the tick.", GPU, "watts"),
+    Family("gpustats_node_gpu_unattributed_joules", COUNTER,
+           "GPU energy above idle that no container is billed for; with the containers' "
+           "energy it adds up to the active energy.", GPU, "joules"),
     Family("gpustats_node_gpu_power_limit_watts", GAUGE, "Enforced GPU power limit.", GPU,
            "watts"),
     Family("gpustats_node_gpu_temperature_celsius", GAUGE, "GPU core temperature.", GPU,
@@ -105,7 +115,8 @@ FAMILIES: tuple[Family, ...] = (
            PROCESS, "bytes"),
     Family("gpustats_process_gpu_share_method", GAUGE,
            "How the process's share of active power was computed this tick (value 1): "
-           "exclusive, sm-utilization, equal-split, mig-activity or mig-equal-split.",
+           "exclusive, sm-utilization, equal-split, mig-activity, mig-assumed-activity (an "
+           "instance without activity data, given the mean of the others) or mig-equal-split.",
            PROCESS + ("method",)),
     Family("gpustats_container_gpu_watts", GAUGE, "Active GPU power attributed to a container.",
            CONTAINER, "watts"),

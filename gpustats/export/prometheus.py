@@ -101,6 +101,8 @@ def _devices(out: _Families, snapshot: Snapshot) -> None:
         out.add("gpustats_node_gpu_idle_watts", g, d.idle_power_watts)
         out.add("gpustats_node_gpu_active_watts", g, d.active_power_watts)
         out.add("gpustats_node_gpu_active_joules", g, d.active_energy_joules)
+        out.add("gpustats_node_gpu_unattributed_watts", g, d.unattributed_power_watts)
+        out.add("gpustats_node_gpu_unattributed_joules", g, d.unattributed_energy_joules)
         out.add("gpustats_node_gpu_power_limit_watts", g, d.power_limit_watts)
         out.add("gpustats_node_gpu_temperature_celsius", g, d.temperature_celsius)
         out.add("gpustats_node_gpu_memory_used_bytes", g, d.memory_used_bytes)

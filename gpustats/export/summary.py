@@ -136,6 +136,8 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     _put(out, "energyJoules", _round(device.energy_joules))
     _put(out, "idlePowerWatts", _round(device.idle_power_watts))
     _put(out, "activePowerWatts", _round(device.active_power_watts))
+    _put(out, "unattributedPowerWatts", _round(device.unattributed_power_watts))
+    _put(out, "unattributedEnergyJoules", _round(device.unattributed_energy_joules))
     _put(out, "powerLimitWatts", _round(device.power_limit_watts))
     _put(out, "temperatureCelsius", device.temperature_celsius)
     _put(out, "sharingMode", device.sharing_mode)

@@ -40,3 +40,8 @@ class DeviceAttribution:
     sharing_mode: str | None
     processes: tuple[ProcessAttribution, ...] = ()
     power_watts: float | None = None    # read, or the energy counter's rate without a reading
+    dt_seconds: float = 0.0             # the tick's length (0: the first tick, no energy yet)
+    # What the GPU's own energy counter gains this tick: the tick's energy plus any energy
+    # used while it was not observed (a restart, a lost GPU back). None: no hardware counter.
+    device_energy_joules: float | None = None
+    processes_known: bool = True        # False: NVML did not give the process list

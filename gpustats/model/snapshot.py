@@ -25,7 +25,9 @@ class MigInstanceStats:
 
 @record
 class DeviceStats:
-    """One physical GPU at the end of a tick. ``energy_joules`` is the daemon's monotonic total."""
+    """One physical GPU at the end of a tick. ``energy_joules`` is the daemon's monotonic total
+    since it first saw the GPU. ``power_watts`` is the instantaneous reading; the active and
+    attributed watts are the tick's energy over its length."""
 
     identity: DeviceIdentity
     lost: bool = False
@@ -36,6 +38,10 @@ class DeviceStats:
     idle_power_watts: float | None = None
     active_power_watts: float | None = None
     active_energy_joules: float | None = None
+    # Active power and energy nobody could be billed for (no process, processes in no
+    # container, or processes unknown): active = Σ containers + unattributed.
+    unattributed_power_watts: float | None = None
+    unattributed_energy_joules: float | None = None
     power_limit_watts: float | None = None
     temperature_celsius: int | None = None
     sharing_mode: str | None = None

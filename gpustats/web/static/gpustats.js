@@ -271,6 +271,9 @@
       }
     }
     const idle = points.map(p => value(p, "idlePowerWatts"));
+    // Active watts less what the GPU's containers are billed: the GPU's unattributed power.
+    // Both are the tick's energy over its length, so the difference is never below 0 (the
+    // clamp only absorbs rounding).
     const unattributed = points.map((p, i) => {
       const active = value(p, "activePowerWatts");
       return active === null ? null : Math.max(0, active - attributed[i]);

@@ -1,0 +1,99 @@
+"""Typed keys of the energy counters, one per kind of owner.
+
+Each key *is* the tuple the state files store (``("process", gpu_uuid, pid, start)``, …):
+a ``tuple`` subclass with named fields, so it hashes and compares equal to the plain tuple a
+state file was read into, and the on-disk format does not change.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+
+class DeviceKey(tuple):
+    """The GPU's whole energy, since gpustats first saw it."""
+
+    __slots__ = ()
+    kind = "device"
+    device_uuid = property(itemgetter(1))
+
+    def __new__(cls, device_uuid: str) -> "DeviceKey":
+        return tuple.__new__(cls, ("device", device_uuid))
+
+
+class ActiveKey(tuple):
+    """The GPU's energy above idle."""
+
+    __slots__ = ()
+    kind = "device_active"
+    device_uuid = property(itemgetter(1))
+
+    def __new__(cls, device_uuid: str) -> "ActiveKey":
+        return tuple.__new__(cls, ("device_active", device_uuid))
+
+
+class UnattributedKey(tuple):
+    """The GPU's active energy nobody could be billed for: no process, processes in no
+    container, or processes unknown."""
+
+    __slots__ = ()
+    kind = "unattributed"
+    device_uuid = property(itemgetter(1))
+
+    def __new__(cls, device_uuid: str) -> "UnattributedKey":
+        return tuple.__new__(cls, ("unattributed", device_uuid))
+
+
+class ProcessKey(tuple):
+    """A process on a GPU: its PID and start time (a reused PID is a new process)."""
+
+    __slots__ = ()
+    kind = "process"
+    device_uuid = property(itemgetter(1))
+    pid = property(itemgetter(2))
+    start_time_ticks = property(itemgetter(3))
+
+    def __new__(cls, device_uuid: str, pid: int, start_time_ticks: int | None) -> "ProcessKey":
+        return tuple.__new__(cls, ("process", device_uuid, pid, start_time_ticks))
+
+
+class MigKey(tuple):
+    """A MIG GPU instance."""
+
+    __slots__ = ()
+    kind = "mig"
+    device_uuid = property(itemgetter(1))
+    gpu_instance_id = property(itemgetter(2))
+
+    def __new__(cls, device_uuid: str, gpu_instance_id: int) -> "MigKey":
+        return tuple.__new__(cls, ("mig", device_uuid, gpu_instance_id))
+
+
+class ContainerKey(tuple):
+    """A container on a GPU, or on one of its instances (``gpu_instance_id``)."""
+
+    __slots__ = ()
+    kind = "container"
+    container_id = property(itemgetter(1))
+    device_uuid = property(itemgetter(2))
+    gpu_instance_id = property(itemgetter(3))
+
+    def __new__(cls, container_id: str, device_uuid: str,
+                gpu_instance_id: int | None) -> "ContainerKey":
+        return tuple.__new__(cls, ("container", container_id, device_uuid, gpu_instance_id))
+
+
+class PodKey(tuple):
+    """A pod on a GPU (its containers' energy, those gone included)."""
+
+    __slots__ = ()
+    kind = "pod"
+    pod_uid = property(itemgetter(1))
+    device_uuid = property(itemgetter(2))
+
+    def __new__(cls, pod_uid: str, device_uuid: str) -> "PodKey":
+        return tuple.__new__(cls, ("pod", pod_uid, device_uuid))
+
+
+__all__ = ["ActiveKey", "ContainerKey", "DeviceKey", "MigKey", "PodKey", "ProcessKey",
+           "UnattributedKey"]
