@@ -117,7 +117,7 @@ class Run:
             "--log-root", str(self.world.logs), "--state-dir", str(workdir / "state"),
             "--pod-resources-socket", "", "--runtime-socket", "",
             "--idle-power-watts", str(IDLE_WATTS), "--counter-retention", "3600",
-            "--persist-interval", "2"], workdir / "state",
+            "--persist-interval", "10"], workdir / "state",
             slow_fsync=(0.08, 0.3) if "compaction_kill" in events else None)
         self.disk: StateDisk | None = None
         if any(e in events for e in DISK_EVENTS):

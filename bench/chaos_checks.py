@@ -108,6 +108,7 @@ class Monotonic:
     """The highest value served per counter series, across daemon restarts; a pod's series
     must not vanish while the pod exists."""
     highest: dict[Series, float] = field(default_factory=dict)
+    reported: set[Series] = field(default_factory=set)      # each lowered series said once
 
     def vanished(self, values: dict[Series, float], live_pods: set[str]) -> list[str]:
         """Series of a pod that still exists, served before and absent now. (A container's
@@ -121,7 +122,8 @@ class Monotonic:
         out = []
         for key, value in values.items():
             before = self.highest.get(key)
-            if before is not None and value < before - 1e-6:
+            if before is not None and value < before - 1e-6 and key not in self.reported:
+                self.reported.add(key)
                 out.append(f"counter down {series_name(key)}: {before:.3f} -> {value:.3f}")
             if before is None or value > before:
                 self.highest[key] = value

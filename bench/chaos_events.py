@@ -159,10 +159,11 @@ def sighup(run, rng):
 
 
 def compaction_kill(run, rng):
-    """SIGHUP compacts the state (fsync slow), and SIGKILL lands while it runs."""
+    """SIGHUP compacts the state (fsync slow) while ticks go on; SIGKILL lands during the
+    compaction or a little after it (lines the compaction erased would then be lost)."""
     run.daemon.send(signal.SIGHUP)
-    delay = rng.uniform(0.02, 0.3)
-    run.note(f"SIGHUP, SIGKILL {delay:.2f} s later (during the compaction)")
+    delay = rng.choice([rng.uniform(0.02, 0.3), rng.uniform(0.5, 2.0)])
+    run.note(f"SIGHUP, SIGKILL {delay:.2f} s later")
     run.hold(delay, scrape=False)
     run.restart(signal.SIGKILL, rng.uniform(0.2, 1.0))
 
