@@ -5,11 +5,11 @@ ground truth on every scrape and at the end.
     python -m bench.chaos --seed 7 --seconds 30 --events power,pod_create,pod_delete,sigkill
     python -m bench.chaos --seeds 1-50 --seconds 120          # many seeds, one after another
 
-The world (bench/chaos_world.py) is two simulated H100s (the second in MIG mode when
-``mig_reconfigure`` is among the events), pods on fake cgroup v2 or v1 trees (the seed picks)
-named through the kubelet's log layout. Events (bench/chaos_events.py) edit it; each edit
-writes new host entries first, then the scenario, and removes host entries last, and every
-state is held for several ticks. The checks (bench/chaos_checks.py) run on each scrape of
+The world (bench/chaos_world.py) is two simulated H100s, the second in MIG mode with two
+instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
+kubelet's log layout. Events (bench/chaos_events.py) edit it; each edit writes new host
+entries first, then the scenario, and removes host entries last, and every state is held for
+several ticks. The checks (bench/chaos_checks.py) run on each scrape of
 /metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
 served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
@@ -108,7 +108,7 @@ class Run:
         self.events = list(events)
         self.workdir = workdir
         cgroup_version = self.rng.choice([1, 2])
-        self.world = World(workdir / "host", 2, cgroup_version, "mig_reconfigure" in events)
+        self.world = World(workdir / "host", 2, cgroup_version, mig_gpu=True)
         self.config_path = workdir / "gpustats.yaml"
         self.write_config(0.25)
         self.daemon = Daemon(workdir, [

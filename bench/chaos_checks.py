@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 # a process's series ends with the process, so Σ processes may only fall short of it.
 LEVELS = ("gpustats_container_gpu_joules", "gpustats_pod_gpu_joules")
 PROCESS = "gpustats_process_gpu_joules"
+MIG = "gpustats_node_gpu_mig_joules"          # compared on GPUs that serve it
 ACTIVE = "gpustats_node_gpu_active_joules"
 POD = "gpustats_pod_gpu_joules"
 # Relative slack of conservation per GPU, and an absolute one for float rounding.
@@ -69,7 +70,7 @@ def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str,
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for key, value in after.items():
         name, labels = key
-        if name in LEVELS or name in (ACTIVE, PROCESS):
+        if name in LEVELS or name in (ACTIVE, PROCESS, MIG):
             out[dict(labels).get("gpu_uuid", "?")][name] += value - before.get(key, 0.0)
     return out
 
@@ -77,7 +78,8 @@ def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str,
 @dataclass
 class Conservation:
     """Per GPU, between two scrapes of one daemon run in which the GPU's processes were
-    known: Σ container = Σ pod = the active joules gained (within 1 %), Σ process ≤ it.
+    known: Σ container = Σ pod (= Σ MIG instance) = the active joules gained (within 1 %),
+    Σ process ≤ it.
     (A process's series ends with the process; containers and pods are served while
     retained. While processes are unknown or the GPU is lost the daemon may leave the
     energy unattributed, so those intervals are not compared.)"""
@@ -93,7 +95,7 @@ class Conservation:
                 continue
             active = levels.get(ACTIVE, 0.0)
             slack = CONSERVATION_REL * active + CONSERVATION_ABS
-            for level in LEVELS:
+            for level in LEVELS + ((MIG,) if MIG in levels else ()):
                 if abs(levels.get(level, 0.0) - active) > slack:
                     out.append(f"conservation {uuid}: Σ {level} gained {levels.get(level, 0.0):.1f}"
                                f" J, active gained {active:.1f} J")
