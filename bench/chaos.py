@@ -153,15 +153,19 @@ class Run:
 
     def commit(self, text: str) -> None:
         """Host entries first, the scenario next, removals last (each seen for a tick)."""
-        self.note(text)
         if self.world.sync_host(create=True):
             self.hold(0.6)
+        self.write_now(text)
+        self.hold(0.6)
+        self.world.sync_host(create=False)
+
+    def write_now(self, text: str) -> None:
+        """A scenario edit that needs no host change, written at once (no hold)."""
+        self.note(text)
         self.version += 1
         tag = f"v{self.version}"
         self.states[tag] = self.world.state()
         self.world.write_scenario(tag)
-        self.hold(0.6)
-        self.world.sync_host(create=False)
 
     def hold(self, seconds: float, scrape: bool = True) -> None:
         deadline = time.monotonic() + seconds

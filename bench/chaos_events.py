@@ -160,12 +160,25 @@ def sighup(run, rng):
 
 def compaction_kill(run, rng):
     """SIGHUP compacts the state (fsync slow) while ticks go on; SIGKILL lands during the
-    compaction or a little after it (lines the compaction erased would then be lost)."""
+    compaction or a little after it. Half the time every GPU falls to idle as the SIGHUP is
+    sent: the last ticks with energy are journaled during the compaction, and nothing changes
+    afterwards, so a compaction that erased their lines leaves them lost at the kill."""
+    quiet = rng.random() < 0.5
+    before = [g.power_watts for g in run.world.gpus]
+    if quiet:
+        for gpu in run.world.gpus:
+            gpu.power_watts = IDLE_WATTS
+        run.write_now("every GPU idle")
     run.daemon.send(signal.SIGHUP)
-    delay = rng.choice([rng.uniform(0.02, 0.3), rng.uniform(0.5, 2.0)])
+    delay = rng.uniform(0.6, 2.0) if quiet else rng.choice([rng.uniform(0.02, 0.3),
+                                                            rng.uniform(0.5, 2.0)])
     run.note(f"SIGHUP, SIGKILL {delay:.2f} s later")
-    run.hold(delay, scrape=False)
+    run.hold(delay)                 # scraped: what was served must come back
     run.restart(signal.SIGKILL, rng.uniform(0.2, 1.0))
+    if quiet:
+        for gpu, watts in zip(run.world.gpus, before):
+            gpu.power_watts = watts
+        run.commit("GPUs back to their power")
 
 
 def interval(run, rng):
