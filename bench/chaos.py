@@ -45,9 +45,9 @@ TEMPERATURE = 40
 SCRAPE_EVERY = 0.25
 QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
 END_REL, END_ABS = 0.02, 2.0  # each pod's total against the oracle's range
-CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed", "attributed watts",
-          "unknown served", "live pod not served", "persistence failure not shown",
-          "pod total vs oracle")
+CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed",
+          "attributed watts", "unknown served", "live pod not served",
+          "persistence failure not shown", "pod total vs oracle")
 
 
 @dataclass

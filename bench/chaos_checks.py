@@ -97,8 +97,8 @@ class Conservation:
             slack = CONSERVATION_REL * active + CONSERVATION_ABS
             for level in LEVELS + ((MIG,) if MIG in levels else ()):
                 if abs(levels.get(level, 0.0) - active) > slack:
-                    out.append(f"conservation {uuid}: Σ {level} gained {levels.get(level, 0.0):.1f}"
-                               f" J, active gained {active:.1f} J")
+                    out.append(f"conservation {uuid}: Σ {level} gained "
+                               f"{levels.get(level, 0.0):.1f} J, active gained {active:.1f} J")
             if levels.get(PROCESS, 0.0) > active + slack:
                 out.append(f"conservation {uuid}: Σ {PROCESS} gained "
                            f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")

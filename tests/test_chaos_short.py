@@ -116,3 +116,15 @@ HANDLED = ["power", "glitch", "pod_create", "pod_delete", "process_churn", "sigk
 # not_supported on cgroup v1 (6), mig_reconfigure (1).
 FAILING_TODAY = ["container_restart", "disk_full", "disk_readonly", "compaction_kill",
                  "gpu_lost", "not_supported", "mig_reconfigure"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--events", "power,meteor"], "unknown events ['meteor']"),
+    (["--ignore", "vibes"], "unknown checks ['vibes']"),
+    (["--seconds", "1"], "--seconds must be at least 5")])
+def test_the_command_refuses_what_it_does_not_know(argv, said, capsys):
+    from bench.chaos import main
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err
