@@ -57,7 +57,8 @@ def known_gpus(text: str) -> set[str]:
     """GPUs whose processes the daemon could read this tick: a sharing mode served, not lost."""
     shared, lost = set(), set()
     for family in text_string_to_metric_families(text):
-        if family.name == "gpustats_node_gpu_sharing_mode":
+        if family.name in ("gpustats_node_gpu_sharing_mode",          # an info family is
+                           "gpustats_node_gpu_sharing_mode_info"):    # exposed as a gauge
             shared |= {s.labels.get("gpu_uuid") for s in family.samples}
         elif family.name == "gpustats_node_gpu_lost":
             lost |= {s.labels.get("gpu_uuid") for s in family.samples if s.value == 1}

@@ -128,3 +128,23 @@ def test_the_command_refuses_what_it_does_not_know(argv, said, capsys):
         main(argv)
     assert exc.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_conservation_is_compared_where_the_processes_are_known():
+    from bench.chaos_checks import Conservation, counters, known_gpus
+    text = """# TYPE gpustats_node_gpu_sharing_mode_info gauge
+gpustats_node_gpu_sharing_mode_info{gpu="0",gpu_uuid="G",mode="time-slicing"} 1.0
+# TYPE gpustats_node_gpu_active_joules_total counter
+gpustats_node_gpu_active_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_pod_gpu_joules_total counter
+gpustats_pod_gpu_joules_total{gpu="0",gpu_uuid="G",pod_uid="p"} %s
+# TYPE gpustats_container_gpu_joules_total counter
+gpustats_container_gpu_joules_total{gpu="0",gpu_uuid="G",container_id="c"} %s
+"""
+    first, second = text % (100, 100, 100), text % (200, 150, 200)
+    assert known_gpus(first) == {"G"}
+    check = Conservation()
+    assert check.check(1, counters(first), known_gpus(first)) == []
+    found = check.check(1, counters(second), known_gpus(second))
+    assert len(found) == 1 and "gpustats_pod_gpu_joules gained 50.0 J" in found[0]
+    assert check.check(2, counters(second), set()) == []      # a new daemon run: no baseline
