@@ -69,6 +69,8 @@ class FieldCalls:
             else:
                 entry.value.ullVal = value
             entry.nvmlReturn = SUCCESS
+            if reading == "energy":
+                self._trace("energy", uuid=device.uuid, mj=value)
         return SUCCESS
 
     def _field(self, device, field_id: int) -> tuple[str | None, tuple[int, int] | None]:

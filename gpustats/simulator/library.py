@@ -31,6 +31,7 @@ from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
 from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
+from gpustats.simulator.trace import write_trace
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         if driver_state is not None:
             self._resume_driver(driver_state)
         self.lib = self._build_library()
+        self._trace("start")
 
     # ------------------------------------------------------------ public
 
@@ -138,6 +140,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._note_mig_changes(self._scenario, scenario)
         self._scenario = scenario
         log.info("simulator: scenario %s reloaded", self._path)
+        self._trace("scenario")
+
+    def _trace(self, event: str, **fields) -> None:
+        write_trace(self._scenario.trace_file, self._wall(), event, self._scenario.trace_tag,
+                    **fields)
 
     def _reset_counters(self, scenario: Scenario) -> None:
         self._energy_mj = {d.uuid: float(d.energy_counter_base_millijoules)
@@ -482,6 +489,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     def _energy(self, device, instance, out) -> int:
         self._advance()
         set_out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
+        self._trace("energy", uuid=device.uuid, mj=int(self._energy_mj.get(device.uuid, 0.0)))
         return SUCCESS
 
     def _power_limit(self, device, instance, out) -> int:

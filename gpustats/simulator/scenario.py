@@ -10,6 +10,9 @@ Top level (every key optional except ``devices``):
 - ``call_delay_seconds`` (number, default 0): every NVML call takes this long before it
   answers (a driver that hangs on a GPU in trouble)
 - ``devices`` (list), ``processes`` (list), ``xid_events`` (list), as below.
+- ``trace_file`` (path) and ``trace_tag`` (str): the simulator appends a JSON line to the file
+  on each (re)load of the scenario and each energy counter read, tagged with ``trace_tag``
+  (see ``trace.py``; for checkers that need the ground truth's timing)
 
 Device keys: ``uuid`` (required, unique), ``name`` (default ``NVIDIA Simulated GPU``),
 ``architecture`` (kepler … blackwell; default hopper), ``index`` and ``minor`` (default: list
@@ -166,6 +169,8 @@ class Scenario:
     missing_functions: frozenset[str] = frozenset()
     driver_reloads: int = 0
     call_delay_seconds: float = 0.0
+    trace_file: str | None = None
+    trace_tag: str | None = None
 
     def device(self, uuid: str) -> SimDevice | None:
         for device in self.devices:
@@ -403,6 +408,8 @@ def parse_scenario(data: Any) -> Scenario:
         missing_functions=frozenset(str(m) for m in missing),
         driver_reloads=_number(data, "driver_reloads", "scenario", 0, integer=True),
         call_delay_seconds=min(_number(data, "call_delay_seconds", "scenario", 0.0) or 0.0, 60.0),
+        trace_file=str(data["trace_file"]) if data.get("trace_file") else None,
+        trace_tag=str(data["trace_tag"]) if data.get("trace_tag") is not None else None,
     )
 
 

@@ -1,0 +1,355 @@
+"""Chaos run: random world events through the real daemon, checked against the simulator's
+ground truth on every scrape and at the end.
+
+    python -m bench.chaos --seed 7 --seconds 120
+    python -m bench.chaos --seed 7 --seconds 30 --events power,pod_create,pod_delete,sigkill
+    python -m bench.chaos --seeds 1-50 --seconds 120          # many seeds, one after another
+
+The world (bench/chaos_world.py) is two simulated H100s, the second in MIG mode with two
+instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
+kubelet's log layout. Events (bench/chaos_events.py) edit it; each edit writes new host
+entries first, then the scenario, and removes host entries last, and every state is held for
+several ticks. The checks (bench/chaos_checks.py) run on each scrape of
+/metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
+served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
+attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
+still served. At the end each pod's total must lie within 2 % of the oracle's range
+(bench/chaos_oracle.py, from the simulator's trace of reloads and energy reads).
+
+A failure prints the seed, the event log and the command that replays it (same seed, same
+events: the same sequence of world edits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench import chaos_checks as checks
+from bench.chaos_daemon import Daemon, StateDisk
+from bench.chaos_events import DISK_EVENTS, EVENTS
+from bench.chaos_oracle import expected_energy, read_trace
+from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS, World, WorldState
+
+TEMPERATURE = 40
+SCRAPE_EVERY = 0.25
+QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
+END_REL, END_ABS = 0.02, 2.0  # each pod's total against the oracle's range
+CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed",
+          "attributed watts", "unknown served", "live pod not served",
+          "persistence failure not shown", "pod total vs oracle")
+
+
+@dataclass
+class Result:
+    seed: int
+    seconds: float
+    events: list[str]
+    log: list[str] = field(default_factory=list)
+    violations: list[tuple[str, str]] = field(default_factory=list)   # (kind, text)
+    counts: Counter = field(default_factory=Counter)
+    scrapes: int = 0
+    starts: int = 0
+    wall_seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)
+    ignore: tuple[str, ...] = ()                       # checks turned off
+    ignored: Counter = field(default_factory=Counter)   # their violations, counted only
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def kinds(self) -> Counter:
+        return Counter(kind for kind, _ in self.violations)
+
+    def report(self, verbose: bool) -> str:
+        lines = [f"seed {self.seed}: {'PASS' if self.ok else 'FAIL'} — {self.wall_seconds:.0f} s,"
+                 f" {sum(self.counts.values())} events, {self.scrapes} scrapes, "
+                 f"{self.starts} daemon starts"]
+        lines.append("  events: " + ", ".join(f"{k}×{n}" for k, n in sorted(self.counts.items())))
+        if self.skipped:
+            lines.append("  not run here: " + ", ".join(self.skipped))
+        if self.ignored:
+            lines.append("  ignored (checks turned off): " + ", ".join(
+                f"{k}×{n}" for k, n in sorted(self.ignored.items())))
+        if not self.ok:
+            for kind, n in sorted(self.kinds().items()):
+                examples = [t for k, t in self.violations if k == kind][:3]
+                lines.append(f"  {kind}: {n}")
+                lines.extend(f"      {e}" for e in examples)
+            lines.append(f"  replay: python -m bench.chaos --seed {self.seed} "
+                         f"--seconds {self.seconds:g} --events {','.join(self.events)}" +
+                         (f" --ignore '{','.join(self.ignore)}'" if self.ignore else ""))
+        if verbose or not self.ok:
+            lines.append("  event log:")
+            lines.extend(f"    {e}" for e in self.log)
+        return "\n".join(lines)
+
+
+class Run:
+    """One seed's run: the world, the daemon, the checks."""
+
+    def __init__(self, seed: int, seconds: float, events: list[str], workdir: Path,
+                 ignored: frozenset[str] = frozenset()):
+        self.ignored = ignored
+        self.rng = random.Random(seed)
+        self.seconds = seconds
+        self.result = Result(seed, seconds, list(events), ignore=tuple(sorted(ignored)))
+        self.events = list(events)
+        self.workdir = workdir
+        cgroup_version = self.rng.choice([1, 2])
+        self.world = World(workdir / "host", 2, cgroup_version, mig_gpu=True)
+        self.config_path = workdir / "gpustats.yaml"
+        self.write_config(0.25)
+        self.daemon = Daemon(workdir, [
+            "--config", str(self.config_path), "--simulate", str(self.world.scenario_path),
+            "--cgroup-root", str(self.world.cgroup), "--proc-root", str(self.world.proc),
+            "--log-root", str(self.world.logs), "--state-dir", str(workdir / "state"),
+            "--pod-resources-socket", "", "--runtime-socket", "",
+            "--idle-power-watts", str(IDLE_WATTS), "--counter-retention", "3600",
+            "--persist-interval", "10"], workdir / "state",
+            slow_fsync=(0.08, 0.3) if "compaction_kill" in events else None)
+        self.disk: StateDisk | None = None
+        if any(e in events for e in DISK_EVENTS):
+            self.disk = StateDisk(workdir / "state", self.daemon.readonly_flag)
+            if not self.disk.mounted and "disk_full" in self.events:
+                self.result.skipped = ["disk_full"]
+                self.events.remove("disk_full")
+        self.states: dict[str, WorldState] = {}
+        self.version = 0
+        self.began = time.monotonic()
+        self.monotonic = checks.Monotonic()
+        self.conservation = checks.Conservation()
+        self.rate = checks.Rate(LIMIT_WATTS + 150 - IDLE_WATTS, 0.4)
+        self.ever_served: set[str] = set()
+        self.note(f"cgroup v{cgroup_version}; GPUs: " + ", ".join(
+            g.uuid + (" (MIG)" if g.mig else "") for g in self.world.gpus))
+
+    # ------------------------------------------------------------ used by events
+
+    def note(self, text: str) -> None:
+        self.result.log.append(f"{time.monotonic() - self.began:7.2f}  {text}")
+
+    def violation(self, kind: str, text: str) -> None:
+        if kind in self.ignored:
+            self.result.ignored[kind] += 1
+            return
+        self.result.violations.append(
+            (kind, f"[{time.monotonic() - self.began:.2f} s] {text}"))
+
+    def write_config(self, interval: float) -> None:
+        self.config_path.write_text(yaml.safe_dump({"housekeeping_interval": interval,
+                                                    "log_level": "INFO"}))
+
+    def commit(self, text: str) -> None:
+        """Host entries first, the scenario next, removals last (each seen for a tick)."""
+        if self.world.sync_host(create=True):
+            self.hold(0.6)
+        self.write_now(text)
+        self.hold(0.6)
+        self.world.sync_host(create=False)
+
+    def write_now(self, text: str) -> None:
+        """A scenario edit that needs no host change, written at once (no hold)."""
+        self.note(text)
+        self.version += 1
+        tag = f"v{self.version}"
+        self.states[tag] = self.world.state()
+        self.world.write_scenario(tag)
+
+    def hold(self, seconds: float, scrape: bool = True) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if scrape:
+                self.scrape()
+            time.sleep(min(SCRAPE_EVERY, max(0.0, deadline - time.monotonic())))
+
+    def restart(self, sig: int, down_seconds: float) -> None:
+        name = signal.Signals(sig).name
+        self.note(f"{name}, down {down_seconds:.2f} s")
+        code = self.daemon.stop(sig)
+        if sig == signal.SIGTERM and code != 0:
+            self.violation("exit status", f"SIGTERM: daemon exited {code}")
+        time.sleep(down_seconds)
+        self.start_daemon()
+
+    def start_daemon(self) -> None:
+        try:
+            self.daemon.start()
+        except RuntimeError as exc:
+            self.violation("daemon start", f"{exc}\n{self.daemon.log_tail()}")
+            if self.disk is not None:
+                self.disk.restore()
+            self.daemon.start()
+        self.result.starts += 1
+
+    # ------------------------------------------------------------ checks
+
+    def scrape(self) -> None:
+        if not self.daemon.running:
+            if self.daemon.proc is not None:
+                self.violation("daemon died", f"exit {self.daemon.proc.returncode}\n"
+                               f"{self.daemon.log_tail()}")
+                self.start_daemon()
+            return
+        now = time.monotonic()
+        status, text = self.daemon.get("/metrics")
+        summary = self.daemon.get_json("/stats/summary")
+        if status != 200 or summary is None:
+            if self.daemon.running:
+                self.violation("http", f"/metrics {status}, summary {summary is not None}")
+            return
+        self.result.scrapes += 1
+        values = checks.counters(text)
+        vanished = self.monotonic.vanished(values, self.world.live_pod_uids()) \
+            if now - self.daemon.started_at > 1.5 else []
+        for kind, found in (("conservation", self.conservation.check(
+                                self.daemon.starts, values, checks.known_gpus(text))),
+                            ("counter vanished", vanished),
+                            ("counter lowered", self.monotonic.check(values)),
+                            ("lost time billed", self.rate.check(now, values)),
+                            ("attributed watts", checks.attributed_watts(summary)),
+                            ("unknown served", checks.unknown_absent(summary, TEMPERATURE))):
+            for text_ in found:
+                self.violation(kind, text_)
+        if self.disk is not None and self.disk.troubled and now - self.disk.since > 1.0 \
+                and checks.persistence_failing(text) != 1:
+            self.violation("persistence failure not shown",
+                           "state dir " + ("full" if self.disk.full else "read-only") +
+                           f" for {now - self.disk.since:.1f} s, gpustats_source_failing"
+                           f"{{source=\"persistence\"}} = {checks.persistence_failing(text)}")
+        in_summary, in_metrics = checks.served_pods(summary, values)
+        self.ever_served |= in_metrics
+        if now - self.daemon.started_at > 1.5:
+            for uid in sorted(self.world.live_pod_uids() & self.ever_served):
+                if uid not in in_summary or uid not in in_metrics:
+                    self.violation("live pod not served",
+                                   f"pod {uid} (cgroup exists): pods[] {uid in in_summary}, "
+                                   f"/metrics {uid in in_metrics}")
+
+    def final_check(self) -> None:
+        served: dict[str, float] = defaultdict(float)
+        for (name, labels), value in self.monotonic.highest.items():
+            if name == checks.POD:
+                served[dict(labels)["pod_uid"]] += value
+        expected = expected_energy(read_trace(self.world.trace_path), self.states)
+        self.note(f"oracle: {expected.intervals} tick intervals, "
+                  f"{expected.unbilled_intervals} unbillable (lost GPU)")
+        for uid in sorted(set(served) | set(expected.high)):
+            low, high = expected.low.get(uid, 0.0), expected.high.get(uid, 0.0)
+            got = served.get(uid, 0.0)
+            self.note(f"pod {uid}: served {got:.1f} J, oracle [{low:.1f}, {high:.1f}] J")
+            if got < low * (1 - END_REL) - END_ABS or got > high * (1 + END_REL) + END_ABS:
+                self.violation("pod total vs oracle",
+                               f"pod {uid}: {got:.1f} J served, oracle [{low:.1f}, {high:.1f}] J")
+
+    # ------------------------------------------------------------ the run
+
+    def run(self) -> Result:
+        for gpu in self.world.gpus:               # two tenants on each GPU to start with
+            for _ in range(2):
+                gi = sorted(gpu.mig)[len(self.world.pods) % len(gpu.mig)] if gpu.mig else None
+                self.world.new_pod(gpu.index, gi, 30 + 20 * len(self.world.pods))
+        self.world.sync_host(create=True)
+        self.version += 1
+        self.states["v1"] = self.world.state()
+        self.world.write_scenario("v1")
+        self.start_daemon()
+        end = self.began + self.seconds - QUIET_SECONDS
+        try:
+            while time.monotonic() < end and self.events:
+                name = self.rng.choice(self.events)
+                self.result.counts[name] += 1
+                EVENTS[name](self, self.rng)
+                self.hold(self.rng.uniform(0.8, 2.0))
+            for gpu in self.world.gpus:
+                gpu.power_watts, gpu.lost = IDLE_WATTS, False
+                gpu.unsupported.clear()
+            self.commit("quiet: every GPU at idle, nothing more to bill")
+            self.hold(QUIET_SECONDS)
+            self.scrape()
+            code = self.daemon.stop(signal.SIGTERM)
+            if code != 0:
+                self.violation("exit status", f"SIGTERM at the end: daemon exited {code}")
+            self.final_check()
+        finally:
+            self.daemon.stop(signal.SIGKILL)
+            if self.disk is not None:
+                self.disk.close()
+        self.result.wall_seconds = time.monotonic() - self.began
+        return self.result
+
+
+def run_chaos(seed: int, seconds: float, events: list[str], workdir: Path | None = None,
+              keep: bool = False, ignored: frozenset[str] = frozenset()) -> Result:
+    """One seed; the work dir is removed afterwards unless ``keep`` (or it was given)."""
+    own = workdir is None
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
+    try:
+        return Run(seed, seconds, events, workdir, ignored).run()
+    finally:
+        if own and not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-", 1)
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seeds", default=None, help="e.g. 1-50 or 3,7,9")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--events", default=",".join(EVENTS),
+                        help=f"comma-separated, of: {', '.join(EVENTS)}")
+    parser.add_argument("--ignore", default="",
+                        help=f"checks to turn off, comma-separated, of: {', '.join(CHECKS)}")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (daemon log, "
+                        "trace, scenario) and print where")
+    parser.add_argument("--verbose", action="store_true", help="print the event log always")
+    args = parser.parse_args(argv)
+    events = [e for e in args.events.split(",") if e]
+    unknown = [e for e in events if e not in EVENTS]
+    if unknown:
+        parser.error(f"unknown events {unknown}; known: {', '.join(EVENTS)}")
+    ignored = frozenset(c for c in args.ignore.split(",") if c)
+    if ignored - set(CHECKS):
+        parser.error(f"unknown checks {sorted(ignored - set(CHECKS))}; known: {', '.join(CHECKS)}")
+    if args.seconds < QUIET_SECONDS + 3:
+        parser.error(f"--seconds must be at least {QUIET_SECONDS + 3:g}")
+    seeds = _seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 1]
+    failed = []
+    started = time.monotonic()
+    for seed in seeds:
+        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep else None
+        result = run_chaos(seed, args.seconds, events, workdir, ignored=ignored)
+        print(result.report(args.verbose), flush=True)
+        if workdir is not None:
+            print(f"  work dir: {workdir}")
+        if not result.ok:
+            failed.append(seed)
+    print(f"{len(seeds)} seed(s) in {time.monotonic() - started:.0f} s; "
+          f"failed: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The invariants the chaos run checks on every scrape of ``/metrics`` and ``/stats/summary``.
+
+Pure functions of what was served (and of what the checker remembers from earlier scrapes):
+each returns the violations it found as short strings, empty when all hold.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Containers and pods are served while retained, so their sums equal the active energy;
+# a process's series ends with the process, so Σ processes may only fall short of it.
+LEVELS = ("gpustats_container_gpu_joules", "gpustats_pod_gpu_joules")
+PROCESS = "gpustats_process_gpu_joules"
+MIG = "gpustats_node_gpu_mig_joules"          # compared on GPUs that serve it
+ACTIVE = "gpustats_node_gpu_active_joules"
+POD = "gpustats_pod_gpu_joules"
+# Relative slack of conservation per GPU, and an absolute one for float rounding.
+CONSERVATION_REL = 0.01
+CONSERVATION_ABS = 1.0
+
+Series = tuple[str, frozenset]
+SHOWN_LABELS = ("pod_uid", "pod", "container", "pid", "gpu", "gpu_instance_id")
+
+
+def series_name(key: Series) -> str:
+    labels = dict(key[1])
+    shown = ",".join(f"{k}={labels[k]}" for k in SHOWN_LABELS if labels.get(k))
+    return f"{key[0]}{{{shown}}}"
+
+
+def counters(text: str) -> dict[Series, float]:
+    """Every ``*_joules_total`` sample (the counters users bill by)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.type != "counter" or not family.name.endswith("_joules"):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                out[(family.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def pod_totals(values: dict[Series, float]) -> dict[str, float]:
+    """Each pod's joules over all its GPUs."""
+    out: dict[str, float] = defaultdict(float)
+    for (name, labels), value in values.items():
+        if name == POD:
+            out[dict(labels)["pod_uid"]] += value
+    return out
+
+
+def known_gpus(text: str) -> set[str]:
+    """GPUs whose processes the daemon could read this tick: a sharing mode served, not lost."""
+    shared, lost = set(), set()
+    for family in text_string_to_metric_families(text):
+        if family.name in ("gpustats_node_gpu_sharing_mode",          # an info family is
+                           "gpustats_node_gpu_sharing_mode_info"):    # exposed as a gauge
+            shared |= {s.labels.get("gpu_uuid") for s in family.samples}
+        elif family.name == "gpustats_node_gpu_lost":
+            lost |= {s.labels.get("gpu_uuid") for s in family.samples if s.value == 1}
+    return shared - lost
+
+
+def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str, dict]:
+    """Per GPU and level, what the counters served in ``after`` gained since ``before``
+    (a series new in ``after`` gained all of its value; one that vanished is left out)."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for key, value in after.items():
+        name, labels = key
+        if name in LEVELS or name in (ACTIVE, PROCESS, MIG):
+            out[dict(labels).get("gpu_uuid", "?")][name] += value - before.get(key, 0.0)
+    return out
+
+
+@dataclass
+class Conservation:
+    """Per GPU, between two scrapes of one daemon run in which the GPU's processes were
+    known: Σ container = Σ pod (= Σ MIG instance) = the active joules gained (within 1 %),
+    Σ process ≤ it.
+    (A process's series ends with the process; containers and pods are served while
+    retained. While processes are unknown or the GPU is lost the daemon may leave the
+    energy unattributed, so those intervals are not compared.)"""
+    previous: tuple[int, dict[Series, float], set[str]] | None = None
+
+    def check(self, run: int, values: dict[Series, float], known: set[str]) -> list[str]:
+        previous, self.previous = self.previous, (run, values, known)
+        if previous is None or previous[0] != run:
+            return []
+        out = []
+        for uuid, levels in sorted(_grown(previous[1], values).items()):
+            if uuid not in known or uuid not in previous[2]:
+                continue
+            active = levels.get(ACTIVE, 0.0)
+            slack = CONSERVATION_REL * active + CONSERVATION_ABS
+            for level in LEVELS + ((MIG,) if MIG in levels else ()):
+                if abs(levels.get(level, 0.0) - active) > slack:
+                    out.append(f"conservation {uuid}: Σ {level} gained "
+                               f"{levels.get(level, 0.0):.1f} J, active gained {active:.1f} J")
+            if levels.get(PROCESS, 0.0) > active + slack:
+                out.append(f"conservation {uuid}: Σ {PROCESS} gained "
+                           f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")
+        return out
+
+
+@dataclass
+class Monotonic:
+    """The highest value served per counter series, across daemon restarts; a pod's series
+    must not vanish while the pod exists."""
+    highest: dict[Series, float] = field(default_factory=dict)
+    reported: set[Series] = field(default_factory=set)      # each lowered series said once
+
+    def vanished(self, values: dict[Series, float], live_pods: set[str]) -> list[str]:
+        """Series of a pod that still exists, served before and absent now. (A container's
+        series for a GPU ends when the container no longer holds it: not checked.)"""
+        return [f"{series_name(key)} served before ({value:.1f} J), absent now though the "
+                "pod exists" for key, value in sorted(self.highest.items(), key=str)
+                if key[0] == POD and key not in values
+                and dict(key[1]).get("pod_uid") in live_pods]
+
+    def check(self, values: dict[Series, float]) -> list[str]:
+        out = []
+        for key, value in values.items():
+            before = self.highest.get(key)
+            if before is not None and value < before - 1e-6 and key not in self.reported:
+                self.reported.add(key)
+                out.append(f"counter down {series_name(key)}: {before:.3f} -> {value:.3f}")
+            if before is None or value > before:
+                self.highest[key] = value
+        return out
+
+
+@dataclass
+class Rate:
+    """No pod gains more than the most any GPU can give above idle over the elapsed time
+    (plus a tick on each side): a GPU's lost interval billed at once shows here."""
+    max_active_watts: float
+    tick_seconds: float
+    seen: dict[Series, tuple[float, float]] = field(default_factory=dict)
+
+    def check(self, now: float, values: dict[Series, float]) -> list[str]:
+        out = []
+        for key, value in values.items():
+            if key[0] != POD:
+                continue
+            before = self.seen.get(key)
+            if before is None or now - before[0] < 1.0:
+                if before is None:
+                    self.seen[key] = (now, value)
+                continue
+            allowed = self.max_active_watts * (now - before[0] + 2 * self.tick_seconds) + 1.0
+            if value - before[1] > allowed:
+                out.append(f"pod gained {value - before[1]:.0f} J in {now - before[0]:.2f} s "
+                           f"(at most {allowed:.0f} J possible) {series_name(key)}")
+            self.seen[key] = (now, value)
+        return out
+
+
+def accelerators_by_gpu(summary: dict) -> tuple[dict[str, dict], list[tuple[str, dict]]]:
+    """(node accelerators by UUID, (pod UID, accelerator entry) of every container)."""
+    node = {a["id"]: a for a in summary.get("node", {}).get("accelerators", [])}
+    entries = []
+    for pod in summary.get("pods", []):
+        for c in pod.get("containers", []):
+            for acc in c.get("accelerators", []):
+                entries.append((pod["podRef"]["uid"], acc))
+    for c in summary.get("containers", []):
+        for acc in c.get("accelerators", []):
+            entries.append((c.get("podUid", "?"), acc))
+    return node, entries
+
+
+def attributed_watts(summary: dict) -> list[str]:
+    """Σ attributed watts on a GPU ≤ its active watts (one snapshot)."""
+    out = []
+    node, entries = accelerators_by_gpu(summary)
+    attributed: dict[str, float] = defaultdict(float)
+    for _, acc in entries:
+        if "attributedPowerWatts" in acc:
+            attributed[acc["id"]] += acc["attributedPowerWatts"]
+    for uuid, watts in attributed.items():
+        device = node.get(uuid)
+        if device is None or device.get("lost"):
+            continue
+        active = device.get("activePowerWatts")
+        if active is not None and watts > active * 1.01 + 0.5:
+            out.append(f"attributed {watts:.1f} W > active {active:.1f} W on {uuid}")
+    return out
+
+
+def unknown_absent(summary: dict, temperature_celsius: float) -> list[str]:
+    """What the GPU did not give is absent, never 0: no attribution where its processes are
+    unknown (no ``sharingMode``), no temperature other than the one it reads."""
+    out = []
+    node, entries = accelerators_by_gpu(summary)
+    for pod, acc in entries:
+        device = node.get(acc["id"])
+        if device is None or device.get("lost") or "sharingMode" in device:
+            continue
+        if "attributedPowerWatts" in acc:
+            out.append(f"{acc['id']}: processes unknown, yet pod {pod} is attributed "
+                       f"{acc['attributedPowerWatts']} W (must be absent)")
+    for uuid, device in node.items():
+        if device.get("lost"):
+            continue
+        temperature = device.get("temperature", device.get("temperatureCelsius"))
+        if temperature is not None and temperature != temperature_celsius:
+            out.append(f"{uuid}: temperature {temperature} served, the GPU reads "
+                       f"{temperature_celsius} or nothing")
+    return out
+
+
+def persistence_failing(text: str) -> float | None:
+    """``gpustats_source_failing{source="persistence"}``, None when not served."""
+    for family in text_string_to_metric_families(text):
+        if family.name != "gpustats_source_failing":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("source") == "persistence":
+                return sample.value
+    return None
+
+
+def served_pods(summary: dict, values: dict[Series, float]) -> tuple[set[str], set[str]]:
+    """(pod UIDs in the summary's pods[], pod UIDs with a pod series in /metrics)."""
+    in_summary = {p["podRef"]["uid"] for p in summary.get("pods", [])}
+    in_metrics = {dict(labels)["pod_uid"] for (name, labels) in values if name == POD}
+    return in_summary, in_metrics

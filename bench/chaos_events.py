@@ -1,0 +1,195 @@
+"""The chaos run's world events, one function each: ``event(run, rng)`` edits the world
+through ``run.commit`` (host trees, then the scenario) and holds states with ``run.hold``.
+
+Every draw comes from ``rng`` in a fixed order, so one seed gives one event sequence.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+
+from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS
+
+# Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).
+TOGGLED_FIELDS = ("processes", "process_utilization", "memory", "temperature", "power")
+MIG_PROFILE_IDS = range(1, 15)
+
+
+def _gpu(run, rng: random.Random):
+    return rng.choice(run.world.gpus)
+
+
+def _new_pod(run, rng: random.Random, gpu) -> str:
+    gi = rng.choice(sorted(gpu.mig)) if gpu.mig else None
+    pod = run.world.new_pod(gpu.index, gi, rng.randint(10, 90))
+    return f"pod {pod.name} on GPU {gpu.index}" + (f" instance {gi}" if gi else "")
+
+
+def power(run, rng):
+    gpu = _gpu(run, rng)
+    gpu.power_watts = round(rng.uniform(150, 650), 1)
+    run.commit(f"power GPU {gpu.index} -> {gpu.power_watts} W")
+
+
+def glitch(run, rng):
+    gpu = _gpu(run, rng)
+    before = gpu.power_watts
+    gpu.power_watts = rng.choice([0.0, round(IDLE_WATTS / 2, 1), LIMIT_WATTS + 150])
+    run.commit(f"glitch GPU {gpu.index}: {before} -> {gpu.power_watts} W")
+    run.hold(rng.uniform(0.3, 0.7))
+    gpu.power_watts = before
+    run.commit(f"glitch GPU {gpu.index} over: {before} W")
+
+
+def pod_create(run, rng):
+    gpu = _gpu(run, rng)
+    run.commit("create " + _new_pod(run, rng, gpu))
+
+
+def pod_delete(run, rng):
+    if not run.world.pods:
+        return
+    number = rng.choice(sorted(run.world.pods))
+    pod = run.world.pods.pop(number)
+    run.commit(f"delete pod {pod.name}")
+
+
+def process_churn(run, rng):
+    running = [(p, c) for p in run.world.pods.values() for c in p.containers if c.pid]
+    if not running:
+        return
+    pod, container = rng.choice(sorted(running, key=lambda pc: pc[1].number))
+    old = container.pid
+    container.pid = run.world.fresh("pid")
+    container.sm_percent = rng.randint(10, 90)
+    run.commit(f"process churn in {pod.name}/{container.name}: pid {old} -> {container.pid} "
+               f"(SM {container.sm_percent} %)")
+
+
+def container_restart(run, rng):
+    pods = sorted(p.number for p in run.world.pods.values() if p.containers)
+    if not pods:
+        return
+    pod = run.world.pods[rng.choice(pods)]
+    gone = pod.containers.pop(0)
+    run.commit(f"container {gone.name} of {pod.name} exits (restart gap)")
+    run.hold(rng.uniform(1.0, 3.0))
+    if pod.number not in run.world.pods:
+        return
+    new = run.world.new_container(pod, rng.randint(10, 90))
+    run.commit(f"container of {pod.name} restarted as {new.name}")
+
+
+def gpu_lost(run, rng):
+    gpu = _gpu(run, rng)
+    gpu.lost = True
+    run.commit(f"GPU {gpu.index} lost")
+    run.hold(rng.uniform(0.8, 2.0))
+    if rng.random() < 0.5:
+        run.commit("while lost, create " + _new_pod(run, rng, gpu))
+        run.hold(rng.uniform(0.5, 1.5))
+    gpu.lost = False
+    run.commit(f"GPU {gpu.index} back")
+
+
+def not_supported(run, rng):
+    gpu = _gpu(run, rng)
+    name = rng.choice(TOGGLED_FIELDS)
+    gpu.unsupported.add(name)
+    run.commit(f"GPU {gpu.index}: {name} NOT_SUPPORTED")
+    run.hold(rng.uniform(1.0, 3.0))
+    gpu.unsupported.discard(name)
+    run.commit(f"GPU {gpu.index}: {name} supported again")
+
+
+def mig_reconfigure(run, rng):
+    gpus = [g for g in run.world.gpus if g.mig]
+    if not gpus:
+        return
+    gpu = rng.choice(gpus)
+    old = rng.choice(sorted(gpu.mig))
+    for number in sorted(run.world.pods):
+        pod = run.world.pods[number]
+        if pod.gpu == gpu.index and pod.gpu_instance == old:
+            del run.world.pods[number]
+    new = rng.choice([gi for gi in MIG_PROFILE_IDS if gi not in gpu.mig])
+    del gpu.mig[old]
+    gpu.mig[new] = float(rng.randint(10, 90))
+    pod = run.world.new_pod(gpu.index, new, 50)
+    run.commit(f"MIG on GPU {gpu.index}: instance {old} destroyed, {new} created "
+               f"(activity {gpu.mig[new]} %), its tenant {pod.name}")
+
+
+def _disk(run, rng, fill: bool):
+    if fill:
+        run.disk.fill()
+    else:
+        run.disk.make_readonly()
+    run.note("state dir " + ("full" if fill else "read-only"))
+    run.hold(rng.uniform(1.0, 3.0))
+    if rng.random() < 0.3:
+        run.daemon.send(signal.SIGHUP)
+        run.note("SIGHUP while the state dir is " + ("full" if fill else "read-only"))
+        run.hold(rng.uniform(0.3, 1.0))
+    run.disk.restore()
+    run.note("state dir restored")
+    run.hold(1.0)
+
+
+def disk_full(run, rng):
+    _disk(run, rng, True)
+
+
+def disk_readonly(run, rng):
+    _disk(run, rng, False)
+
+
+def sigkill(run, rng):
+    run.restart(signal.SIGKILL, rng.uniform(0.2, 1.5))
+
+
+def sigterm(run, rng):
+    run.restart(signal.SIGTERM, rng.uniform(0.2, 1.0))
+
+
+def sighup(run, rng):
+    run.daemon.send(signal.SIGHUP)
+    run.note("SIGHUP")
+
+
+def compaction_kill(run, rng):
+    """SIGHUP compacts the state (fsync slow) while ticks go on; SIGKILL lands during the
+    compaction or a little after it. Half the time every GPU falls to idle as the SIGHUP is
+    sent: the last ticks with energy are journaled during the compaction, and nothing changes
+    afterwards, so a compaction that erased their lines leaves them lost at the kill."""
+    quiet = rng.random() < 0.5
+    before = [g.power_watts for g in run.world.gpus]
+    if quiet:
+        for gpu in run.world.gpus:
+            gpu.power_watts = IDLE_WATTS
+        run.write_now("every GPU idle")
+    run.daemon.send(signal.SIGHUP)
+    delay = rng.uniform(0.6, 2.0) if quiet else rng.choice([rng.uniform(0.02, 0.3),
+                                                            rng.uniform(0.5, 2.0)])
+    run.note(f"SIGHUP, SIGKILL {delay:.2f} s later")
+    run.hold(delay)                 # scraped: what was served must come back
+    run.restart(signal.SIGKILL, rng.uniform(0.2, 1.0))
+    if quiet:
+        for gpu, watts in zip(run.world.gpus, before):
+            gpu.power_watts = watts
+        run.commit("GPUs back to their power")
+
+
+def interval(run, rng):
+    seconds = rng.choice([0.2, 0.25, 0.3, 0.4])
+    run.write_config(seconds)
+    run.daemon.send(signal.SIGHUP)
+    run.note(f"config housekeeping_interval {seconds} s, SIGHUP")
+
+
+EVENTS = {f.__name__: f for f in (
+    power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
+    not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, sighup,
+    compaction_kill, interval)}
+DISK_EVENTS = ("disk_full", "disk_readonly")

@@ -1,0 +1,155 @@
+"""Each pod's expected energy, from the simulator's ground-truth trace and the world states.
+
+The trace says when each scenario version took effect in the simulator and when the daemon
+read each GPU's energy counter (its ticks). Between two reads of one GPU by one daemon run,
+the GPU's active energy is ``max(0, ΔE − idle × Δt)``, exactly what the hardware counter
+gave; it belongs to the processes holding the GPU at the second read, by their SM shares
+(MIG: by instance activity, equally within an instance) — the daemon's documented rule, and
+the only one a sampler can follow. Nothing is expected for an interval over which the GPU
+was lost or the daemon was not running.
+
+What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
+- a scenario edit that took effect just before a read (the sweep may have seen either side);
+- the last tick before a daemon dies (it may not have journaled it);
+- a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
+  whole share);
+- a GPU whose per-process utilization the daemon could not read (equal split or SM shares).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.chaos_world import IDLE_WATTS, GpuState, WorldState
+
+# A reload this close before a read may have been seen by only part of the sweep.
+SWEEP_SECONDS = 0.1
+
+
+@dataclass
+class Expected:
+    low: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    high: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    intervals: int = 0
+    unbilled_intervals: int = 0
+
+
+def read_trace(path: Path) -> list[dict]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue          # a line cut by a kill while it was written
+    return out
+
+
+def shares(gpu: GpuState, equal_split: bool) -> dict[str, float]:
+    """Share of the GPU's active energy per pod UID in one world state."""
+    holders = gpu.holders
+    if not holders:
+        return {}
+    per_pid: dict[int, float] = {}
+    if gpu.mig is not None:
+        activity = dict(gpu.mig)
+        busy = sorted({h.gpu_instance for h in holders if h.gpu_instance in activity})
+        total = sum(activity[gi] for gi in busy)
+        for gi in busy:
+            members = [h.pid for h in holders if h.gpu_instance == gi]
+            weight = activity[gi] / total if total > 0 else 1.0 / len(busy)
+            for pid in members:
+                per_pid[pid] = weight / len(members)
+    else:
+        pids = sorted({h.pid for h in holders})
+        total = sum(h.sm_percent for h in holders)
+        for h in holders:
+            per_pid[h.pid] = (1.0 / len(pids)) if equal_split or total <= 0 or len(pids) == 1 \
+                else h.sm_percent / total
+    out: dict[str, float] = defaultdict(float)
+    for h in holders:
+        out[h.pod_uid] += per_pid.get(h.pid, 0.0)
+    return out
+
+
+def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
+    if gpu.mig is None and util_unknown:
+        return [shares(gpu, False), shares(gpu, True)]
+    return [shares(gpu, False)]
+
+
+def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expected:
+    """Walk the trace once; see the module docstring for the rules."""
+    out = Expected()
+    tag: str | None = None
+    previous_tag: str | None = None
+    reloaded_at = -1.0
+    last_read: dict[str, tuple[float, int]] = {}
+    lost_since: set[str] = set()
+    unknown_processes: set[str] = set()
+    unknown_util: set[str] = set()
+    last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
+
+    def note_lost(state: WorldState | None) -> None:
+        for g in state.gpus if state else ():
+            if g.lost:
+                lost_since.add(g.uuid)
+
+    for line in trace:
+        event = line.get("event")
+        if event == "start":
+            # A new daemon run: its last tick before dying may not have been journaled.
+            for gains in last_gain.values():
+                for uid, joules in gains.items():
+                    out.low[uid] -= joules
+            last_gain.clear()
+            last_read.clear()
+            lost_since.clear()
+            unknown_processes.clear()
+            unknown_util.clear()
+            tag, previous_tag = line["tag"], None
+            note_lost(states.get(tag))
+            continue
+        if event == "scenario":
+            previous_tag, tag = tag, line["tag"]
+            reloaded_at = line["t"]
+            note_lost(states.get(tag))
+            continue
+        if event != "energy":
+            continue
+        uuid, t, mj = line["uuid"], line["t"], line["mj"]
+        views = [states.get(tag)]
+        if previous_tag is not None and 0 <= t - reloaded_at < SWEEP_SECONDS:
+            views.append(states.get(previous_tag))
+        gpus = [s.gpu(uuid) for s in views if s is not None and s.gpu(uuid) is not None]
+        for g in gpus:
+            if "processes" in g.unsupported:
+                unknown_processes.add(uuid)
+            if "process_utilization" in g.unsupported:
+                unknown_util.add(uuid)
+        before = last_read.get(uuid)
+        last_read[uuid] = (t, mj)
+        if before is None:
+            continue
+        if uuid in lost_since:
+            lost_since.discard(uuid)
+            out.unbilled_intervals += 1
+            continue
+        dt = t - before[0]
+        active = max(0.0, (mj - before[1]) / 1000.0 - IDLE_WATTS * dt)
+        out.intervals += 1
+        options = [c for g in gpus for c in _candidates(g, uuid in unknown_util)]
+        pods = {uid for c in options for uid in c}
+        gains: dict[str, float] = {}
+        for uid in pods:
+            values = [active * c.get(uid, 0.0) for c in options]
+            low = 0.0 if uuid in unknown_processes else min(values)
+            out.low[uid] += low
+            out.high[uid] += max(values)
+            gains[uid] = low
+        last_gain[uuid] = gains
+    return out

@@ -1,0 +1,310 @@
+"""The chaos run's world: GPUs, pods, containers and processes, written out as a simulator
+scenario and as fake host trees (cgroup v2 or v1, /proc, the kubelet's log layout).
+
+The model is the truth: ``state()`` freezes what the simulator is told, so the oracle knows
+who held which GPU, with which share, while a scenario version was in effect. Host entries
+for a new process are written before the scenario lists it, and removed only after the
+scenario stopped listing it (``sync_host(create=True)`` / ``sync_host(create=False)``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+IDLE_WATTS = 100.0
+LIMIT_WATTS = 700.0
+NAMESPACE = "chaos"
+
+
+def pod_uid(n: int) -> str:
+    return f"{n:08x}-cccc-4ddd-8eee-{n:012x}"
+
+
+def container_id(n: int) -> str:
+    return f"{n:064x}"
+
+
+def gpu_uuid(index: int) -> str:
+    return f"GPU-{index:08x}-c0de-4c0d-8c0d-{index:012x}"
+
+
+@dataclass
+class Container:
+    number: int
+    name: str
+    pid: int | None               # None: the container is gone (a restart's gap)
+    sm_percent: int
+
+
+@dataclass
+class Pod:
+    number: int
+    gpu: int
+    gpu_instance: int | None       # MIG: the instance its processes run on
+    containers: list[Container] = field(default_factory=list)
+
+    @property
+    def uid(self) -> str:
+        return pod_uid(self.number)
+
+    @property
+    def name(self) -> str:
+        return f"job-{self.number}"
+
+
+@dataclass
+class Gpu:
+    index: int
+    power_watts: float
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)
+    mig: dict[int, float] | None = None       # MIG instances: GPU instance id -> activity %
+
+    @property
+    def uuid(self) -> str:
+        return gpu_uuid(self.index)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One process holding a GPU in a world state."""
+    pid: int
+    pod_uid: str
+    container_id: str
+    gpu_instance: int | None
+    sm_percent: int
+
+
+@dataclass(frozen=True)
+class GpuState:
+    uuid: str
+    power_watts: float
+    lost: bool
+    unsupported: frozenset[str]
+    mig: tuple[tuple[int, float], ...] | None
+    holders: tuple[Holder, ...]
+
+
+@dataclass(frozen=True)
+class WorldState:
+    """What the simulator is told in one scenario version (the oracle's truth)."""
+    gpus: tuple[GpuState, ...]
+
+    def gpu(self, uuid: str) -> GpuState | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+
+class World:
+    """The model plus its two renderings (scenario, host trees) under ``root``."""
+
+    def __init__(self, root: Path, gpus: int, cgroup_version: int, mig_gpu: bool):
+        self.root = root
+        self.cgroup_version = cgroup_version
+        self.cgroup = root / "cgroup"
+        self.proc = root / "proc"
+        self.logs = root / "log"
+        self.scenario_path = root / "scenario.yaml"
+        self.trace_path = root / "trace.jsonl"
+        self.gpus = [Gpu(i, 300.0) for i in range(gpus)]
+        if mig_gpu and gpus > 1:
+            self.gpus[-1].mig = {1: 60.0, 2: 20.0}
+        self.pods: dict[int, Pod] = {}
+        self._next = {"pod": 1, "container": 1, "pid": 1000}
+        self._written: set[tuple[str, int]] = set()      # ("pod"|"container", number) on disk
+        self._pids: dict[int, tuple[Pod, Container]] = {}
+        self._prepare()
+
+    # ------------------------------------------------------------ model edits
+
+    def fresh(self, kind: str) -> int:
+        self._next[kind] += 1
+        return self._next[kind] - 1
+
+    def new_container(self, pod: Pod, sm_percent: int) -> Container:
+        number = self.fresh("container")
+        container = Container(number, f"main-{number}", self.fresh("pid"), sm_percent)
+        pod.containers.append(container)
+        return container
+
+    def new_pod(self, gpu: int, gpu_instance: int | None, sm_percent: int) -> Pod:
+        pod = Pod(self.fresh("pod"), gpu, gpu_instance)
+        self.pods[pod.number] = pod
+        self.new_container(pod, sm_percent)
+        return pod
+
+    def holders(self, gpu: Gpu) -> tuple[Holder, ...]:
+        out = []
+        for pod in self.pods.values():
+            if pod.gpu != gpu.index:
+                continue
+            if gpu.mig is not None and pod.gpu_instance not in gpu.mig:
+                continue
+            for c in pod.containers:
+                if c.pid is not None:
+                    out.append(Holder(c.pid, pod.uid, container_id(c.number),
+                                      pod.gpu_instance if gpu.mig is not None else None,
+                                      c.sm_percent))
+        return tuple(out)
+
+    def state(self) -> WorldState:
+        return WorldState(tuple(
+            GpuState(g.uuid, g.power_watts, g.lost, frozenset(g.unsupported),
+                     tuple(sorted(g.mig.items())) if g.mig is not None else None,
+                     self.holders(g))
+            for g in self.gpus))
+
+    # ------------------------------------------------------------ scenario
+
+    def scenario(self, tag: str) -> dict:
+        devices, processes = [], []
+        for g in self.gpus:
+            d = {"uuid": g.uuid, "name": "NVIDIA H100 80GB HBM3", "index": g.index,
+                 "minor": g.index, "power_watts": g.power_watts,
+                 "power_limit_watts": LIMIT_WATTS, "lost": g.lost,
+                 "unsupported": sorted(g.unsupported)}
+            if g.mig is not None:
+                d["mig_instances"] = [
+                    {"gpu_instance_id": gi, "profile": "3g.40gb",
+                     "uuid": f"MIG-{g.index:04x}-{gi:04x}-c0de", "memory_total_bytes": 40 << 30,
+                     "gpm": {"graphics_active_percent": activity}}
+                    for gi, activity in sorted(g.mig.items())]
+            devices.append(d)
+            for h in self.holders(g):
+                p = {"pid": h.pid, "device": g.uuid, "memory_used_bytes": 1 << 30}
+                if h.gpu_instance is not None:
+                    p["gpu_instance_id"] = h.gpu_instance
+                else:
+                    p["sm_util_percent"] = h.sm_percent
+                processes.append(p)
+        return {"devices": devices, "processes": processes,
+                "trace_file": str(self.trace_path), "trace_tag": tag}
+
+    def write_scenario(self, tag: str) -> None:
+        tmp = self.scenario_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(self.scenario(tag)))
+        tmp.replace(self.scenario_path)
+
+    # ------------------------------------------------------------ host trees
+
+    def _prepare(self) -> None:
+        self.cgroup.mkdir(parents=True, exist_ok=True)
+        self.proc.mkdir(parents=True, exist_ok=True)
+        (self.logs / "pods").mkdir(parents=True, exist_ok=True)
+        (self.logs / "containers").mkdir(parents=True, exist_ok=True)
+        if self.cgroup_version == 2:
+            (self.cgroup / "cgroup.controllers").write_text("cpu memory\n")
+        else:
+            for controller in ("devices", "cpuacct", "memory"):
+                (self.cgroup / controller).mkdir(exist_ok=True)
+        for name in ("stat", "meminfo", "vmstat"):
+            (self.proc / name).write_text(Path(f"/proc/{name}").read_text())
+        boot_id = self.proc / "sys" / "kernel" / "random" / "boot_id"
+        boot_id.parent.mkdir(parents=True, exist_ok=True)
+        boot_id.write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
+
+    def _pod_rel(self, pod: Pod) -> str:
+        if self.cgroup_version == 2:
+            return f"kubepods.slice/kubepods-pod{pod.uid.replace('-', '_')}.slice"
+        return f"kubepods/besteffort/pod{pod.uid}"
+
+    def _container_rel(self, pod: Pod, c: Container) -> str:
+        if self.cgroup_version == 2:
+            return f"{self._pod_rel(pod)}/cri-containerd-{container_id(c.number)}.scope"
+        return f"{self._pod_rel(pod)}/{container_id(c.number)}"
+
+    def _pod_dirs(self, pod: Pod) -> list[Path]:
+        if self.cgroup_version == 2:
+            return [self.cgroup / self._pod_rel(pod)]
+        return [self.cgroup / k / self._pod_rel(pod) for k in ("devices", "cpuacct", "memory")]
+
+    def _write_pod(self, pod: Pod) -> None:
+        for d in self._pod_dirs(pod):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}").mkdir(exist_ok=True)
+
+    def _write_container(self, pod: Pod, c: Container) -> None:
+        rel = self._container_rel(pod, c)
+        if self.cgroup_version == 2:
+            d = self.cgroup / rel
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "cpu.stat").write_text("usage_usec 5000\n")
+            (d / "memory.current").write_text("1048576\n")
+            (d / "memory.stat").write_text("anon 1048576\ninactive_file 0\n")
+            proc_cgroup = f"0::/{rel}\n"
+        else:
+            devices = self.cgroup / "devices" / rel
+            devices.mkdir(parents=True, exist_ok=True)
+            (devices / "devices.list").write_text(f"c 195:{pod.gpu} rw\nc 195:255 rw\n")
+            cpuacct = self.cgroup / "cpuacct" / rel
+            cpuacct.mkdir(parents=True, exist_ok=True)
+            (cpuacct / "cpuacct.usage").write_text("1000000\n")
+            (self.cgroup / "memory" / rel).mkdir(parents=True, exist_ok=True)
+            proc_cgroup = f"4:devices:/{rel}\n3:cpu,cpuacct:/{rel}\n"
+        pod_log = self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}" / c.name
+        pod_log.mkdir(parents=True, exist_ok=True)
+        (pod_log / "0.log").write_text("")
+        link = self.logs / "containers" / \
+            f"{pod.name}_{NAMESPACE}_{c.name}-{container_id(c.number)}.log"
+        if not link.is_symlink():
+            os.symlink(f"/var/log/pods/{NAMESPACE}_{pod.name}_{pod.uid}/{c.name}/0.log", link)
+        if c.pid is not None:
+            p = self.proc / str(c.pid)
+            p.mkdir(parents=True, exist_ok=True)
+            (p / "cgroup").write_text(proc_cgroup)
+            self._pids[c.pid] = (pod, c)
+
+    def _remove_container(self, pod: Pod, number: int) -> None:
+        rel = self._container_rel(pod, Container(number, "", None, 0))
+        roots = [self.cgroup] if self.cgroup_version == 2 else \
+            [self.cgroup / k for k in ("devices", "cpuacct", "memory")]
+        for r in roots:
+            shutil.rmtree(r / rel, ignore_errors=True)
+        for link in (self.logs / "containers").glob(f"*-{container_id(number)}.log"):
+            link.unlink(missing_ok=True)
+
+    def _remove_pod(self, pod: Pod) -> None:
+        for d in self._pod_dirs(pod):
+            shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}",
+                      ignore_errors=True)
+
+    def sync_host(self, *, create: bool) -> bool:
+        """Create what the model has and the trees lack (``create``), or remove what the
+        trees have and the model lost (pods, containers, /proc entries of ended processes).
+        True when anything was created."""
+        live_pids = {c.pid for p in self.pods.values() for c in p.containers if c.pid}
+        created = False
+        if create:
+            for pod in self.pods.values():
+                if ("pod", pod.number) not in self._written:
+                    self._write_pod(pod)
+                    self._written.add(("pod", pod.number))
+                    created = True
+                for c in pod.containers:
+                    if c.pid is not None and c.pid not in self._pids:
+                        self._write_container(pod, c)
+                        self._written.add(("container", c.number))
+                        created = True
+            return created
+        live_containers = {c.number for p in self.pods.values() for c in p.containers}
+        for pid in [p for p in self._pids if p not in live_pids]:
+            pod, c = self._pids.pop(pid)
+            shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+            if c.number not in live_containers and ("container", c.number) in self._written:
+                self._remove_container(pod, c.number)
+                self._written.discard(("container", c.number))
+        for kind, number in sorted(self._written):
+            if kind == "pod" and number not in self.pods:
+                # The pod object is gone from the model; rebuild its paths from the number.
+                self._remove_pod(Pod(number, 0, None))
+                self._written.discard(("pod", number))
+        return False
+
+    def live_pod_uids(self) -> set[str]:
+        """Pods whose cgroup exists now (written and not yet removed)."""
+        return {pod_uid(n) for kind, n in self._written if kind == "pod"}

@@ -1,0 +1,150 @@
+"""The chaos run in short: its oracle on hand-made traces, and a few seeds through the real
+daemon with the events the daemon handles today (``bench/chaos.py`` has them all)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pynvml
+import pytest
+
+from bench.chaos import run_chaos
+from bench.chaos_oracle import expected_energy
+from bench.chaos_world import GpuState, Holder, WorldState, gpu_uuid, pod_uid
+from gpustats.simulator import SimulatedNvml
+from tests.fakehost import write_scenario
+
+GPU = gpu_uuid(0)
+A, B = pod_uid(1), pod_uid(2)
+
+
+def state(power=300.0, holders=((1000, A, 75), (1001, B, 25)), lost=False, unsupported=()):
+    return WorldState((GpuState(GPU, power, lost, frozenset(unsupported), None, tuple(
+        Holder(pid, pod, f"{pid:064x}", None, sm) for pid, pod, sm in holders)),))
+
+
+def energy(t, mj):
+    return {"t": t, "event": "energy", "uuid": GPU, "mj": mj}
+
+
+def test_the_simulator_traces_its_loads_and_energy_reads(tmp_path):
+    trace, path = tmp_path / "trace.jsonl", tmp_path / "s.yaml"
+    scenario = {"devices": [{"uuid": GPU, "power_watts": 500}],
+                "trace_file": str(trace), "trace_tag": "first"}
+    write_scenario(path, scenario)
+    sim = SimulatedNvml(str(path))
+    sim.install()
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        field = pynvml.nvmlDeviceGetFieldValues(
+            handle, [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
+        write_scenario(path, dict(scenario, trace_tag="second"))
+        time.sleep(0.3)                           # the simulator looks every 0.2 s
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        pynvml.nvmlShutdown()
+    finally:
+        sim.uninstall()
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(x["event"], x["tag"]) for x in lines] == \
+        [("start", "first"), ("energy", "first"), ("energy", "first"),
+         ("scenario", "second"), ("energy", "second")]
+    assert lines[2]["uuid"] == GPU and lines[2]["mj"] == field.value.ullVal
+    assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"]
+
+
+def test_the_oracle_splits_each_ticks_active_energy_by_the_state_at_its_end():
+    states = {"v1": state(), "v2": state(holders=((1001, B, 25),))}
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"},
+             energy(1.0, 0), energy(2.0, 300_000),            # 200 J active: 150 A, 50 B
+             {"t": 2.5, "event": "scenario", "tag": "v2"},
+             energy(3.0, 600_000)]                            # 200 J active, all B's
+    got = expected_energy(trace, states)
+    assert dict(got.low) == pytest.approx({A: 150.0, B: 250.0})
+    assert dict(got.high) == pytest.approx({A: 150.0, B: 250.0})
+
+
+def test_the_oracle_bills_nothing_across_a_lost_gpu_and_marks_what_is_uncertain():
+    states = {"v1": state(), "lost": state(lost=True), "v3": state(),
+              "unknown": state(unsupported=("processes",))}
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"},
+             energy(1.0, 0),
+             {"t": 1.5, "event": "scenario", "tag": "lost"},
+             {"t": 4.0, "event": "scenario", "tag": "v3"},
+             energy(5.0, 1_200_000),                          # spans the loss: nobody's
+             energy(6.0, 1_500_000),                          # 200 J, just after a reload?
+             {"t": 6.95, "event": "scenario", "tag": "unknown"},
+             energy(7.0, 1_800_000),                          # near the reload: either
+             {"t": 7.5, "event": "scenario", "tag": "v3"},
+             energy(8.0, 2_100_000)]                          # still unknown to the daemon
+    got = expected_energy(trace, states)
+    assert got.unbilled_intervals == 1
+    # Certain: 5→6 (150 A / 50 B). Once the process list was NOT_SUPPORTED the daemon never
+    # asks again: from 7 on, 0 at least and the share at most.
+    assert dict(got.low) == pytest.approx({A: 150.0, B: 50.0})
+    assert dict(got.high) == pytest.approx({A: 450.0, B: 150.0})
+
+
+def test_the_oracle_bills_nothing_while_the_daemon_is_down_and_doubts_its_last_tick():
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"},
+             energy(1.0, 0), energy(2.0, 300_000),            # killed after this read
+             {"t": 3.0, "event": "start", "tag": "v1"},
+             energy(4.0, 900_000), energy(5.0, 1_200_000)]    # 4 is the new baseline
+    got = expected_energy(trace, {"v1": state()})
+    assert dict(got.low) == pytest.approx({A: 150.0, B: 50.0})
+    assert dict(got.high) == pytest.approx({A: 300.0, B: 100.0})
+
+
+@pytest.mark.parametrize("seed", [11, 14, 16])     # cgroup v2, v1, v2
+def test_a_short_chaos_run_holds_every_invariant(seed, tmp_path):
+    """Events the daemon handles today; the others (see ``FAILING_TODAY``) join this list as
+    their fixes land. ``attributed watts`` is off: today a snapshot's attributed watts are
+    tick energy ÷ tick length against an instantaneous active reading (issue 29, item 7)."""
+    result = run_chaos(seed, 20.0, HANDLED, tmp_path / "run",
+                       ignored=frozenset({"attributed watts"}))
+    assert result.ok, result.report(verbose=True)
+    assert result.scrapes > 20 and sum(result.counts.values()) >= 4
+
+
+HANDLED = ["power", "glitch", "pod_create", "pod_delete", "process_churn", "sigkill",
+           "sigterm", "sighup", "interval"]
+# What each of these catches on today's code (issue 29): container_restart (2, a pod not
+# served during its restart gap), disk_full and disk_readonly (3, failure not shown; a torn
+# journal line loses counters on the next kill), compaction_kill (4), gpu_lost (5),
+# not_supported on cgroup v1 (6), mig_reconfigure (1).
+FAILING_TODAY = ["container_restart", "disk_full", "disk_readonly", "compaction_kill",
+                 "gpu_lost", "not_supported", "mig_reconfigure"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--events", "power,meteor"], "unknown events ['meteor']"),
+    (["--ignore", "vibes"], "unknown checks ['vibes']"),
+    (["--seconds", "1"], "--seconds must be at least 5")])
+def test_the_command_refuses_what_it_does_not_know(argv, said, capsys):
+    from bench.chaos import main
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_conservation_is_compared_where_the_processes_are_known():
+    from bench.chaos_checks import Conservation, counters, known_gpus
+    text = """# TYPE gpustats_node_gpu_sharing_mode_info gauge
+gpustats_node_gpu_sharing_mode_info{gpu="0",gpu_uuid="G",mode="time-slicing"} 1.0
+# TYPE gpustats_node_gpu_active_joules_total counter
+gpustats_node_gpu_active_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_pod_gpu_joules_total counter
+gpustats_pod_gpu_joules_total{gpu="0",gpu_uuid="G",pod_uid="p"} %s
+# TYPE gpustats_container_gpu_joules_total counter
+gpustats_container_gpu_joules_total{gpu="0",gpu_uuid="G",container_id="c"} %s
+"""
+    first, second = text % (100, 100, 100), text % (200, 150, 200)
+    assert known_gpus(first) == {"G"}
+    check = Conservation()
+    assert check.check(1, counters(first), known_gpus(first)) == []
+    found = check.check(1, counters(second), known_gpus(second))
+    assert len(found) == 1 and "gpustats_pod_gpu_joules gained 50.0 J" in found[0]
+    assert check.check(2, counters(second), set()) == []      # a new daemon run: no baseline
