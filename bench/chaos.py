@@ -225,11 +225,12 @@ class Run:
                             ("unknown served", checks.unknown_absent(summary, TEMPERATURE))):
             for text_ in found:
                 self.violation(kind, text_)
-        if self.disk is not None and self.disk.troubled and now - self.disk.since > 1.0 \
-                and checks.persistence_failing(text) != 1:
+        stalled = self.disk.journal_stalled_for(now) if self.disk is not None else 0.0
+        if stalled > 1.0 and checks.persistence_failing(text) != 1:
             self.violation("persistence failure not shown",
                            "state dir " + ("full" if self.disk.full else "read-only") +
-                           f" for {now - self.disk.since:.1f} s, gpustats_source_failing"
+                           f" for {now - self.disk.since:.1f} s (journal unchanged for "
+                           f"{stalled:.1f} s), gpustats_source_failing"
                            f"{{source=\"persistence\"}} = {checks.persistence_failing(text)}")
         in_summary, in_metrics = checks.served_pods(summary, values)
         self.ever_served |= in_metrics

@@ -17,6 +17,7 @@ LEVELS = ("gpustats_container_gpu_joules", "gpustats_pod_gpu_joules")
 PROCESS = "gpustats_process_gpu_joules"
 MIG = "gpustats_node_gpu_mig_joules"          # compared on GPUs that serve it
 ACTIVE = "gpustats_node_gpu_active_joules"
+UNATTRIBUTED = "gpustats_node_gpu_unattributed_joules"
 POD = "gpustats_pod_gpu_joules"
 # Relative slack of conservation per GPU, and an absolute one for float rounding.
 CONSERVATION_REL = 0.01
@@ -71,7 +72,7 @@ def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str,
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for key, value in after.items():
         name, labels = key
-        if name in LEVELS or name in (ACTIVE, PROCESS, MIG):
+        if name in LEVELS or name in (ACTIVE, PROCESS, MIG, UNATTRIBUTED):
             out[dict(labels).get("gpu_uuid", "?")][name] += value - before.get(key, 0.0)
     return out
 
@@ -79,8 +80,10 @@ def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str,
 @dataclass
 class Conservation:
     """Per GPU, between two scrapes of one daemon run in which the GPU's processes were
-    known: Σ container = Σ pod (= Σ MIG instance) = the active joules gained (within 1 %),
-    Σ process ≤ it.
+    known: Σ container + unattributed = Σ pod + unattributed = the active joules gained
+    (within 1 %), Σ process ≤ it; on a MIG GPU Σ MIG instance lies between the active joules
+    less the unattributed ones and the active joules (energy of a process in no container is
+    unattributed, yet its instance's).
     (A process's series ends with the process; containers and pods are served while
     retained. While processes are unknown or the GPU is lost the daemon may leave the
     energy unattributed, so those intervals are not compared.)"""
@@ -95,11 +98,17 @@ class Conservation:
             if uuid not in known or uuid not in previous[2]:
                 continue
             active = levels.get(ACTIVE, 0.0)
+            unattributed = levels.get(UNATTRIBUTED, 0.0)
             slack = CONSERVATION_REL * active + CONSERVATION_ABS
-            for level in LEVELS + ((MIG,) if MIG in levels else ()):
-                if abs(levels.get(level, 0.0) - active) > slack:
+            for level in LEVELS:
+                if abs(levels.get(level, 0.0) + unattributed - active) > slack:
                     out.append(f"conservation {uuid}: Σ {level} gained "
-                               f"{levels.get(level, 0.0):.1f} J, active gained {active:.1f} J")
+                               f"{levels.get(level, 0.0):.1f} J + unattributed "
+                               f"{unattributed:.1f} J, active gained {active:.1f} J")
+            mig = levels.get(MIG)
+            if mig is not None and not active - unattributed - slack <= mig <= active + slack:
+                out.append(f"conservation {uuid}: Σ {MIG} gained {mig:.1f} J, active gained "
+                           f"{active:.1f} J, unattributed {unattributed:.1f} J")
             if levels.get(PROCESS, 0.0) > active + slack:
                 out.append(f"conservation {uuid}: Σ {PROCESS} gained "
                            f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")

@@ -189,10 +189,25 @@ class StateDisk:
         self.full = False
         self.readonly = False
         self.since = 0.0            # monotonic time the trouble began
+        self._journal_size: int | None = None
+        self._stalled_since = 0.0
 
     @property
     def troubled(self) -> bool:
         return self.full or self.readonly
+
+    def journal_stalled_for(self, now: float) -> float:
+        """How long the journal has not changed while the state dir is in trouble (0 while it
+        still changes). A full tmpfs still takes appends into the journal's last page, so a
+        write has surely failed only once the journal stops changing: the GPUs' energy counters
+        change every tick, so every tick has a line to append."""
+        try:
+            size = (self.path / "counters.journal").stat().st_size
+        except OSError:
+            size = None
+        if not self.troubled or size != self._journal_size:
+            self._journal_size, self._stalled_since = size, now
+        return now - self._stalled_since if self.troubled else 0.0
 
     def fill(self) -> None:
         """Write until ENOSPC: later writes in the state dir get short writes and ENOSPC."""

@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 from bench.chaos import run_chaos
+from bench.chaos_events import EVENTS
 from bench.chaos_oracle import expected_energy
 from bench.chaos_world import GpuState, Holder, WorldState, gpu_uuid, pod_uid
 from gpustats.simulator import SimulatedNvml
@@ -99,23 +100,10 @@ def test_the_oracle_bills_nothing_while_the_daemon_is_down_and_doubts_its_last_t
 
 @pytest.mark.parametrize("seed", [11, 14, 16])     # cgroup v2, v1, v2
 def test_a_short_chaos_run_holds_every_invariant(seed, tmp_path):
-    """Events the daemon handles today; the others (see ``FAILING_TODAY``) join this list as
-    their fixes land. ``attributed watts`` is off: today a snapshot's attributed watts are
-    tick energy ÷ tick length against an instantaneous active reading (issue 29, item 7)."""
-    result = run_chaos(seed, 20.0, HANDLED, tmp_path / "run",
-                       ignored=frozenset({"attributed watts"}))
+    """Every kind of world event, every check on (``python -m bench.chaos`` runs it longer)."""
+    result = run_chaos(seed, 20.0, list(EVENTS), tmp_path / "run")
     assert result.ok, result.report(verbose=True)
     assert result.scrapes > 20 and sum(result.counts.values()) >= 4
-
-
-HANDLED = ["power", "glitch", "pod_create", "pod_delete", "process_churn", "sigkill",
-           "sigterm", "sighup", "interval"]
-# What each of these catches on today's code (issue 29): container_restart (2, a pod not
-# served during its restart gap), disk_full and disk_readonly (3, failure not shown; a torn
-# journal line loses counters on the next kill), compaction_kill (4), gpu_lost (5),
-# not_supported on cgroup v1 (6), mig_reconfigure (1).
-FAILING_TODAY = ["container_restart", "disk_full", "disk_readonly", "compaction_kill",
-                 "gpu_lost", "not_supported", "mig_reconfigure"]
 
 
 @pytest.mark.parametrize("argv, said", [
