@@ -11,31 +11,13 @@ import time
 from collections import defaultdict
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from bench.chaos_checks import Series, counters  # noqa: F401 - one parser of the billed counters
 from tests.fakehost import metric_value
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",
           "gpustats_pod_gpu_joules", "gpustats_node_gpu_mig_joules")
 ACTIVE = "gpustats_node_gpu_active_joules"
-
-Series = tuple[str, frozenset]
-
-
-def counters(text: str) -> dict[Series, float]:
-    """Every ``*_joules_total`` sample: the energy counters users bill by.
-
-    (Self-observation counters such as ``gpustats_snapshot_sequence`` count since the
-    daemon's start and legitimately restart with it.)
-    """
-    out = {}
-    for family in text_string_to_metric_families(text):
-        if family.type != "counter" or not family.name.endswith("_joules"):
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                out[(family.name, frozenset(sample.labels.items()))] = sample.value
-    return out
 
 
 def sums_by_gpu(values: dict[Series, float]) -> dict[str, dict[str, float]]:
