@@ -4,12 +4,8 @@ device, a share-method change keeps the process counter's series, nameless pods 
 the summary decodes as the kubelet's Go types."""
 
 import json
-import os
-import shutil
-import subprocess
 import urllib.request
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import pytest
@@ -19,6 +15,7 @@ from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
+from tests.kubelet_go import kubelet_decoder  # noqa: F401 (fixture)
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
@@ -237,28 +234,6 @@ def test_metrics_server_rule_drops_a_pod_missing_figures():
 
 
 # ------------------------------------------------------------------ the kubelet's Go types
-
-@pytest.fixture
-def kubelet_decoder(tmp_path):
-    """A tiny Go program (standard library only) that decodes a body into the kubelet's
-    Summary types as a Go client does; skipped without a Go toolchain."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain (Debian: golang-go)")
-    source = Path(__file__).parent / "kubelet_decode" / "main.go"
-    binary = tmp_path / "kubelet-decode"
-    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), GOPATH=str(tmp_path / "gopath"),
-               GOPROXY="off", GO111MODULE="off", GOFLAGS="", CGO_ENABLED="0")
-    built = subprocess.run([go, "build", "-o", str(binary), str(source)], env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
-
-    def decode(body: bytes) -> dict:
-        result = subprocess.run([str(binary)], input=body, capture_output=True, timeout=30)
-        assert result.returncode == 0, result.stderr.decode()
-        return json.loads(result.stdout)
-    return decode
-
 
 def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubelet_decoder):
     socket_path = tmp_path / "containerd.sock"
