@@ -15,7 +15,7 @@ from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.kubelet_go import kubelet_decoder  # noqa: F401 (fixture)
+from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
@@ -263,6 +263,29 @@ def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubele
                 assert "accelerators" not in container
             else:
                 assert container["accelerators"] == [{
+                    "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
+                    "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
+        # The default body carries extensions, so a strict client refuses it ...
+        with urllib.request.urlopen(daemon.base + "/stats/summary", timeout=5) as resp:
+            with pytest.raises(DecodeError, match='unknown field "accelerators"'):
+                kubelet_decoder(resp.read(), strict=True)
+        # ... and strict=true (query or POST form) is what it reads: a MIG tenant, a nameless
+        # pod's container (top-level in the default body) and node GPUs all present.
+        for query, form in (("?strict=true", None), ("", b"strict=true"),
+                            ("?strict=true&only_cpu_and_memory=true", None)):
+            request = urllib.request.Request(daemon.base + "/stats/summary" + query, data=form)
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                raw = resp.read()
+            seen = kubelet_decoder(raw, strict=True)
+            body = json.loads(raw)
+            assert set(body) == {"node", "pods"} and "accelerators" not in body["node"]
+            assert [p["podRef"]["name"] for p in seen["pods"]] == ["trainer-0"]
+            assert "accelerators" not in body["pods"][0]
+            container = seen["pods"][0]["containers"][0]
+            if "only_cpu_and_memory" in query:
+                assert "accelerators" not in container
+            else:
+                assert body["pods"][0]["containers"][0]["accelerators"] == [{
                     "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
                     "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
     finally:
