@@ -4,12 +4,8 @@ device, a share-method change keeps the process counter's series, nameless pods 
 the summary decodes as the kubelet's Go types."""
 
 import json
-import os
-import shutil
-import subprocess
 import urllib.request
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import pytest
@@ -19,6 +15,7 @@ from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
+from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
@@ -238,28 +235,6 @@ def test_metrics_server_rule_drops_a_pod_missing_figures():
 
 # ------------------------------------------------------------------ the kubelet's Go types
 
-@pytest.fixture
-def kubelet_decoder(tmp_path):
-    """A tiny Go program (standard library only) that decodes a body into the kubelet's
-    Summary types as a Go client does; skipped without a Go toolchain."""
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("no Go toolchain (Debian: golang-go)")
-    source = Path(__file__).parent / "kubelet_decode" / "main.go"
-    binary = tmp_path / "kubelet-decode"
-    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), GOPATH=str(tmp_path / "gopath"),
-               GOPROXY="off", GO111MODULE="off", GOFLAGS="", CGO_ENABLED="0")
-    built = subprocess.run([go, "build", "-o", str(binary), str(source)], env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
-
-    def decode(body: bytes) -> dict:
-        result = subprocess.run([str(binary)], input=body, capture_output=True, timeout=30)
-        assert result.returncode == 0, result.stderr.decode()
-        return json.loads(result.stdout)
-    return decode
-
-
 def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubelet_decoder):
     socket_path = tmp_path / "containerd.sock"
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -288,6 +263,29 @@ def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubele
                 assert "accelerators" not in container
             else:
                 assert container["accelerators"] == [{
+                    "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
+                    "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
+        # The default body carries extensions, so a strict client refuses it ...
+        with urllib.request.urlopen(daemon.base + "/stats/summary", timeout=5) as resp:
+            with pytest.raises(DecodeError, match='unknown field "accelerators"'):
+                kubelet_decoder(resp.read(), strict=True)
+        # ... and strict=true (query or POST form) is what it reads: a MIG tenant, a nameless
+        # pod's container (top-level in the default body) and node GPUs all present.
+        for query, form in (("?strict=true", None), ("", b"strict=true"),
+                            ("?strict=true&only_cpu_and_memory=true", None)):
+            request = urllib.request.Request(daemon.base + "/stats/summary" + query, data=form)
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                raw = resp.read()
+            seen = kubelet_decoder(raw, strict=True)
+            body = json.loads(raw)
+            assert set(body) == {"node", "pods"} and "accelerators" not in body["node"]
+            assert [p["podRef"]["name"] for p in seen["pods"]] == ["trainer-0"]
+            assert "accelerators" not in body["pods"][0]
+            container = seen["pods"][0]["containers"][0]
+            if "only_cpu_and_memory" in query:
+                assert "accelerators" not in container
+            else:
+                assert body["pods"][0]["containers"][0]["accelerators"] == [{
                     "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
                     "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
     finally:

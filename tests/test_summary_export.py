@@ -1,14 +1,19 @@
 import json
 
+import pytest
+
 from gpustats.export.summary import rfc3339, summary_dict, summary_json
 from gpustats.model.containers import ContainerUsage
 from gpustats.model.device import DeviceIdentity
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.health import Condition, DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodAccelerator, PodStats,
     Snapshot,
 )
+from gpustats.web.openapi import openapi_document
+from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 
 T = 1_700_000_000.0
 KUBELET_KEYS = {"make", "model", "id", "memoryTotal", "memoryUsed", "dutyCycle"}
@@ -181,3 +186,120 @@ def test_nameless_pods_list_their_containers_at_the_top_level():
     assert [(c["id"], c["podUid"]) for c in out["containers"]] == [("a" * 64, "u-1"),
                                                                    ("b" * 64, "u-2")]
     assert out["containers"][0]["cpu"] == {"time": rfc3339(T), "usageCoreNanoSeconds": 7}
+
+
+def _everything():
+    """A snapshot that sets every extension key the summary has: MIG, DRA claims (resolved
+    and not), pod accelerators, a nameless pod's container, health and saturation."""
+    usage = ContainerUsage(start_time=T - 60,
+                           cpu=CpuStats(time=T, usage_core_nano_seconds=7, usage_nano_cores=3),
+                           memory=MemoryStats(time=T, working_set_bytes=100, usage_bytes=120,
+                                              rss_bytes=90, page_faults=4, major_page_faults=1))
+    claim = ClaimDevice("gpu-claim", "ns", "gpu.nvidia.com", "node-a", "gpu-0", "s-1")
+    trainer = ContainerStats(
+        container_id="c" * 64, name="trainer", runtime="containerd", cgroup_path="/x",
+        pod_uid="u-1", usage=usage,
+        accelerators=(ContainerAccelerator("GPU-a", gpu_instance_id=7, mig_profile="3g.40gb",
+                                           process_memory_used_bytes=1024,
+                                           compute_utilization_percent=75.0,
+                                           attributed_power_watts=100.0,
+                                           attributed_energy_joules=500.0, claim=claim),
+                      ContainerAccelerator("GPU-gone")),
+        unresolved_claims=(UnresolvedClaim(claim, "no CDI spec"),))
+    pod = PodStats(uid="u-1", name="p", namespace="ns", usage=usage, containers=(trainer,),
+                   accelerators=(PodAccelerator("GPU-a", 100.0, 500.0, claim),))
+    nameless = PodStats(uid="u-2", containers=(ContainerStats(container_id="d" * 64,
+                                                              pod_uid="u-2", usage=usage),))
+    health = DeviceHealth(conditions=(Condition("NVMLReady", "False", "XidError", "XID 79",
+                                                T, "nvml-events"),))
+    device = _device(memory_used_bytes=3 << 30, sharing_mode="mig", health=health,
+                     saturation=Saturation(window_seconds=60, memory_used_ratio_avg=0.5),
+                     idle_power_watts=60.0, active_power_watts=250.0, lost=True,
+                     mig_instances=(MigInstanceStats(7, "MIG-7", "3g.40gb", 40 << 30, 1 << 30,
+                                                     0.426, 100.0, 500.0),))
+    loose = ContainerStats(container_id="e" * 64, runtime="docker", cgroup_path="/docker/e")
+    return _snapshot(devices=(device,), pods=(pod, nameless), containers=(loose,))
+
+
+# The keys of k8s.io/kubelet/pkg/apis/stats/v1alpha1 that the summary can carry, per object.
+KUBELET_OBJECT_KEYS = {
+    "summary": {"node", "pods"},
+    "node": {"nodeName", "startTime", "cpu", "memory"},
+    "pod": {"podRef", "startTime", "containers", "cpu", "memory"},
+    "podRef": {"name", "namespace", "uid"},
+    "container": {"name", "startTime", "cpu", "memory", "accelerators"},
+    "cpu": {"time", "usageNanoCores", "usageCoreNanoSeconds"},
+    "memory": {"time", "availableBytes", "usageBytes", "workingSetBytes", "rssBytes",
+               "pageFaults", "majorPageFaults"},
+    "accelerator": KUBELET_KEYS,
+}
+
+
+def _foreign_keys(out):
+    """Every key of a summary outside the kubelet's types, as (object, key)."""
+    found = []
+
+    def check(kind, obj):
+        found.extend((kind, k) for k in obj if k not in KUBELET_OBJECT_KEYS[kind])
+        for k in ("cpu", "memory"):
+            if k in obj and kind != "summary":
+                check(k, obj[k])
+
+    check("summary", out)
+    check("node", out["node"])
+    for pod in out["pods"]:
+        check("pod", pod)
+        check("podRef", pod["podRef"])
+        for container in pod["containers"]:
+            check("container", container)
+            for acc in container.get("accelerators", ()):
+                check("accelerator", acc)
+    return found
+
+
+def test_strict_keeps_only_the_kubelets_keys():
+    snapshot = _everything()
+    full = summary_dict(snapshot)
+    assert {("summary", "containers"), ("node", "accelerators"), ("pod", "accelerators"),
+            ("container", "unresolvedClaims"), ("accelerator", "parentId"),
+            ("accelerator", "claim")} <= set(_foreign_keys(full))
+    for only in (False, True):
+        strict = summary_dict(snapshot, strict=True, only_cpu_and_memory=only)
+        assert _foreign_keys(strict) == [], only
+    strict = summary_dict(snapshot, strict=True)
+    # What the kubelet's types hold is kept as the default body has it.
+    assert strict["node"] == {k: v for k, v in full["node"].items() if k != "accelerators"}
+    assert [p["podRef"] for p in strict["pods"]] == [p["podRef"] for p in full["pods"]]
+    pod, full_pod = strict["pods"][0], full["pods"][0]
+    assert pod["cpu"] == full_pod["cpu"] and pod["memory"] == full_pod["memory"]
+    mig, gone = pod["containers"][0]["accelerators"]
+    assert mig == {"make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": "MIG-7",
+                   "memoryTotal": 40 << 30, "memoryUsed": 1 << 30, "dutyCycle": 43}
+    assert gone == {"make": "nvidia", "id": "GPU-gone"}      # unknown figures stay absent
+    assert json.loads(summary_json(snapshot, strict=True)) == strict
+
+
+def test_strict_body_decodes_into_the_kubelets_go_types(kubelet_decoder):
+    snapshot = _everything()
+    with pytest.raises(DecodeError, match="unknown field"):
+        kubelet_decoder(summary_json(snapshot), strict=True)
+    for only in (False, True):
+        seen = kubelet_decoder(summary_json(snapshot, strict=True, only_cpu_and_memory=only),
+                               strict=True)
+        assert [p["podRef"]["name"] for p in seen["pods"]] == ["p"]
+
+
+
+def test_documented_strict_schema_is_closed_over_the_kubelets_keys():
+    """``components.schemas.KubeletSummary`` of /openapi.json allows exactly the keys above."""
+    summary = openapi_document()["components"]["schemas"]["KubeletSummary"]
+    node = summary["properties"]["node"]
+    pod = summary["properties"]["pods"]["items"]
+    container = pod["properties"]["containers"]["items"]
+    accelerator = container["properties"]["accelerators"]["items"]
+    for kind, schema in (("summary", summary), ("node", node), ("pod", pod),
+                         ("podRef", pod["properties"]["podRef"]), ("container", container),
+                         ("accelerator", accelerator), ("cpu", node["properties"]["cpu"]),
+                         ("memory", container["properties"]["memory"])):
+        assert set(schema["properties"]) == KUBELET_OBJECT_KEYS[kind], kind
+        assert schema["additionalProperties"] is False, kind

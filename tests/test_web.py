@@ -79,6 +79,34 @@ def test_only_cpu_and_memory_parsed_as_the_kubelet_does(client, store):
     assert "accelerators" in resp.get_json()["node"]            # given twice: false
 
 
+def test_strict_parsed_by_the_same_rule_and_rendered_once_per_snapshot(client, store):
+    """``strict`` is true only when given once as ``true`` (query or POST form); its body is a
+    representation of its own (ETag, memo), built once per snapshot."""
+    store.publish(Snapshot(sequence=1, taken_at=time.time(), monotonic=time.monotonic(),
+                           node=NodeStats("n1", 0.0), devices=(_device(),)))
+    table = {"": False, "?strict=true": True, "?strict=True": False, "?strict=1": False,
+             "?strict=": False, "?strict": False, "?strict=true&strict=true": False,
+             "?strict=%74rue": True, "?strict=true&only_cpu_and_memory=true": True}
+    for query, strict in table.items():
+        for method in (client.get, client.post):
+            resp = method("/stats/summary" + query)
+            assert resp.status_code == 200, query
+            assert ("accelerators" not in resp.get_json()["node"]) is strict, query
+    assert "accelerators" not in client.post("/stats/summary",
+                                             data={"strict": "true"}).get_json()["node"]
+    assert "accelerators" in client.post("/stats/summary?strict=true",
+                                         data={"strict": "true"}).get_json()["node"]
+    tags = {client.get("/stats/summary" + q).headers["ETag"]
+            for q in ("", "?strict=true", "?only_cpu_and_memory=true",
+                      "?only_cpu_and_memory=true&strict=true")}
+    assert len(tags) == 4
+    first = client.get("/stats/summary?strict=true").data
+    assert store.render(("summary", False, "strict"), lambda s: b"rebuilt")[1] == first
+    tag = client.get("/stats/summary?strict=true").headers["ETag"]
+    resp = client.get("/stats/summary?strict=true", headers={"If-None-Match": tag})
+    assert resp.status_code == 304
+
+
 def test_unknown_path_and_wrong_method_are_json(client):
     resp = client.get("/nope")
     assert resp.status_code == 404 and resp.get_json()["error"] == "not_found"

@@ -2,7 +2,9 @@
 
 Keys follow k8s.io/kubelet/pkg/apis/stats/v1alpha1: camelCase, times as UTC RFC 3339 with
 second precision, every unknown value left out (never 0). Accelerators carry the kubelet's six
-keys plus gpustats' extension keys. Every name from the host or a source is shown by the one
+keys plus gpustats' extension keys; ``strict`` leaves out every key the kubelet's types do not
+declare (node and pod ``accelerators``, top-level ``containers``, extension keys), so a decoder
+that rejects unknown fields reads the body. Every name from the host or a source is shown by the one
 rule of ``export.text``, field by field (a walk over the whole body would cost as much as
 encoding it).
 """
@@ -150,10 +152,11 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     return out
 
 
-def container_accelerator_dict(acc: ContainerAccelerator,
-                               device: DeviceStats | None) -> dict[str, Any]:
+def container_accelerator_dict(acc: ContainerAccelerator, device: DeviceStats | None,
+                               *, strict: bool = False) -> dict[str, Any]:
     """A container's view of a GPU: the kubelet keys of the device, or of its MIG instance
-    (with the GPU's UUID as ``parentId``), plus what its processes account for."""
+    (with the GPU's UUID as ``parentId``), plus what its processes account for; ``strict``:
+    the kubelet's six keys only."""
     if device is None:
         out: dict[str, Any] = {"make": MAKE, "id": shown(acc.device_uuid)}
     else:
@@ -164,7 +167,10 @@ def container_accelerator_dict(acc: ContainerAccelerator,
         _put(out, "memoryTotal", view.memory_total_bytes)
         _put(out, "memoryUsed", view.memory_used_bytes)
         _put(out, "dutyCycle", view.duty_cycle_percent)
-        _put(out, "parentId", shown_or_none(view.parent_id))
+        if not strict:
+            _put(out, "parentId", shown_or_none(view.parent_id))
+    if strict:
+        return out
     _put(out, "processMemoryUsed", acc.process_memory_used_bytes)
     _put(out, "computeUtilization", _round(acc.compute_utilization_percent, 2))
     _put(out, "attributedPowerWatts", _round(acc.attributed_power_watts))
@@ -193,7 +199,8 @@ def claim_keys(out: dict[str, Any], claim: ClaimDevice) -> dict[str, Any]:
 
 def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
                     fallback_start: float, *, with_accelerators: bool,
-                    top_level: bool, pod_uid: str | None = None) -> dict[str, Any]:
+                    top_level: bool, pod_uid: str | None = None,
+                    strict: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if top_level:
         out["id"] = shown(container.container_id)
@@ -207,16 +214,17 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
     out["startTime"] = rfc3339(start if start is not None else fallback_start)
     _usage(out, container.usage)
     if with_accelerators and container.accelerators:
-        out["accelerators"] = [container_accelerator_dict(a, devices.get(a.device_uuid))
-                               for a in container.accelerators]
-    if with_accelerators and container.unresolved_claims:
+        out["accelerators"] = [
+            container_accelerator_dict(a, devices.get(a.device_uuid), strict=strict)
+            for a in container.accelerators]
+    if with_accelerators and not strict and container.unresolved_claims:
         out["unresolvedClaims"] = [claim_keys({"reason": u.reason}, u.claim)
                                    for u in container.unresolved_claims]
     return out
 
 
 def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: float,
-              *, with_accelerators: bool) -> dict[str, Any]:
+              *, with_accelerators: bool, strict: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "podRef": {"name": shown_or_none(pod.name), "namespace": shown_or_none(pod.namespace),
                    "uid": shown(pod.uid)},
@@ -226,10 +234,10 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
     _usage(out, pod.usage)
     out["containers"] = [
         _container_dict(c, devices, fallback_start, with_accelerators=with_accelerators,
-                        top_level=False)
+                        top_level=False, strict=strict)
         for c in pod.containers
     ]
-    if with_accelerators and pod.accelerators:
+    if with_accelerators and not strict and pod.accelerators:
         accs = []
         for acc in pod.accelerators:
             entry: dict[str, Any] = {"id": shown(acc.device_uuid)}
@@ -242,7 +250,9 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
     return out
 
 
-def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> dict[str, Any]:
+def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
+                 strict: bool = False) -> dict[str, Any]:
+    """The summary; ``strict``: only the keys of the kubelet's v1alpha1 types."""
     node = snapshot.node
     node_out: dict[str, Any] = {"nodeName": shown(node.node_name),
                                 "startTime": rfc3339(node.start_time)}
@@ -251,7 +261,7 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> di
     if node.memory is not None:
         node_out["memory"] = memory_dict(node.memory)
     full = not only_cpu_and_memory
-    if full and snapshot.devices:
+    if full and not strict and snapshot.devices:
         node_out["accelerators"] = [device_dict(d) for d in snapshot.devices]
     devices = {d.identity.uuid: d for d in snapshot.devices}
     # A pod no source names stays out of pods[]: consumers key pods by namespace/name, so two
@@ -263,9 +273,10 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> di
     loose += [(c, c.pod_uid) for c in snapshot.containers]
     out: dict[str, Any] = {
         "node": node_out,
-        "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full) for p in named],
+        "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full, strict=strict)
+                 for p in named],
     }
-    if loose:
+    if loose and not strict:
         out["containers"] = [
             _container_dict(c, devices, node.start_time, with_accelerators=full, top_level=True,
                             pod_uid=uid)
@@ -274,6 +285,7 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> di
     return out
 
 
-def summary_json(snapshot: Snapshot, *, only_cpu_and_memory: bool = False) -> bytes:
-    return json.dumps(summary_dict(snapshot, only_cpu_and_memory=only_cpu_and_memory),
-                      separators=(",", ":")).encode()
+def summary_json(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
+                 strict: bool = False) -> bytes:
+    return json.dumps(summary_dict(snapshot, only_cpu_and_memory=only_cpu_and_memory,
+                                   strict=strict), separators=(",", ":")).encode()

@@ -52,9 +52,15 @@ stats = Blueprint("stats", __name__)
 @stats.route("/stats/summary/", methods=["GET", "POST"])
 def summary() -> Response:
     only = _kubelet_flag("only_cpu_and_memory")
-    response = snapshot_response(request, _store(), ("summary", only),
-                                 lambda s: summary_json(s, only_cpu_and_memory=only),
-                                 "application/json", "cm" if only else "s")
+    # strict: the kubelet's keys only, for decoders that reject unknown fields; read by the
+    # same exact-"true" rule (a gpustats flag, not the kubelet's).
+    strict = _kubelet_flag("strict")
+    key = ("summary", only) if not strict else ("summary", only, "strict")
+    response = snapshot_response(request, _store(), key,
+                                 lambda s: summary_json(s, only_cpu_and_memory=only,
+                                                        strict=strict),
+                                 "application/json",
+                                 ("cm" if only else "s") + ("k" if strict else ""))
     if response is None:
         return json_error(503, "not_ready", "no collection tick has completed yet")
     return response

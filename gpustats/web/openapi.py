@@ -134,6 +134,34 @@ _SUMMARY = {
         "containers": {"type": "array", "items": _LOOSE_CONTAINER},
     },
 }
+
+
+def _closed(schema: dict) -> dict:
+    return dict(schema, additionalProperties=False)
+
+
+# ?strict=true: only the keys of k8s.io/kubelet/pkg/apis/stats/v1alpha1, nothing else anywhere.
+_STRICT_CONTAINER = _closed({
+    "type": "object", "required": ["name", "startTime"],
+    "properties": {"name": {"type": "string"}, "startTime": _TIME, "cpu": _closed(_CPU),
+                   "memory": _closed(_MEMORY),
+                   "accelerators": {"type": "array", "items": _closed({
+                       "type": "object", "required": ["make", "id"],
+                       "properties": _KUBELET_ACCELERATOR})}},
+})
+_STRICT_SUMMARY = _closed({
+    "type": "object", "required": ["node", "pods"],
+    "properties": {
+        "node": _closed({"type": "object", "required": ["nodeName", "startTime"],
+                         "properties": {"nodeName": {"type": "string"}, "startTime": _TIME,
+                                        "cpu": _closed(_CPU), "memory": _closed(_MEMORY)}}),
+        "pods": {"type": "array", "items": _closed({
+            "type": "object", "required": ["podRef", "startTime", "containers"],
+            "properties": {"podRef": _closed(_POD["properties"]["podRef"]),
+                           "startTime": _TIME, "cpu": _closed(_CPU), "memory": _closed(_MEMORY),
+                           "containers": {"type": "array", "items": _STRICT_CONTAINER}}})},
+    },
+})
 _GPUS = {
     "type": "object", "required": ["nodeName", "nvmlLoaded", "gpus"],
     "properties": {"nodeName": {"type": "string"}, "nvmlLoaded": {"type": "boolean"},
@@ -240,6 +268,13 @@ _ONLY_CPU = {"name": "only_cpu_and_memory", "in": "query", "required": False,
              "description": "exactly `true`, given once: node and pod CPU/memory only (no "
                             "accelerators); any other value or a repetition is false, as the "
                             "kubelet reads it"}
+_STRICT = {"name": "strict", "in": "query", "required": False, "schema": {"type": "string"},
+           "example": "true",
+           "description": "exactly `true`, given once (same rule): only the keys the kubelet's "
+                          "v1alpha1 types declare, for decoders that reject unknown fields: no "
+                          "node or pod accelerators, container accelerators with make, model, "
+                          "id, memoryTotal, memoryUsed and dutyCycle only, no top-level "
+                          "containers (schema: components.schemas.KubeletSummary)"}
 # Snapshot bodies: gzip when accepted, an ETag per snapshot, 304 for a poller that has it.
 _CONDITIONAL = [
     {"name": "Accept-Encoding", "in": "header", "required": False, "schema": {"type": "string"},
@@ -248,8 +283,9 @@ _CONDITIONAL = [
      "description": "the ETag of a body already held: 304 while the snapshot is the same"},
 ]
 _NOT_MODIFIED = {"description": "the snapshot named by If-None-Match is still the latest"}
-_SUMMARY_OP = {"parameters": [_ONLY_CPU, *_CONDITIONAL],
-               "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape"),
+_SUMMARY_OP = {"parameters": [_ONLY_CPU, _STRICT, *_CONDITIONAL],
+               "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape (with strict=true,"
+                                                    " the KubeletSummary subset)"),
                              "304": _NOT_MODIFIED, "503": _NOT_READY}}
 
 
@@ -303,6 +339,7 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
                                         "text/css": {"schema": {"type": "string"}}}},
                     "404": _json(_ERROR, "no such asset")}}},
         },
+        "components": {"schemas": {"Summary": _SUMMARY, "KubeletSummary": _STRICT_SUMMARY}},
     }
     if history_seconds > 0:
         document["paths"]["/api/v1/history"] = _history_path(history_seconds)
