@@ -218,6 +218,27 @@ def test_shared_gpu_gives_each_holder_a_copy_of_its_series():
     assert _one(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="8")[1] == 10 * 1024
 
 
+def test_device_plugin_replicas_carry_vgpu():
+    snap = _shared(_snapshot())
+    first, web = snap.pods[0], snap.pods[2]
+    trainer = replace(first.containers[0], accelerators=(
+        ContainerAccelerator(A, replicas=(0,)),))
+    # A container given two replicas of the same GPU has a copy for each, as dcgm-exporter does.
+    webc = replace(web.containers[0], accelerators=(ContainerAccelerator(A, replicas=(1, 2)),))
+    snap = replace(snap, pods=(replace(first, containers=(trainer,)), snap.pods[1],
+                               replace(web, containers=(webc,)), snap.pods[3]))
+    text = render_dcgm(snap).decode()
+    found = sorted((l["pod"], l["vgpu"]) for l, _ in _samples(text, "DCGM_FI_DEV_GPU_UTIL")
+                   if l["gpu"] == "0")
+    assert found == [("train-0", "0"), ("web-0", "1"), ("web-0", "2")]
+    line = next(l for l in text.splitlines()
+                if l.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in l)
+    assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 87')
+    # No replica known (a MIG instance here): no vgpu label.
+    assert all("vgpu" not in l for l, _ in _samples(text, "DCGM_FI_DEV_FB_USED")
+               if l.get("GPU_I_ID") == "7")
+
+
 def test_two_containers_of_one_pod_each_get_a_copy():
     text = render_dcgm(_snapshot(holders=2)).decode()
     assert sorted(l["container"] for l, _ in _samples(text, "DCGM_FI_DEV_GPU_TEMP")

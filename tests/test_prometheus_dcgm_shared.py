@@ -3,7 +3,7 @@ shipped ServiceMonitor does and the way it does with the ``dcgm-exporter-scrape-
 component (``honorLabels: false``, as dcgm-exporter's chart scrapes).
 
 The node: GPU 0 time-sliced by two pods (the device plugin's ``<uuid>::0`` and ``::1``
-replicas), a MIG GPU whose instance 7 a third pod holds and whose instance 9 is idle and held
+replicas, which become dcgm-exporter's ``vgpu`` label), a MIG GPU whose instance 7 a third pod holds and whose instance 9 is idle and held
 by nobody. The node label is asked for by its main-branch name (``hostname``) through the
 environment. Per-pod DCGM series must exist for both pods of the shared GPU (``sum by (pod)``
 keeps it), under ``exported_pod`` with the component, and the idle instance's memory must be
@@ -150,9 +150,12 @@ def test_shared_gpu_series_per_pod(node):
                         ("DCGM_FI_DEV_POWER_USAGE", 400.0)):
         series = prometheus.query(f'{name}{{job="shipped",gpu="0"}}')
         found = {(s["metric"].get("namespace"), s["metric"].get("pod"),
-                  s["metric"].get("container")): float(s["value"][1]) for s in series}
-        # Each pod on the time-sliced GPU has its copy; none is left without pod labels.
-        assert found == {("ml", "infer-a", "a"): value, ("web", "infer-b", "b"): value}, name
+                  s["metric"].get("container"), s["metric"].get("vgpu")): float(s["value"][1])
+                 for s in series}
+        # Each pod on the time-sliced GPU has its copy, with the replica it was given as vgpu;
+        # none is left without pod labels.
+        assert found == {("ml", "infer-a", "a", "0"): value,
+                         ("web", "infer-b", "b", "1"): value}, name
     by_pod = prometheus.query('sum by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{job="shipped"})')
     assert {(s["metric"]["namespace"], s["metric"]["pod"]) for s in by_pod} == {
         ("ml", "infer-a"), ("web", "infer-b")}
@@ -176,6 +179,8 @@ def test_idle_mig_instance_memory(node):
     (free,) = prometheus.query('DCGM_FI_DEV_FB_FREE{job="shipped",gpu="1",GPU_I_ID="9"}')
     assert float(used["value"][1]) == 0 and float(free["value"][1]) == 10 * 1024
     assert "pod" not in used["metric"] and used["metric"]["GPU_I_PROFILE"] == "1g.10gb"
+    held = _metrics(prometheus, 'DCGM_FI_DEV_FB_USED{job="shipped",GPU_I_ID="7"}')
+    assert [m["pod"] for m in held] == ["embed-0"] and "vgpu" not in held[0]
 
 
 def test_component_gives_dcgm_exporter_chart_label_names(node):

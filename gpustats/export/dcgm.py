@@ -4,11 +4,13 @@ Labels follow dcgm-exporter: ``gpu, UUID, pci_bus_id, device="nvidia<minor>", mo
 ``GPU_I_PROFILE, GPU_I_ID`` on MIG instance series, ``Hostname`` (the node name; ``hostname``
 where dcgm-exporter's main branch is followed), ``DCGM_FI_DRIVER_VERSION``, then the Kubernetes
 labels ``container, namespace, pod, pod_uid`` of a named pod container that holds the GPU (or
-the MIG instance), with the ``dra_*`` labels of the DRA claim it holds it by. A GPU that
-several pod containers share (time-slicing, MPS) gives each of them a copy of its series, as
-dcgm-exporter's Kubernetes mapping does with ``--kubernetes-virtual-gpus``, so ``sum by (pod)``
-keeps shared GPUs. A label whose value is unknown is left out, never empty. Rendered here rather than through prometheus-client because
-dcgm-exporter's counters carry no ``_total`` suffix, which prometheus-client's text format adds.
+the MIG instance), with the ``dra_*`` labels of the DRA claim it holds it by and ``vgpu`` for
+the device plugin's replica (``<uuid>::N``). A GPU that several pod containers share
+(time-slicing, MPS) gives each of them (each replica) a copy of its series, as dcgm-exporter's
+Kubernetes mapping does with ``--kubernetes-virtual-gpus``, so ``sum by (pod)`` keeps shared
+GPUs. A label whose value is unknown is left out, never empty. Rendered here rather than through
+prometheus-client because dcgm-exporter's counters carry no ``_total`` suffix, which
+prometheus-client's text format adds.
 """
 
 from __future__ import annotations
@@ -51,31 +53,34 @@ def _labels(*pairs: tuple[str, object]) -> Labels:
 
 
 def _kubernetes_labels(pod: PodStats, container: ContainerStats, acc: ContainerAccelerator,
-                       mig_uuids: dict[tuple[str, int], str]) -> Labels | None:
+                       mig_uuids: dict[tuple[str, int], str]) -> tuple[Labels, ...]:
     """dcgm-exporter's pod attributes (sorted, as its template prints map keys), with the DRA
-    claim's where the device came from one; None for a pod the kubelet has not named (known by
-    its cgroup only)."""
+    claim's where the device came from one: one label set per device-plugin replica held
+    (``vgpu``), else one; none for a pod the kubelet has not named (known by its cgroup only)."""
     if not pod.name or not pod.namespace:
-        return None
+        return ()
     labels = _labels(("container", container.name), ("namespace", pod.namespace),
                      ("pod", pod.name), ("pod_uid", pod.uid))
     claim = acc.claim
-    if claim is None:
-        return labels
-    gi = acc.gpu_instance_id
-    return tuple(sorted(labels + _labels(
-        ("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
-        ("dra_driver_name", claim.driver_name), ("dra_pool_name", claim.pool_name),
-        ("dra_device_name", claim.device_name),
-        ("dra_mig_profile", acc.mig_profile if gi is not None else None),
-        ("dra_mig_device_uuid", mig_uuids.get((acc.device_uuid, gi)) if gi is not None
-         else None))))
+    if claim is not None:
+        gi = acc.gpu_instance_id
+        labels += _labels(
+            ("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
+            ("dra_driver_name", claim.driver_name), ("dra_pool_name", claim.pool_name),
+            ("dra_device_name", claim.device_name),
+            ("dra_mig_profile", acc.mig_profile if gi is not None else None),
+            ("dra_mig_device_uuid", mig_uuids.get((acc.device_uuid, gi)) if gi is not None
+             else None))
+    if not acc.replicas:
+        return (tuple(sorted(labels)),)
+    return tuple(tuple(sorted(labels + (("vgpu", str(r)),))) for r in acc.replicas)
 
 
 def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ...]]:
     """(GPU UUID, GPU instance id) → the Kubernetes labels of each named pod container that
-    holds it, one label set per holder (a shared GPU has several). Containers outside pods and
-    unnamed pods hold GPUs too, without labels: a GPU only they hold has one unlabelled series."""
+    holds it, one label set per holder and replica (a shared GPU has several). Containers
+    outside pods and unnamed pods hold GPUs too, without labels: a GPU only they hold has one
+    unlabelled series."""
     seen: dict[tuple[str, int | None], dict[Labels, None]] = {}
     mig_uuids = {(d.identity.uuid, m.gpu_instance_id): m.uuid for d in snapshot.devices
                  for m in (d.mig_instances or (d.reading.mig_instances if d.reading else ()))
@@ -83,10 +88,10 @@ def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ..
     for pod in snapshot.pods:
         for c in pod.containers:
             for a in c.accelerators:
-                labels = _kubernetes_labels(pod, c, a, mig_uuids)
-                if labels is not None:
-                    seen.setdefault((a.device_uuid, a.gpu_instance_id), {})[labels] = None
-    return {key: tuple(sorted(owners)) for key, owners in seen.items()}
+                owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
+                for labels in _kubernetes_labels(pod, c, a, mig_uuids):
+                    owners[labels] = None
+    return {key: tuple(sorted(owners)) for key, owners in seen.items() if owners}
 
 
 def _escape_label(value: str) -> str:
