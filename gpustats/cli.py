@@ -194,7 +194,9 @@ class Daemon:
         settings = WebSettings(self.config.housekeeping_interval,
                                watchdog_intervals=self.config.tick_watchdog_intervals)
         return create_app(self.store, settings,
-                          metrics_renderer=MetricsRenderer(self.store, self.config.dcgm_compat),
+                          metrics_renderer=MetricsRenderer(
+                              self.store, self.config.dcgm_compat,
+                              self.config.dcgm_hostname_label),
                           extra_blueprints=(
                               history_blueprint(self.history),
                               ui_blueprint(self.store,

@@ -145,6 +145,18 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {brief(value)}")
 
 
+# dcgm-exporter's node label: ``Hostname`` in its releases, ``hostname`` on its main branch.
+DCGM_HOSTNAME_LABELS = ("Hostname", "hostname")
+
+
+def _dcgm_hostname_label(value: Any) -> str:
+    """Exactly one of ``DCGM_HOSTNAME_LABELS``: the two differ by case alone, so case counts."""
+    text = _scalar(value)
+    if text not in DCGM_HOSTNAME_LABELS:
+        raise ValueError(f"expected Hostname or hostname, got {brief(value)}")
+    return text
+
+
 def _log_level(value: Any) -> str:
     level = _scalar(value).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -301,6 +313,9 @@ OPTIONS: tuple[Option, ...] = (
            "state written by a newer gpustats)", "BOOL"),
     Option("dcgm_compat", parse_bool, False,
            "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL"),
+    Option("dcgm_hostname_label", _dcgm_hostname_label, "Hostname",
+           "name of the node label on --dcgm-compat series: Hostname (dcgm-exporter's "
+           "releases) or hostname (its main branch)", "NAME"),
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
@@ -350,6 +365,7 @@ class Config:
     cgroup_stats_interval: float = 10.0
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
+    dcgm_hostname_label: str = "Hostname"
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).
     explicit: frozenset[str] = field(default=frozenset())

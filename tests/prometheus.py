@@ -10,20 +10,30 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import free_port
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[int], scrape_interval: str = "1s"):
+    def __init__(self, workdir: Path, targets: list[int], scrape_interval: str = "1s",
+                 scrape_configs: list[dict] | None = None):
+        """Scrape ``targets`` as job ``gpustats``, or run the given ``scrape_configs``."""
         self.port = free_port()
         config = workdir / "prometheus.yml"
-        listed = ", ".join(f"'127.0.0.1:{port}'" for port in targets)
-        config.write_text(
-            f"global: {{scrape_interval: {scrape_interval}, scrape_timeout: {scrape_interval}, "
-            "evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpustats\n"
-            f"    static_configs: [{{targets: [{listed}]}}]\n")
+        if scrape_configs is None:
+            listed = ", ".join(f"'127.0.0.1:{port}'" for port in targets)
+            config.write_text(
+                f"global: {{scrape_interval: {scrape_interval}, "
+                f"scrape_timeout: {scrape_interval}, evaluation_interval: 1s}}\n"
+                "scrape_configs:\n"
+                "  - job_name: gpustats\n"
+                f"    static_configs: [{{targets: [{listed}]}}]\n")
+        else:
+            config.write_text(yaml.safe_dump({
+                "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+                           "evaluation_interval": "1s"},
+                "scrape_configs": scrape_configs}))
         self.log_path = workdir / "prometheus.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(

@@ -89,6 +89,9 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_ENERGY_EVERY": "often"}, "GPUSTATS_ENERGY_EVERY"),
     (["--cgroup-stats-interval", "0"], {}, "--cgroup-stats-interval"),
     ([], {"GPUSTATS_CGROUP_STATS_INTERVAL": "often"}, "GPUSTATS_CGROUP_STATS_INTERVAL"),
+    (["--dcgm-hostname-label", "HOSTNAME"], {}, "--dcgm-hostname-label"),
+    (["--dcgm-hostname-label", "node"], {}, "Hostname or hostname"),
+    ([], {"GPUSTATS_DCGM_HOSTNAME_LABEL": ""}, "GPUSTATS_DCGM_HOSTNAME_LABEL"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
@@ -214,3 +217,16 @@ def test_reload_applies_what_it_can_and_names_the_rest():
     assert applied == ("idle_power_watts", "log_level") and restart == ("listen",)
     assert merged.idle_power_watts.default_watts == 250 and merged.log_level == "DEBUG"
     assert merged.listen == old.listen
+
+
+def test_dcgm_hostname_label(tmp_path):
+    assert _resolve().dcgm_hostname_label == "Hostname"      # dcgm-exporter's releases
+    assert _resolve(["--dcgm-hostname-label", "hostname"]).dcgm_hostname_label == "hostname"
+    assert _resolve([], {"GPUSTATS_DCGM_HOSTNAME_LABEL": "hostname"}).dcgm_hostname_label \
+        == "hostname"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dcgm_hostname_label: hostname\n")
+    assert _resolve(["--config", str(cfg)]).dcgm_hostname_label == "hostname"
+    cfg.write_text("dcgm_hostname_label: Host-name\n")
+    with pytest.raises(ConfigError, match="dcgm_hostname_label in"):
+        _resolve(["--config", str(cfg)])

@@ -152,6 +152,25 @@ def test_pod_resources_without_runtime_joins_only_unambiguous_gpu():
     assert by_id[B].accelerators[0].reasons == ("devices.list",)
 
 
+def test_time_slicing_replicas_are_kept_per_container():
+    names = FakeNames({A: ContainerNames("p", "ml", UID, "a"),
+                       B: ContainerNames("p", "ml", UID, "b")})
+
+    def replica(container, n):
+        return PodDeviceAllocation(pod_name="p", pod_namespace="ml", container_name=container,
+                                   resource_name="nvidia.com/gpu", device_id=f"{GPU0}::{n}",
+                                   device=DeviceRef(kind="gpu", uuid=GPU0, replica=n))
+    allocations = FakeAllocations((replica("a", 3), replica("b", 1), replica("b", 0),
+                                   alloc("p", "b", GPU1)))
+    tracker = ContainerTracker(FakeCgroups({A: ident(A), B: ident(B)}), FakeProcs({}),
+                               EnergyCounters(), pod_resources=allocations, runtime=names)
+    view = tracker.tick((reading(GPU0, 0), reading(GPU1, 1)), {}, ())
+    by_id = {c.container_id: c for p in view.pods for c in p.containers}
+    assert [(a.device_uuid, a.replicas) for a in by_id[A].accelerators] == [(GPU0, (3,))]
+    assert [(a.device_uuid, a.replicas) for a in by_id[B].accelerators] == [
+        (GPU0, (0, 1)), (GPU1, ())]
+
+
 def test_mig_allocation_maps_to_instance():
     mig = (MigInstanceReading(gpu_instance_id=7, uuid="MIG-x", profile="1g.10gb"),)
     names = FakeNames({A: ContainerNames("p", "ml", UID, "c")})

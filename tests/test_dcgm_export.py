@@ -178,11 +178,71 @@ def test_profiling_fields_absent_without_gpm_never_from_duty_cycle():
     assert _one(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[1] == 87
 
 
-def test_shared_gpu_gets_no_pod_labels_and_unknown_labels_are_left_out():
-    text = render_dcgm(_snapshot(holders=2, driver=None)).decode()
+def test_unknown_labels_are_left_out():
+    text = render_dcgm(_snapshot(driver=None)).decode()
     labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
-    assert "pod" not in labels and "DCGM_FI_DRIVER_VERSION" not in labels
+    assert "DCGM_FI_DRIVER_VERSION" not in labels
     assert '=""' not in text
+
+
+def _shared(snap):
+    """GPU A time-sliced by a second pod, MIG instance 7 by a third (two replicas each)."""
+    web = ContainerStats("5" * 64, "web", pod_uid="u3", accelerators=(ContainerAccelerator(A),))
+    embed = ContainerStats("6" * 64, "server", pod_uid="u4",
+                           accelerators=(ContainerAccelerator(M, gpu_instance_id=7),))
+    return replace(snap, pods=snap.pods + (PodStats("u3", "web-0", "shop", containers=(web,)),
+                                           PodStats("u4", "embed-1", "serving",
+                                                    containers=(embed,))))
+
+
+def test_shared_gpu_gives_each_holder_a_copy_of_its_series():
+    text = render_dcgm(_shared(_snapshot())).decode()
+    for name, value in (("DCGM_FI_DEV_GPU_UTIL", 87), ("DCGM_FI_DEV_FB_USED", 20 * 1024),
+                        ("DCGM_FI_DEV_POWER_USAGE", 612.457),
+                        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.915)):
+        found = {(l["namespace"], l["pod"], l["container"], l["pod_uid"]): v
+                 for l, v in _samples(text, name) if l["gpu"] == "0"}
+        # One copy per holder, none without pod labels: sum by (pod) keeps the shared GPU.
+        assert found == {("ml", "train-0", "trainer", "u1"): pytest.approx(value),
+                         ("shop", "web-0", "web", "u3"): pytest.approx(value)}, name
+    xids = [l for l, _ in _samples(text, "DCGM_FI_DEV_XID_ERRORS") if l["gpu"] == "0"]
+    assert sorted(l["pod"] for l in xids) == ["train-0", "web-0"]
+    assert all(l["err_code"] == "48" for l in xids)
+    instance = {l["pod"]: v for l, v in _samples(text, "DCGM_FI_DEV_FB_USED")
+                if l.get("GPU_I_ID") == "7"}
+    assert instance == {"embed-0": 3 * 1024, "embed-1": 3 * 1024}
+    assert {l["pod"] for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            if l.get("GPU_I_ID") == "7"} == {"embed-0", "embed-1"}
+    # The idle instance nobody holds keeps its one series, memory included.
+    assert _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")[1] == 0
+    assert _one(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="8")[1] == 10 * 1024
+
+
+def test_device_plugin_replicas_carry_vgpu():
+    snap = _shared(_snapshot())
+    first, web = snap.pods[0], snap.pods[2]
+    trainer = replace(first.containers[0], accelerators=(
+        ContainerAccelerator(A, replicas=(0,)),))
+    # A container given two replicas of the same GPU has a copy for each, as dcgm-exporter does.
+    webc = replace(web.containers[0], accelerators=(ContainerAccelerator(A, replicas=(1, 2)),))
+    snap = replace(snap, pods=(replace(first, containers=(trainer,)), snap.pods[1],
+                               replace(web, containers=(webc,)), snap.pods[3]))
+    text = render_dcgm(snap).decode()
+    found = sorted((l["pod"], l["vgpu"]) for l, _ in _samples(text, "DCGM_FI_DEV_GPU_UTIL")
+                   if l["gpu"] == "0")
+    assert found == [("train-0", "0"), ("web-0", "1"), ("web-0", "2")]
+    line = next(l for l in text.splitlines()
+                if l.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in l)
+    assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 87')
+    # No replica known (a MIG instance here): no vgpu label.
+    assert all("vgpu" not in l for l, _ in _samples(text, "DCGM_FI_DEV_FB_USED")
+               if l.get("GPU_I_ID") == "7")
+
+
+def test_two_containers_of_one_pod_each_get_a_copy():
+    text = render_dcgm(_snapshot(holders=2)).decode()
+    assert sorted(l["container"] for l, _ in _samples(text, "DCGM_FI_DEV_GPU_TEMP")
+                  if l["gpu"] == "0") == ["sidecar", "trainer"]
 
 
 def test_unnamed_pod_and_bare_container_hold_without_labels():
@@ -191,9 +251,26 @@ def test_unnamed_pod_and_bare_container_hold_without_labels():
     text = render_dcgm(replace(snap, pods=(snap.pods[0], unnamed))).decode()
     labels, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
     assert "pod" not in labels and "pod_uid" not in labels and "container" not in labels
+    # Beside a named holder, a bare container adds no copy: the named holder's is the one.
     bare = ContainerStats("4" * 64, "x", accelerators=(ContainerAccelerator(A),))
     text = render_dcgm(replace(snap, containers=(bare,))).decode()
-    assert "pod" not in _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
+    assert _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]["pod"] == "train-0"
+    alone = replace(snap, pods=(unnamed,), containers=(bare,))
+    assert "pod" not in _one(render_dcgm(alone).decode(), "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
+
+
+def test_hostname_label_as_a_release_or_the_main_branch_names_it():
+    assert _one(render_dcgm(_snapshot()).decode(), "DCGM_FI_DEV_GPU_TEMP",
+                gpu="0")[0]["Hostname"] == "node-7"
+    text = render_dcgm(_snapshot(), hostname_label="hostname").decode()
+    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert labels["hostname"] == "node-7" and "Hostname" not in labels
+    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    assert ',modelName="' + H100 + '",hostname="node-7",DCGM_FI_DRIVER_VERSION=' in line
+    compat, _ = render(_snapshot(), None, dcgm_compat=True, dcgm_hostname_label="hostname")
+    assert b'hostname="node-7"' in compat and b"Hostname=" not in compat
+    with pytest.raises(ValueError):
+        render_dcgm(_snapshot(), hostname_label="HOSTNAME")
 
 
 def test_no_xid_yet_reads_zero_no_error():

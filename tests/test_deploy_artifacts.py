@@ -1,6 +1,7 @@
 """Deployment artefacts checked by the tools their ecosystems trust (skipped without them)."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -190,6 +191,40 @@ def test_kustomize_renders_with_and_without_the_runtimeclass(tmp_path):
                               str(overlay)], capture_output=True, text=True, timeout=120)
     assert without.returncode == 0, without.stderr
     assert "RuntimeClass" not in [d["kind"] for d in yaml.safe_load_all(without.stdout)]
+
+
+def test_kustomize_renders_the_dcgm_exporter_scrape_labels_component(tmp_path):
+    tool = _tool("kubectl")
+    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
+    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
+        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(MANIFESTS, overlay)       # kustomize refuses absolute directories
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [base],
+        "components": [f"{base}/components/dcgm-exporter-scrape-labels"]}))
+
+    def render(path):
+        done = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                               str(path)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout)}
+
+    plain, patched = render(MANIFESTS), render(overlay)
+    monitor = ("ServiceMonitor", "gpustats")
+    shipped, endpoint = (d[monitor]["spec"]["endpoints"][0] for d in (plain, patched))
+    assert shipped["honorLabels"] is True and endpoint["honorLabels"] is False
+    assert "relabelings" not in endpoint
+    assert {k: v for k, v in shipped.items() if k not in ("honorLabels", "relabelings")} == \
+        {k: v for k, v in endpoint.items() if k != "honorLabels"}
+    # Nothing else changes.
+    assert {k: v for k, v in plain.items() if k != monitor} == \
+        {k: v for k, v in patched.items() if k != monitor}
+    component = yaml.safe_load(
+        (MANIFESTS / "components" / "dcgm-exporter-scrape-labels" / "kustomization.yaml")
+        .read_text())
+    assert component["kind"] == "Component"
 
 
 def test_dashboard_uses_declared_metrics_only():

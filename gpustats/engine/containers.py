@@ -67,10 +67,12 @@ class ClaimSource(Protocol):
 
 @dataclass
 class _Claims:
-    """This tick's DRA claims per container: on which GPU key, and those left unresolved."""
+    """This tick's DRA claims per container: on which GPU key, and those left unresolved; and
+    the device-plugin replicas (``<uuid>::N``) it holds of each GPU key."""
 
     by_key: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
+    replicas: dict[str, dict["GpuKey", set[int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +84,7 @@ class _Joined:
     keys: dict[str, list[tuple["GpuKey", str]]] = field(default_factory=dict)   # (key, reason)
     claims: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
+    replicas: dict[str, dict["GpuKey", set[int]]] = field(default_factory=dict)
     through_users: bool = False            # a join made through this tick's GPU users
 
 
@@ -89,7 +92,8 @@ class _Resolved(NamedTuple):
     """The pod-resources allocations resolved to GPU keys (see ``_resolve_allocations``)."""
 
     holders: dict[str, set[tuple[str, str, str]]]          # GPU UUID -> its allocations' owners
-    resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None]]
+    # (owner, key, claim, device-plugin replica)
+    resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None, int | None]]
     unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]]
 
 
@@ -333,6 +337,7 @@ class ContainerTracker:
                 held.setdefault(key, set()).add(reason)
         claims.by_key = joined.claims
         claims.unresolved = joined.unresolved
+        claims.replicas = joined.replicas
 
     def _join(self, answer: "_Resolved", containers, names, mappings) -> "_Joined":
         """The resolved allocations joined to containers by the runtime's names (and, without
@@ -346,7 +351,7 @@ class ContainerTracker:
                 joined.unresolved.setdefault(by_name[owner], []).append(
                     UnresolvedClaim(claim, reason))
         users: dict[str, set[str]] | None = None
-        for owner, key, claim in resolved:
+        for owner, key, claim, replica in resolved:
             cid = by_name.get(owner)
             if cid is None:
                 # No runtime names: join only when this GPU has one holder and one user.
@@ -368,6 +373,8 @@ class ContainerTracker:
                 continue
             joined.keys.setdefault(cid, []).append(
                 (key, REASON_POD_RESOURCES if claim is None else REASON_DRA))
+            if replica is not None:
+                joined.replicas.setdefault(cid, {}).setdefault(key, set()).add(replica)
             if claim is not None:
                 held = joined.claims.setdefault(cid, {})
                 # One claim per container and GPU key is shown: the first by claim name.
@@ -397,7 +404,8 @@ class ContainerTracker:
         if memo is not None and memo[0] is allocations and memo[2] == valid_for:
             return memo[3]
         holders: dict[str, set[tuple[str, str, str]]] = {}
-        resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None]] = []
+        resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None,
+                             int | None]] = []
         unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]] = []
         for allocation in allocations:
             owner = (allocation.pod_namespace, allocation.pod_name, allocation.container_name)
@@ -409,13 +417,13 @@ class ContainerTracker:
                     unresolved.append((owner, allocation.claim, reason))
                 for key in keys:
                     holders.setdefault(key[0], set()).add(owner)
-                    resolved.append((owner, key, allocation.claim))
+                    resolved.append((owner, key, allocation.claim, None))
                 continue
             key = devices.resolve(allocation)
             if key is None:
                 continue
             holders.setdefault(key[0], set()).add(owner)
-            resolved.append((owner, key, None))
+            resolved.append((owner, key, None, allocation.device.replica))
         answer = _Resolved(holders, resolved, unresolved)
         self._resolved = (allocations, has_claims, valid_for, answer) if not unresolved else None
         return answer
@@ -439,12 +447,14 @@ class ContainerTracker:
         for cid, identity, n, pod_uid in shown:
             accelerators = []
             held = claims.by_key.get(cid, {})
+            replicas = claims.replicas.get(cid, {})
             keys = mapped.mappings.get(cid)
             for key, reasons in (_by_gpu_key(keys) if keys else ()):
                 # A claim on the parent GPU also covers instances it was folded into.
                 claim = held.get(key) or held.get((key[0], None))
                 acc = self._accelerator(cid, key, reasons, mapped.devices,
-                                        by_container.get(cid, ()), settled, claim)
+                                        by_container.get(cid, ()), settled, claim,
+                                        replicas.get(key) or replicas.get((key[0], None)))
                 accelerators.append(acc)
                 if pod_uid is not None:
                     pod_gpus.setdefault(pod_uid, set()).add(key[0])
@@ -530,7 +540,8 @@ class ContainerTracker:
                     yield ("pod", uid), ref
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: _Devices, procs,
-                     settled: Settled, claim: ClaimDevice | None = None) -> ContainerAccelerator:
+                     settled: Settled, claim: ClaimDevice | None = None,
+                     replicas: set[int] | None = None) -> ContainerAccelerator:
         uuid, gi = key
         # One pass over this container's processes on this GPU (or GPU instance).
         # Sums start as sum() does (int 0), so figures keep their types.
@@ -556,7 +567,8 @@ class ContainerTracker:
             tuple(reasons), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
-            attributed_power_watts=watts, attributed_energy_joules=total, claim=claim)
+            attributed_power_watts=watts, attributed_energy_joules=total, claim=claim,
+            replicas=tuple(sorted(replicas)) if replicas else ())
 
     @staticmethod
     def _pod_accelerators(uid: str, gpus: Iterable[str], settled: Settled,

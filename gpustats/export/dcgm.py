@@ -1,12 +1,16 @@
 """dcgm-exporter compatible series for one snapshot (``--dcgm-compat``), as exposition text.
 
 Labels follow dcgm-exporter: ``gpu, UUID, pci_bus_id, device="nvidia<minor>", modelName``,
-``GPU_I_PROFILE, GPU_I_ID`` on MIG instance series, ``Hostname`` (the node name),
-``DCGM_FI_DRIVER_VERSION``, then the Kubernetes labels ``container, namespace, pod, pod_uid``
-when exactly one pod container holds the GPU (or the MIG instance), with the ``dra_*`` labels
-of the DRA claim it holds it by. A label whose value is
-unknown is left out, never empty. Rendered here rather than through prometheus-client because
-dcgm-exporter's counters carry no ``_total`` suffix, which prometheus-client's text format adds.
+``GPU_I_PROFILE, GPU_I_ID`` on MIG instance series, ``Hostname`` (the node name; ``hostname``
+where dcgm-exporter's main branch is followed), ``DCGM_FI_DRIVER_VERSION``, then the Kubernetes
+labels ``container, namespace, pod, pod_uid`` of a named pod container that holds the GPU (or
+the MIG instance), with the ``dra_*`` labels of the DRA claim it holds it by and ``vgpu`` for
+the device plugin's replica (``<uuid>::N``). A GPU that several pod containers share
+(time-slicing, MPS) gives each of them (each replica) a copy of its series, as dcgm-exporter's
+Kubernetes mapping does with ``--kubernetes-virtual-gpus``, so ``sum by (pod)`` keeps shared
+GPUs. A label whose value is unknown is left out, never empty. Rendered here rather than through
+prometheus-client because dcgm-exporter's counters carry no ``_total`` suffix, which
+prometheus-client's text format adds.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, float | int]              # (rendered label set, value)
 
 NO_XID_MESSAGE = "No Error"
+# dcgm-exporter's node label: ``Hostname`` up to its latest release, ``hostname`` on its main
+# branch (renamed there to stop clashing with Slurm's ``hostname``).
+HOSTNAME_LABELS = ("Hostname", "hostname")
 _FB_FREE, _FB_USED = (next(f for f in DEVICE_FIELDS if f.name == name)
                       for name in INSTANCE_MEMORY_FIELDS)
 
@@ -46,44 +53,45 @@ def _labels(*pairs: tuple[str, object]) -> Labels:
 
 
 def _kubernetes_labels(pod: PodStats, container: ContainerStats, acc: ContainerAccelerator,
-                       mig_uuids: dict[tuple[str, int], str]) -> Labels | None:
+                       mig_uuids: dict[tuple[str, int], str]) -> tuple[Labels, ...]:
     """dcgm-exporter's pod attributes (sorted, as its template prints map keys), with the DRA
-    claim's where the device came from one; None for a pod the kubelet has not named (known by
-    its cgroup only)."""
+    claim's where the device came from one: one label set per device-plugin replica held
+    (``vgpu``), else one; none for a pod the kubelet has not named (known by its cgroup only)."""
     if not pod.name or not pod.namespace:
-        return None
+        return ()
     labels = _labels(("container", container.name), ("namespace", pod.namespace),
                      ("pod", pod.name), ("pod_uid", pod.uid))
     claim = acc.claim
-    if claim is None:
-        return labels
-    gi = acc.gpu_instance_id
-    return tuple(sorted(labels + _labels(
-        ("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
-        ("dra_driver_name", claim.driver_name), ("dra_pool_name", claim.pool_name),
-        ("dra_device_name", claim.device_name),
-        ("dra_mig_profile", acc.mig_profile if gi is not None else None),
-        ("dra_mig_device_uuid", mig_uuids.get((acc.device_uuid, gi)) if gi is not None
-         else None))))
+    if claim is not None:
+        gi = acc.gpu_instance_id
+        labels += _labels(
+            ("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
+            ("dra_driver_name", claim.driver_name), ("dra_pool_name", claim.pool_name),
+            ("dra_device_name", claim.device_name),
+            ("dra_mig_profile", acc.mig_profile if gi is not None else None),
+            ("dra_mig_device_uuid", mig_uuids.get((acc.device_uuid, gi)) if gi is not None
+             else None))
+    if not acc.replicas:
+        return (tuple(sorted(labels)),)
+    return tuple(tuple(sorted(labels + (("vgpu", str(r)),))) for r in acc.replicas)
 
 
-def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], Labels]:
-    """(GPU UUID, GPU instance id) → Kubernetes labels, where one named pod container alone
-    holds it. Containers outside pods and unnamed pods hold GPUs too, without labels."""
-    seen: dict[tuple[str, int | None], list[Labels | None]] = {}
+def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ...]]:
+    """(GPU UUID, GPU instance id) → the Kubernetes labels of each named pod container that
+    holds it, one label set per holder and replica (a shared GPU has several). Containers
+    outside pods and unnamed pods hold GPUs too, without labels: a GPU only they hold has one
+    unlabelled series."""
+    seen: dict[tuple[str, int | None], dict[Labels, None]] = {}
     mig_uuids = {(d.identity.uuid, m.gpu_instance_id): m.uuid for d in snapshot.devices
                  for m in (d.mig_instances or (d.reading.mig_instances if d.reading else ()))
                  if m.uuid}
     for pod in snapshot.pods:
         for c in pod.containers:
             for a in c.accelerators:
-                seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(
-                    _kubernetes_labels(pod, c, a, mig_uuids))
-    for c in snapshot.containers:
-        for a in c.accelerators:
-            seen.setdefault((a.device_uuid, a.gpu_instance_id), []).append(None)
-    return {key: owners[0] for key, owners in seen.items()
-            if len(owners) == 1 and owners[0] is not None}
+                owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
+                for labels in _kubernetes_labels(pod, c, a, mig_uuids):
+                    owners[labels] = None
+    return {key: tuple(sorted(owners)) for key, owners in seen.items() if owners}
 
 
 def _escape_label(value: str) -> str:
@@ -111,41 +119,44 @@ class _Families:
 
 
 def _device_samples(out: _Families, d: DeviceStats, tail: Labels,
-                    kubernetes: dict[tuple[str, int | None], Labels]) -> None:
+                    kubernetes: dict[tuple[str, int | None], tuple[Labels, ...]]) -> None:
     ident = d.identity
     base = _labels(("gpu", ident.index), ("UUID", ident.uuid), ("pci_bus_id", ident.pci_bus_id),
                    ("device", f"nvidia{ident.minor_number}"
                     if ident.minor_number is not None else None),
                    ("modelName", ident.name))
-    k8s = kubernetes.get((ident.uuid, None), ())
-    labels = _render_labels(base + tail + k8s)
+    owners = kubernetes.get((ident.uuid, None)) or ((),)
     reading = d.reading
     if reading is not None and not reading.lost:
-        for field in DEVICE_FIELDS:
-            out.add(field, labels, _get(reading, field.path))
-        for field in PROF_FIELDS:
-            out.add(field, labels, _get(reading.gpm, field.path))
+        for k8s in owners:
+            labels = _render_labels(base + tail + k8s)
+            for field in DEVICE_FIELDS:
+                out.add(field, labels, _get(reading, field.path))
+            for field in PROF_FIELDS:
+                out.add(field, labels, _get(reading.gpm, field.path))
         for inst in reading.mig_instances:
             _instance_samples(out, inst, base, tail,
-                              kubernetes.get((ident.uuid, inst.gpu_instance_id), ()))
+                              kubernetes.get((ident.uuid, inst.gpu_instance_id)) or ((),))
     if d.health is not None:
         code = d.health.last_xid
         message = NO_XID_MESSAGE if code is None else \
             XID_DESCRIPTIONS.get(code, "Unknown XID error")
         extra = (("err_code", str(code or 0)), ("err_msg", message))
-        out.add(XID, _render_labels(base + tail + tuple(sorted(k8s + extra))), code or 0)
+        for k8s in owners:
+            out.add(XID, _render_labels(base + tail + tuple(sorted(k8s + extra))), code or 0)
 
 
 def _instance_samples(out: _Families, inst: MigInstanceReading, base: Labels, tail: Labels,
-                      k8s: Labels) -> None:
-    labels = _render_labels(base + _labels(("GPU_I_PROFILE", inst.profile),
-                                           ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s)
-    for field in PROF_FIELDS:
-        out.add(field, labels, _get(inst.gpm, field.path))
+                      owners: tuple[Labels, ...]) -> None:
     used, total = inst.memory_used_bytes, inst.memory_total_bytes
-    out.add(_FB_USED, labels, used)
-    if used is not None and total is not None and total >= used:
-        out.add(_FB_FREE, labels, total - used)
+    for k8s in owners:
+        labels = _render_labels(base + _labels(("GPU_I_PROFILE", inst.profile),
+                                               ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s)
+        for field in PROF_FIELDS:
+            out.add(field, labels, _get(inst.gpm, field.path))
+        out.add(_FB_USED, labels, used)
+        if used is not None and total is not None and total >= used:
+            out.add(_FB_FREE, labels, total - used)
 
 
 def _format(value: float | int) -> str:
@@ -162,9 +173,13 @@ def _lines(families: _Families) -> Iterator[str]:
             yield f"{field.name}{labels} {_format(value)}\n"
 
 
-def render_dcgm(snapshot: Snapshot, node_name: str | None = None) -> bytes:
-    """Every dcgm-exporter family NVML gave this tick, as Prometheus text (OpenMetrics-safe)."""
-    tail = _labels(("Hostname", node_name or snapshot.node.node_name),
+def render_dcgm(snapshot: Snapshot, node_name: str | None = None,
+                hostname_label: str = HOSTNAME_LABELS[0]) -> bytes:
+    """Every dcgm-exporter family NVML gave this tick, as Prometheus text (OpenMetrics-safe);
+    ``hostname_label`` names the node label (one of ``HOSTNAME_LABELS``)."""
+    if hostname_label not in HOSTNAME_LABELS:
+        raise ValueError(f"hostname label must be one of {HOSTNAME_LABELS}")
+    tail = _labels((hostname_label, node_name or snapshot.node.node_name),
                    ("DCGM_FI_DRIVER_VERSION", snapshot.status.driver_version))
     kubernetes = holders(snapshot)
     out = _Families()

@@ -221,16 +221,17 @@ def _daemon(out: _Families, snapshot: Snapshot) -> None:
 _OPENMETRICS_EOF = b"# EOF\n"
 
 
-def render(snapshot: Snapshot, accept: str | None,
-           dcgm_compat: bool = False) -> tuple[bytes, str]:
+def render(snapshot: Snapshot, accept: str | None, dcgm_compat: bool = False,
+           dcgm_hostname_label: str = "Hostname") -> tuple[bytes, str]:
     """The exposition of one snapshot in the format the Accept header negotiates; with
-    ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``)."""
+    ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``), their
+    node label named ``dcgm_hostname_label``."""
     encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: snapshot))
     body = encoder(registry)
     if dcgm_compat:
-        dcgm = render_dcgm(snapshot)
+        dcgm = render_dcgm(snapshot, hostname_label=dcgm_hostname_label)
         if body.endswith(_OPENMETRICS_EOF):
             body = body[:-len(_OPENMETRICS_EOF)] + dcgm + _OPENMETRICS_EOF
         else:
@@ -241,15 +242,18 @@ def render(snapshot: Snapshot, accept: str | None,
 class MetricsRenderer:
     """``renderer(accept) -> (body, content type)``, rendered once per snapshot and format."""
 
-    def __init__(self, store: SnapshotStore, dcgm_compat: bool = False):
+    def __init__(self, store: SnapshotStore, dcgm_compat: bool = False,
+                 dcgm_hostname_label: str = "Hostname"):
         self._store = store
         self._dcgm_compat = dcgm_compat
+        self._dcgm_hostname_label = dcgm_hostname_label
 
     def negotiate(self, accept: str | None
                   ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
         """(memo key, body builder, content type) of the format the Accept header asks for."""
         _, content_type = choose_encoder(accept or "")
-        build = lambda s: render(s, accept, self._dcgm_compat)[0]  # noqa: E731
+        build = lambda s: render(s, accept, self._dcgm_compat,  # noqa: E731
+                                 self._dcgm_hostname_label)[0]
         return ("metrics", content_type), build, content_type
 
     def __call__(self, accept: str | None) -> tuple[bytes, str]:

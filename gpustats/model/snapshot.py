@@ -80,6 +80,7 @@ class ContainerAccelerator:
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
     claim: ClaimDevice | None = None                # the DRA claim that allocated it
+    replicas: tuple[int, ...] = ()     # device-plugin replicas held (time-slicing/MPS ``::N``)
 
 
 @record
