@@ -228,3 +228,4 @@ def test_sdist_and_wheel_build(tmp_path):
     with tarfile.open(sdist) as tar:
         assert any(n.endswith("gpustats/cli.py") for n in tar.getnames())
         assert all(any(n.endswith(f) for n in tar.getnames()) for f in page_files)
+        assert any(n.endswith("/LICENSE") for n in tar.getnames())
