@@ -59,6 +59,34 @@ def test_unit_contract():
         assert line in text
 
 
+# Directives whose entries are host paths that systemd must find at start unless "-"-prefixed.
+PATH_LIST_DIRECTIVES = ("ReadOnlyPaths", "ReadWritePaths", "InaccessiblePaths", "ExecPaths",
+                        "NoExecPaths", "BindPaths", "BindReadOnlyPaths")
+# Kernel interfaces present on every host the unit can run on.
+ALWAYS_PRESENT = {"/sys", "/proc"}
+
+
+def _unit_path_entries(text):
+    entries = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() in PATH_LIST_DIRECTIVES:
+            for entry in value.split():
+                source = entry.split(":", 1)[0]         # Bind*Paths: SOURCE[:DEST[:OPTIONS]]
+                entries.append((key.strip(), source))
+    return entries
+
+
+def test_unit_optional_host_paths_may_be_missing():
+    # systemd refuses to start a unit whose listed path is missing (226/NAMESPACE) unless the
+    # path is "-"-prefixed; the pod-resources directory is absent on hosts without a kubelet.
+    entries = _unit_path_entries(UNIT.read_text())
+    assert ("ReadOnlyPaths", "-/var/lib/kubelet/pod-resources") in entries
+    required = [(key, path) for key, path in entries
+                if path.lstrip("+").startswith("/") and path.lstrip("+") not in ALWAYS_PRESENT]
+    assert required == [], "optional host paths without the '-' prefix"
+
+
 def _manifest_files():
     return sorted(p for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml")
 
@@ -263,3 +291,4 @@ def test_sdist_and_wheel_build(tmp_path):
     with tarfile.open(sdist) as tar:
         assert any(n.endswith("gpustats/cli.py") for n in tar.getnames())
         assert all(any(n.endswith(f) for n in tar.getnames()) for f in page_files)
+        assert any(n.endswith("/LICENSE") for n in tar.getnames())
