@@ -96,6 +96,45 @@ def test_a_pod_whose_only_container_restarts_stays_served(start_daemon, tmp_path
     assert_never_decreased(last, counters(scrape(daemon)))
 
 
+def test_a_pod_without_its_cgroup_stays_served_while_its_container_is_retained(start_daemon,
+                                                                               tmp_path):
+    """The pod is deleted: its process, its container's cgroup and its own go at once. The
+    pod stays in ``pods[]`` and in ``/metrics`` under its names, its total never lower, while
+    its container's counter is retained; once the retention passes it goes."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = log_layout(tmp_path / "logs", 1, {1: "main"})
+    path = tmp_path / "s.yaml"
+    busy = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
+    daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
+                   "--log-root", logs, "--counter-retention", "6", "--persist-interval", "0.5")
+    uid = pod_uid(1)
+    daemon.wait_for(lambda s: uid in pods_by_uid(s) and any(
+        a.get("attributedEnergyJoules", 0) > 50
+        for a in pods_by_uid(s)[uid].get("accelerators", ())))
+    last = counters(scrape(daemon))
+    write_scenario(path, {"devices": [device()], "processes": []})
+    shutil.rmtree(container_dir(cgroup, 1, 1).parent)
+    shutil.rmtree(proc / "101")
+    gone = time.monotonic()
+    daemon.wait_for(lambda s: not s.get("containers") and all(
+        not p["containers"] for p in s["pods"]))
+    while time.monotonic() < gone + 2.5:
+        summary = daemon.get("/stats/summary")[1]
+        pod = pods_by_uid(summary).get(uid)
+        assert pod is not None, "the pod left pods[] while its container is retained"
+        assert (pod["podRef"]["name"], pod["podRef"]["namespace"]) == (POD, NAMESPACE)
+        assert [a["id"] for a in pod["accelerators"]] == [GPU]
+        assert "attributedPowerWatts" not in pod["accelerators"][0]
+        values = counters(scrape(daemon))
+        assert pod_joules(values, uid) is not None, "the pod left /metrics"
+        assert_never_decreased(last, values)
+        last = values
+        time.sleep(0.1)
+    # The retention over, the container's counters are dropped, and the pod with them.
+    daemon.wait_for(lambda s: uid not in pods_by_uid(s), timeout=20)
+    assert pod_joules(counters(scrape(daemon)), uid) is None
+
+
 # ------------------------------------------------------------- a GPU lost for a while and back
 
 

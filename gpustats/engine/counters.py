@@ -123,6 +123,10 @@ class EnergyCounters:
         """Keep a counter alive (and create it at 0) without adding energy."""
         return self.advance(key, None)
 
+    def retained(self, owner: Owner) -> bool:
+        """Some counter of this owner is kept (it existed within the retention)."""
+        return owner in self._seen
+
     def value(self, key: Key) -> float | None:
         return self._values.get(key)
 
