@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.fakehost import (
+    build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
+)
 from tests.invariants import assert_billed_or_unattributed, assert_never_decreased, counters
 from tests.test_billing_e2e import GPU, device, scrape, start, v1_host, value
 
@@ -208,6 +210,51 @@ def test_an_unknown_process_list_leaves_container_and_pod_attribution_absent(sta
     assert_billed_or_unattributed(text)
     values = counters(text)
     assert value(values, "gpustats_node_gpu_unattributed_joules", gpu_uuid=GPU) > 100
+
+
+@pytest.mark.parametrize("change", ["lost", "processes unknown"])
+def test_a_live_container_keeps_its_gpu_entry_while_its_processes_are_not_known(
+        start_daemon, tmp_path, change):
+    """On cgroup v2 the container holds the GPU through NVML's process list. While the GPU is
+    lost, or NVML stops giving its processes, the container (still there) keeps its GPU entry
+    with its total (no watts) in the summary and in ``/metrics``, never lower."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    path = tmp_path / "s.yaml"
+    running = {"pid": 101, "device": GPU}
+    daemon = start(start_daemon, tmp_path, {"devices": [device()], "processes": [running]},
+                   cgroup, proc, "--housekeeping-interval", "0.2")
+    cid = container_id(1)
+
+    def entry(summary):
+        found = [a for a in containers_by_id(summary).get(cid, {}).get("accelerators", ())
+                 if a["id"] == GPU]
+        return found[0] if found else None
+
+    daemon.wait_for(lambda s: (entry(s) or {}).get("attributedEnergyJoules", 0) > 50)
+    last = counters(scrape(daemon))
+    if change == "lost":
+        write_scenario(path, {"devices": [device(lost=True)], "processes": []})
+        daemon.wait_for(lambda s: s["node"]["accelerators"][0].get("lost"))
+    else:
+        write_scenario(path, {"devices": [device(unsupported=["processes"])],
+                              "processes": [running]})
+        daemon.wait_for(lambda s: not s["node"]["accelerators"][0].get("lost") and all(
+            not p.get("accelerators") for p in s.get("processes", ())) and
+            "unattributedPowerWatts" in s["node"]["accelerators"][0] and
+            s["node"]["accelerators"][0]["unattributedPowerWatts"]
+            == s["node"]["accelerators"][0].get("activePowerWatts"))
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        acc = entry(daemon.get("/stats/summary")[1])
+        assert acc is not None, "the container's GPU entry vanished"
+        assert "attributedPowerWatts" not in acc and acc["attributedEnergyJoules"] > 50, acc
+        text = scrape(daemon)
+        assert metric_value(text, "gpustats_container_gpu_joules_total",
+                            container_id=cid, gpu_uuid=GPU) is not None, "left /metrics"
+        values = counters(text)
+        assert_never_decreased(last, values)
+        last = values
+        time.sleep(0.1)
 
 
 # ------------------------------------------------------------- power falling within a tick

@@ -446,11 +446,18 @@ class ContainerTracker:
             accelerators = []
             held = claims.by_key.get(cid, {})
             keys = mapped.mappings.get(cid)
+            before = entries.get(cid)
+            if before is not None and (keys is None or not before.issubset(keys)):
+                # Entries not mapped this tick (the GPU lost, its processes unknown): listed
+                # with their totals while their counters exist.
+                keys = {**{k: () for k in before}, **(keys or {})}
             for key, reasons in (_by_gpu_key(keys) if keys else ()):
                 # A claim on the parent GPU also covers instances it was folded into.
                 claim = held.get(key) or held.get((key[0], None))
                 acc = self._accelerator(cid, key, reasons, mapped.devices,
                                         by_container.get(cid, ()), settled, claim)
+                if not reasons and acc.attributed_energy_joules is None:
+                    continue              # held before, but no counter of it is kept
                 accelerators.append(acc)
                 if pod_uid is not None:
                     pod_gpus.setdefault(pod_uid, set()).add(key[0])
