@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.fakehost import (
+    build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
+)
 from tests.invariants import assert_billed_or_unattributed, assert_never_decreased, counters
 from tests.test_billing_e2e import GPU, device, scrape, start, v1_host, value
 
@@ -96,6 +98,47 @@ def test_a_pod_whose_only_container_restarts_stays_served(start_daemon, tmp_path
     assert_never_decreased(last, counters(scrape(daemon)))
 
 
+def test_a_pod_without_its_cgroup_stays_served_while_its_container_is_retained(start_daemon,
+                                                                               tmp_path):
+    """The pod is deleted: its process, its container's cgroup and its own go at once. The
+    pod stays in ``pods[]`` and in ``/metrics`` under its names, its total never lower, while
+    its container's counter is retained; once the retention passes it goes."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = log_layout(tmp_path / "logs", 1, {1: "main"})
+    path = tmp_path / "s.yaml"
+    busy = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
+    daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
+                   "--log-root", logs, "--counter-retention", "6", "--persist-interval", "0.5")
+    uid = pod_uid(1)
+    daemon.wait_for(lambda s: uid in pods_by_uid(s) and any(
+        a.get("attributedEnergyJoules", 0) > 50
+        for a in pods_by_uid(s)[uid].get("accelerators", ())))
+    last = counters(scrape(daemon))
+    write_scenario(path, {"devices": [device()], "processes": []})
+    shutil.rmtree(container_dir(cgroup, 1, 1).parent)
+    shutil.rmtree(proc / "101")
+    gone = time.monotonic()
+    daemon.wait_for(lambda s: not s.get("containers") and all(
+        not p["containers"] for p in s["pods"]))
+    checked = 0
+    while time.monotonic() < gone + 2.5 or not checked:
+        checked += 1
+        summary = daemon.get("/stats/summary")[1]
+        pod = pods_by_uid(summary).get(uid)
+        assert pod is not None, "the pod left pods[] while its container is retained"
+        assert (pod["podRef"]["name"], pod["podRef"]["namespace"]) == (POD, NAMESPACE)
+        assert [a["id"] for a in pod["accelerators"]] == [GPU]
+        assert "attributedPowerWatts" not in pod["accelerators"][0]
+        values = counters(scrape(daemon))
+        assert pod_joules(values, uid) is not None, "the pod left /metrics"
+        assert_never_decreased(last, values)
+        last = values
+        time.sleep(0.1)
+    # The retention over, the container's counters are dropped, and the pod with them.
+    daemon.wait_for(lambda s: uid not in pods_by_uid(s), timeout=20)
+    assert pod_joules(counters(scrape(daemon)), uid) is None
+
+
 # ------------------------------------------------------------- a GPU lost for a while and back
 
 
@@ -169,6 +212,53 @@ def test_an_unknown_process_list_leaves_container_and_pod_attribution_absent(sta
     assert_billed_or_unattributed(text)
     values = counters(text)
     assert value(values, "gpustats_node_gpu_unattributed_joules", gpu_uuid=GPU) > 100
+
+
+@pytest.mark.parametrize("change", ["lost", "processes unknown"])
+def test_a_live_container_keeps_its_gpu_entry_while_its_processes_are_not_known(
+        start_daemon, tmp_path, change):
+    """On cgroup v2 the container holds the GPU through NVML's process list. While the GPU is
+    lost, or NVML stops giving its processes, the container (still there) keeps its GPU entry
+    with its total (no watts) in the summary and in ``/metrics``, never lower."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    path = tmp_path / "s.yaml"
+    running = {"pid": 101, "device": GPU}
+    daemon = start(start_daemon, tmp_path, {"devices": [device()], "processes": [running]},
+                   cgroup, proc, "--housekeeping-interval", "0.2")
+    cid = container_id(1)
+
+    def entry(summary):
+        found = [a for a in containers_by_id(summary).get(cid, {}).get("accelerators", ())
+                 if a["id"] == GPU]
+        return found[0] if found else None
+
+    daemon.wait_for(lambda s: (entry(s) or {}).get("attributedEnergyJoules", 0) > 50)
+    last = counters(scrape(daemon))
+    if change == "lost":
+        write_scenario(path, {"devices": [device(lost=True)], "processes": []})
+        daemon.wait_for(lambda s: s["node"]["accelerators"][0].get("lost"))
+    else:
+        write_scenario(path, {"devices": [device(unsupported=["processes"])],
+                              "processes": [running]})
+        daemon.wait_for(lambda s: not s["node"]["accelerators"][0].get("lost") and all(
+            not p.get("accelerators") for p in s.get("processes", ())) and
+            "unattributedPowerWatts" in s["node"]["accelerators"][0] and
+            s["node"]["accelerators"][0]["unattributedPowerWatts"]
+            == s["node"]["accelerators"][0].get("activePowerWatts"))
+    deadline = time.monotonic() + 1.5
+    checked = 0
+    while time.monotonic() < deadline or not checked:
+        checked += 1
+        acc = entry(daemon.get("/stats/summary")[1])
+        assert acc is not None, "the container's GPU entry vanished"
+        assert "attributedPowerWatts" not in acc and acc["attributedEnergyJoules"] > 50, acc
+        text = scrape(daemon)
+        assert metric_value(text, "gpustats_container_gpu_joules_total",
+                            container_id=cid, gpu_uuid=GPU) is not None, "left /metrics"
+        values = counters(text)
+        assert_never_decreased(last, values)
+        last = values
+        time.sleep(0.1)
 
 
 # ------------------------------------------------------------- power falling within a tick

@@ -115,9 +115,14 @@ def test_nvml_process_path_adds_containers_the_walk_missed():
     assert acc.attributed_energy_joules == 250.0
     assert view.pods[0].accelerators[0].attributed_energy_joules == 250.0
     assert view.pid_to_container == {(GPU0, 4242): D}
-    # A process that vanished or lives outside containers stays at process level.
+    # A process that vanished or lives outside containers stays at process level; the pod
+    # (no cgroup of its own found) stays served with its total while its container's counter
+    # is retained.
     view = tracker.tick((reading(GPU0, 0, [ProcessReading(pid=999)]),), {}, ())
-    assert view.pods == () and view.pid_to_container == {}
+    assert view.pid_to_container == {}
+    assert [(p.uid, p.containers) for p in view.pods] == [(UID, ())]
+    assert [(a.device_uuid, a.attributed_power_watts, a.attributed_energy_joules)
+            for a in view.pods[0].accelerators] == [(GPU0, None, 250.0)]
 
 
 def test_pod_resources_joined_by_runtime_names_and_sandbox_skipped():

@@ -197,6 +197,11 @@ class ContainerTracker:
         # Each served pod's last known (name, namespace): kept while none of its containers
         # is named (all of them restarting).
         self._pod_names: dict[str, tuple[str | None, str | None]] = {}
+        # Each container's GPU entries that may hold a counter (None until first read from the
+        # counters), and the pod each was shown under: a live container keeps listing an entry
+        # while its counter exists, and a pod is served while a container of it is retained.
+        self._entries: dict[str, set[GpuKey]] | None = None
+        self._pod_of: dict[str, str] = {}
 
     def tick(self, readings: tuple[DeviceReading, ...],
              attributions: Mapping[str, DeviceAttribution],
@@ -444,17 +449,25 @@ class ContainerTracker:
         loose: list[ContainerStats] = []
         pod_gpus: dict[str, set[str]] = {}
         pod_claims: dict[str, dict[str, ClaimDevice]] = {}
+        entries = self._remember_entries(mapped.holdings.held)
         for cid, identity, n, pod_uid in shown:
             accelerators = []
             held = claims.by_key.get(cid, {})
             replicas = claims.replicas.get(cid, {})
             keys = mapped.mappings.get(cid)
+            before = entries.get(cid)
+            if before is not None and (keys is None or not before.issubset(keys)):
+                # Entries not mapped this tick (the GPU lost, its processes unknown): listed
+                # with their totals while their counters exist.
+                keys = {**{k: () for k in before}, **(keys or {})}
             for key, reasons in (_by_gpu_key(keys) if keys else ()):
                 # A claim on the parent GPU also covers instances it was folded into.
                 claim = held.get(key) or held.get((key[0], None))
                 acc = self._accelerator(cid, key, reasons, mapped.devices,
                                         by_container.get(cid, ()), settled, claim,
                                         replicas.get(key) or replicas.get((key[0], None)))
+                if not reasons and acc.attributed_energy_joules is None:
+                    continue              # held before, but no counter of it is kept
                 accelerators.append(acc)
                 if pod_uid is not None:
                     pod_gpus.setdefault(pod_uid, set()).add(key[0])
@@ -478,6 +491,17 @@ class ContainerTracker:
         for uid in mapped.pods:
             if uid not in stats_by_pod:
                 stats_by_pod[uid] = []
+        # ... and while a container of it is retained (its counters kept), the pod's cgroup
+        # gone or never found. Containers gone and no longer retained are forgotten.
+        retained, pod_of, live = self._counters.retained, self._pod_of, mapped.containers
+        for cid in [c for c in entries if c not in live]:
+            if retained(("container", cid)):
+                uid = pod_of.get(cid)
+                if uid is not None and uid not in stats_by_pod:
+                    stats_by_pod[uid] = []
+            else:
+                del entries[cid]
+                pod_of.pop(cid, None)
         pod_history: dict[str, dict[str, float]] = {}
         for key, total in self._counters.items("pod"):
             pod_history.setdefault(key[1], {})[key[2]] = total
@@ -491,13 +515,32 @@ class ContainerTracker:
             name, namespace = known_names.get(uid, (None, None))
             pod_stats.append(PodStats(
                 uid=uid, name=name, namespace=namespace,
-                usage=usage[("pod", uid)], containers=tuple(members),
+                usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
                 accelerators=self._pod_accelerators(uid, pod_gpus.get(uid, ()), settled,
                                                     pod_history.get(uid, {}),
                                                     pod_claims.get(uid, {}))))
         for gone in known_names.keys() - stats_by_pod.keys():
             del known_names[gone]
         return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
+
+    def _remember_entries(self, held: Mapping[ContainerKey, str | None]) -> dict[str, set[GpuKey]]:
+        """Each container's GPU entries that may hold a counter: those it held this tick or
+        before (read from the counters at the first tick, so a restart keeps them)."""
+        entries = self._entries
+        if entries is None:
+            entries = self._entries = {}
+            for key, _ in self._counters.items("container"):
+                entries.setdefault(key[1], set()).add((key[2], key[3]))
+        pod_of = self._pod_of
+        for key, uid in held.items():
+            cid = key[1]
+            known = entries.get(cid)
+            if known is None:
+                known = entries[cid] = set()
+            known.add((key[2], key[3]))
+            if uid is not None:
+                pod_of[cid] = uid
+        return entries
 
     def _read_usage(self, shown, pods: Mapping[str, CgroupRef]) -> dict[object, ContainerUsage]:
         """CPU and memory of the shown containers and their pods, keyed by container ID and
@@ -585,6 +628,9 @@ class ContainerTracker:
             if uuid not in out:
                 out[uuid] = PodAccelerator(uuid, None, total)
         return tuple(out[k] for k in sorted(out))
+
+
+_NO_USAGE = ContainerUsage()
 
 
 def _owners(containers: Mapping[str, ContainerIdentity], pods: Mapping[str, CgroupRef],

@@ -98,9 +98,34 @@ class EnergyCounters:
             self._seen[owner_of(key)] = self._wall()
             return grown
 
+    def advance_all(self, gains: Iterable[tuple[Key, float]]) -> None:
+        """``advance`` of each (key, joules), under one lock and one clock reading; a counter
+        that exists and gains nothing is left as it is (not marked changed). Only a new
+        counter's owner is marked alive here: the caller marks the owners of the others
+        (``mark_alive``), as the energy ledger does with every owner of its tick."""
+        isfinite = math.isfinite
+        with self._lock:
+            values, dirty, seen = self._values, self._dirty, self._seen
+            now = self._wall()
+            for key, joules in gains:
+                gain = joules if joules is not None and joules > 0 and isfinite(joules) else 0.0
+                current = values.get(key)
+                if current is None:
+                    seen[owner_of(key)] = now
+                    values[key] = gain
+                elif gain:
+                    values[key] = current + gain
+                else:
+                    continue
+                dirty.add(key)
+
     def touch(self, key: Key) -> float:
         """Keep a counter alive (and create it at 0) without adding energy."""
         return self.advance(key, None)
+
+    def retained(self, owner: Owner) -> bool:
+        """Some counter of this owner is kept (it existed within the retention)."""
+        return owner in self._seen
 
     def value(self, key: Key) -> float | None:
         return self._values.get(key)

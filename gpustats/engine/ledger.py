@@ -40,33 +40,35 @@ class Holdings:
     process_owner: Mapping[tuple[str, int], str] = field(default_factory=dict)
     # each container's GPU (or GPU instance) entry -> the pod it is shown under (None: no pod)
     held: Mapping[ContainerKey, str | None] = field(default_factory=dict)
-    # the containers' and pods' owners to keep alive (every container and pod of the tick)
+    # the containers' and pods' owners to keep alive (every container and pod of the tick,
+    # those of every ``held`` entry among them: the ledger marks them alive from here)
     alive: tuple[Owner, ...] = ()
 
 
-@dataclass
 class Settled:
     """The ledger's answer for one tick: each key's energy this tick (missing: unknown this
     tick) and each GPU's tick length; totals are read from the counters it advanced."""
 
-    counters: EnergyCounters
-    tick: dict[tuple, float] = field(default_factory=dict)
-    dt: dict[str, float] = field(default_factory=dict)
-    totals: dict[tuple, float] = field(default_factory=dict)
+    __slots__ = ("counters", "tick", "dt", "_value")
+
+    def __init__(self, counters: EnergyCounters, tick: dict[tuple, float] | None = None,
+                 dt: dict[str, float] | None = None):
+        self.counters = counters
+        self.tick: dict[tuple, float] = {} if tick is None else tick
+        self.dt: dict[str, float] = {} if dt is None else dt
+        self._value = counters.value
 
     def total(self, key: tuple) -> float | None:
         """The counter after this tick (None: it never counted anything)."""
-        found = self.totals.get(key)
-        return found if found is not None else self.counters.value(key)
+        return self._value(key)
 
     def figures(self, key: tuple, device_uuid: str) -> tuple[float | None, float | None]:
         """(watts, total) of the key: what every attributed entry of the snapshot shows."""
-        total = self.totals.get(key)
-        if total is None:
-            return None, self.counters.value(key)
         joules = self.tick.get(key)
+        if joules is None:
+            return None, self._value(key)
         dt = self.dt.get(device_uuid)
-        return (joules / dt if joules is not None and dt else None), total
+        return (joules / dt if dt else None), self._value(key)
 
     def watts(self, key: tuple, device_uuid: str) -> float | None:
         """The key's energy this tick over the tick's length (None: unknown or no length)."""
@@ -86,32 +88,36 @@ class EnergyLedger:
                starts: Mapping[tuple[str, int], int | None],
                holdings: Holdings | None = None) -> Settled:
         """Advance every counter by the tick's energies; ``starts`` gives each listed process's
-        start time (its counter's key)."""
+        start time (its counter's key).
+
+        The tick's energies are gathered first, then every counter is advanced in one step
+        (one lock, one clock reading): a counter that exists and gains nothing is only kept.
+        """
         counters = self._counters
         holdings = holdings or Holdings()
         settled = Settled(counters)
-        tick, totals = settled.tick, settled.totals
-        alive: list[Owner] = list(holdings.alive)
-        # (container ID, GPU UUID) -> [(GPU instance id, joules)] of its processes this tick
-        owned: dict[tuple[str, str], list[tuple[int | None, float]]] = {}
+        tick, dts = settled.tick, settled.dt
+        alive: list[Owner] = []
+        # Each container entry's energy this tick. Each process is billed once, to one entry
+        # of its container: the GPU instance it runs on where the container holds that
+        # instance, else the whole GPU; neither held: unattributed. (Entries are looked up by
+        # the plain tuple, equal to the typed key ``held`` is keyed by.)
+        containers: dict[tuple, float] = {}
         accounted: set[str] = set()
         owner_of = holdings.process_owner
-        advance = counters.advance
+        held = holdings.held
         for reading in readings:
             uuid = reading.identity.uuid
             alive.append(("gpu", uuid))
             attribution = attributions.get(uuid)
             if attribution is None:
                 continue                       # lost, or its accounting failed: kept, not grown
-            settled.dt[uuid] = attribution.dt_seconds
+            dts[uuid] = attribution.dt_seconds
             if attribution.device_energy_joules is not None:
-                key = DeviceKey(uuid)
-                totals[key] = advance(key, attribution.device_energy_joules)
+                tick[DeviceKey(uuid)] = attribution.device_energy_joules
             active = attribution.tick_active_energy_joules
             if active is not None:
-                key = ActiveKey(uuid)
-                totals[key] = advance(key, active)
-                tick[key] = active
+                tick[ActiveKey(uuid)] = active
             known = active is not None and attribution.processes_known
             if known:
                 accounted.add(uuid)
@@ -130,68 +136,45 @@ class EnergyLedger:
                 seen.add(slot)
                 process = (uuid, pid)
                 key = ProcessKey(uuid, pid, starts.get(process))
+                alive.append(key)
                 joules = shares.get(slot)
                 if joules is None:
-                    alive.append(key)
                     continue
-                totals[key] = advance(key, joules)
                 tick[key] = tick.get(key, 0.0) + joules
                 if gi is not None:
                     mig[gi] = mig.get(gi, 0.0) + joules
                 cid = owner_of.get(process)
                 if cid is not None:
-                    owned.setdefault((cid, uuid), []).append((gi, joules))
+                    entry = ("container", cid, uuid, gi)
+                    if gi is not None and entry not in held:
+                        entry = ("container", cid, uuid, None)
+                    if entry in held:
+                        containers[entry] = containers.get(entry, 0.0) + joules
             if known:
-                for inst in reading.mig_instances:
-                    key = MigKey(uuid, inst.gpu_instance_id)
-                    joules = mig.get(inst.gpu_instance_id, 0.0)
-                    totals[key] = self._grow(key, joules)      # its owner is the GPU, alive
-                    tick[key] = joules
-        # Each process is billed once, to one entry of its container: the GPU instance it
-        # runs on where the container holds that instance, else the whole GPU.
-        held = holdings.held
-        containers: dict[ContainerKey, float] = {}
-        for (cid, uuid), shares in owned.items():
-            for gi, joules in shares:
-                key = ContainerKey(cid, uuid, gi) if gi is not None else None
-                if key is None or key not in held:
-                    key = ContainerKey(cid, uuid, None)
-                    if key not in held:
-                        continue              # no entry of the container: unattributed
-                containers[key] = containers.get(key, 0.0) + joules
+                for inst in reading.mig_instances:          # their owner is the GPU, alive
+                    tick[MigKey(uuid, inst.gpu_instance_id)] = mig.get(inst.gpu_instance_id, 0.0)
         billed: dict[str, float] = {}
-        pods: dict[PodKey, float] = {}
+        pods: dict[tuple[str, str], float] = {}
         for key, pod in held.items():
             uuid = key[2]
             if uuid not in accounted:
                 continue                      # unknown this tick: absent, its total kept
-            joules = containers.get(key, 0.0)
-            totals[key] = self._grow(key, joules)
-            tick[key] = joules
+            joules = tick[key] = containers.get(key, 0.0)
             billed[uuid] = billed.get(uuid, 0.0) + joules
             if pod is not None:
-                pod_key = PodKey(pod, uuid)
-                pods[pod_key] = pods.get(pod_key, 0.0) + joules
-        for key, joules in pods.items():
-            totals[key] = self._grow(key, joules)
-            tick[key] = joules
-        for uuid in settled.dt:
+                slot = (pod, uuid)
+                pods[slot] = pods.get(slot, 0.0) + joules
+        for (pod, uuid), joules in pods.items():
+            tick[PodKey(pod, uuid)] = joules
+        for uuid in dts:
             active = tick.get(ActiveKey(uuid))
             if active is None:
                 continue
             # Whatever no container is billed for (all of it when the processes are unknown).
             left = max(0.0, active - billed.get(uuid, 0.0)) if uuid in accounted else active
-            key = UnattributedKey(uuid)
-            totals[key] = self._grow(key, left)
-            tick[key] = left
+            tick[UnattributedKey(uuid)] = left
+        counters.advance_all(tick.items())
+        # Every owner of the tick: its containers and pods, GPUs and listed processes.
+        counters.mark_alive(holdings.alive)
         counters.mark_alive(alive)
         return settled
-
-    def _grow(self, key: tuple, joules: float) -> float:
-        """A counter after this tick. One that exists and gains nothing is only read (its owner
-        is marked alive at the end of the step, with every owner of the tick)."""
-        if not joules:
-            total = self._counters.value(key)
-            if total is not None:
-                return total
-        return self._counters.advance(key, joules)
