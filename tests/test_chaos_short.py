@@ -136,3 +136,57 @@ gpustats_container_gpu_joules_total{gpu="0",gpu_uuid="G",container_id="c"} %s
     found = check.check(1, counters(second), known_gpus(second))
     assert len(found) == 1 and "gpustats_pod_gpu_joules gained 50.0 J" in found[0]
     assert check.check(2, counters(second), set()) == []      # a new daemon run: no baseline
+
+
+def _exposition(active, pods, containers, mig=None):
+    """/metrics text of one known GPU "G": active joules and each series' joules by id."""
+    lines = ["# TYPE gpustats_node_gpu_sharing_mode_info gauge",
+             'gpustats_node_gpu_sharing_mode_info{gpu="0",gpu_uuid="G",mode="mig"} 1.0',
+             "# TYPE gpustats_node_gpu_active_joules_total counter",
+             f'gpustats_node_gpu_active_joules_total{{gpu="0",gpu_uuid="G"}} {active}']
+    for family, label, series in (("gpustats_pod_gpu_joules", "pod_uid", pods),
+                                  ("gpustats_container_gpu_joules", "container_id", containers),
+                                  ("gpustats_node_gpu_mig_joules", "gpu_instance_id", mig)):
+        if series is None:
+            continue
+        lines.append(f"# TYPE {family}_total counter")
+        lines += [f'{family}_total{{gpu="0",gpu_uuid="G",{label}="{k}"}} {v}'
+                  for k, v in series.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _conservation(*texts):
+    from bench.chaos_checks import Conservation, counters, known_gpus
+    check = Conservation()
+    return [check.check(1, counters(t), known_gpus(t)) for t in texts]
+
+
+def test_conservation_takes_a_vanished_series_sum_as_a_lower_bound():
+    """A pod deleted between two scrapes: its container's series ends (its last gains unseen)
+    while its pod's goes on; the container sum may fall short, never exceed."""
+    first = _exposition(100, {"p": 50, "q": 50}, {"c": 50, "d": 50})
+    second = _exposition(200, {"p": 100, "q": 100}, {"c": 100})     # d gained 50, unseen
+    assert _conservation(first, second) == [[], []]
+    too_much = _exposition(200, {"p": 100, "q": 100}, {"c": 160})
+    assert "gpustats_container_gpu_joules gained 110.0 J" in _conservation(first, too_much)[1][0]
+    pods_short = _exposition(200, {"p": 100, "q": 50}, {"c": 100})  # a pod's series goes on
+    assert "gpustats_pod_gpu_joules gained 50.0 J" in _conservation(first, pods_short)[1][0]
+
+
+def test_a_re_created_mig_instance_counts_only_its_growth():
+    """Instance 1 destroyed, later created again with its id: its series comes back with its
+    retained total (plus its last gains before it vanished, owed since then)."""
+    pods, containers = {"p": 0}, {"c": 0}
+
+    def scrape(active, mig):
+        pods["p"] = containers["c"] = active
+        return _exposition(active, pods, containers, mig)
+
+    texts = [scrape(600, {"1": 500, "2": 100}),
+             scrape(700, {"2": 150}),                 # 1 gained 50 before it was destroyed
+             scrape(760, {"1": 560, "2": 200}),       # back: 50 owed + 10 new, 2 gained 50
+             scrape(800, {"1": 580, "2": 220})]
+    assert _conservation(*texts) == [[], [], [], []]
+    texts[2] = scrape(760, {"1": 700, "2": 200})     # more than it was owed
+    found = _conservation(*texts)
+    assert "gpustats_node_gpu_mig_joules gained 250.0 J" in found[2][0]
