@@ -14,12 +14,13 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
 - a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
-- a MIG instance's first busy tick in a daemon run (created with its tenant, or busy for the
-  first time since the daemon started): its activity comes from GPM, which needs a sample at
-  the start of the interval, and the daemon samples an instance only while it has processes.
-  For that tick the daemon cannot know the instance's activity and assumes the mean of the
-  known ones (equal shares when none is known), as it serves in
-  ``gpustats_process_gpu_share_method``; the range spans that split and the true one.
+- a MIG instance's first busy tick in a daemon run: its activity comes from GPM, which needs
+  a sample at the start of the interval. An instance created with its tenant is learnt of at
+  that tick, so the daemon cannot know its activity and assumes the mean of the known ones
+  (equal shares when none is known), as it serves in ``gpustats_process_gpu_share_method``.
+  (It samples idle instances too, from when it learns of them, by event or at a cadence the
+  oracle cannot time: an instance counts as sampled here only after a read at which it was
+  busy.) The range spans that split and the true one.
 """
 
 from __future__ import annotations
