@@ -117,21 +117,28 @@ class Conservation:
     gains in the ticks before it vanished are not seen: the level's sum is a lower bound of
     what was billed, checked on its upper side alone, and the shortfall is remembered as
     owed. A series that comes back counts its growth since it was last seen, so its level may
-    exceed the interval's active joules by what that level is owed.
+    exceed the interval's active joules by what that level is owed (by any amount where the
+    series vanished over an interval that was not compared: its shortfall was not measured).
     While processes are unknown or the GPU is lost the daemon may leave the energy
     unattributed, so those intervals are not compared."""
     previous: tuple[int, dict[Series, float], set[str]] | None = None
     last_seen: dict[Series, float] = field(default_factory=dict)   # across daemon runs
     owed: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    unmeasured: set[tuple[str, str]] = field(default_factory=set)  # vanished, shortfall unknown
 
     def check(self, run: int, values: dict[Series, float], known: set[str]) -> list[str]:
         previous, self.previous = self.previous, (run, values, known)
         last_seen = dict(self.last_seen)
         self.last_seen.update(values)
-        if previous is None or previous[0] != run:
+        if previous is None:
             return []
         out = []
         interval = grown(previous[1], values, last_seen)
+        for uuid in set(interval.gained) | set(interval.vanished):
+            if previous[0] != run or uuid not in known or uuid not in previous[2]:
+                self.unmeasured |= {(uuid, level) for level in interval.vanished[uuid]}
+        if previous[0] != run:
+            return []
         for uuid, levels in sorted(interval.gained.items()):
             if uuid not in known or uuid not in previous[2]:
                 continue
@@ -154,7 +161,10 @@ class Conservation:
                 if not low - unattributed <= mig <= high:
                     out.append(f"conservation {uuid}: Σ {MIG} gained {mig:.1f} J, active "
                                f"gained {active:.1f} J, unattributed {unattributed:.1f} J")
-            if levels.get(PROCESS, 0.0) > active + slack:
+            processes = levels.get(PROCESS, 0.0)
+            _, high = self._bounds((uuid, PROCESS), active, slack, vanished, reappeared,
+                                   processes)
+            if processes > high:
                 out.append(f"conservation {uuid}: Σ {PROCESS} gained "
                            f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")
         return out
@@ -165,7 +175,8 @@ class Conservation:
         level = owed_key[1]
         low, high = active - slack, active + slack
         if level in reappeared:
-            high += self.owed[owed_key]
+            high += float("inf") if owed_key in self.unmeasured else self.owed[owed_key]
+            self.unmeasured.discard(owed_key)
             self.owed[owed_key] = max(0.0, self.owed[owed_key] - max(0.0, billed - active))
         if level in vanished:
             low = float("-inf")
