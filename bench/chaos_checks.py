@@ -66,14 +66,41 @@ def known_gpus(text: str) -> set[str]:
     return shared - lost
 
 
-def _grown(before: dict[Series, float], after: dict[Series, float]) -> dict[str, dict]:
-    """Per GPU and level, what the counters served in ``after`` gained since ``before``
-    (a series new in ``after`` gained all of its value; one that vanished is left out)."""
-    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED)
+
+
+@dataclass
+class Interval:
+    """Per GPU and level, what the counters gained between two scrapes, and which levels lost
+    or regained a series in between."""
+    gained: dict[str, dict[str, float]]
+    vanished: dict[str, set[str]]      # GPU -> levels with a series served before, absent now
+    reappeared: dict[str, set[str]]    # GPU -> levels with a series absent before, seen earlier
+
+
+def _gpu_of(key: Series) -> str:
+    return dict(key[1]).get("gpu_uuid", "?")
+
+
+def grown(before: dict[Series, float], after: dict[Series, float],
+          last_seen: dict[Series, float]) -> Interval:
+    """What the series served in ``after`` gained since ``before``. A series absent from
+    ``before`` counts its growth since the last value seen of it (``last_seen``: a MIG
+    instance re-created with its id continues its retained counter), one never seen counts
+    all of its value. A series that vanished in between is left out: its last gains are not
+    seen."""
+    out = Interval(defaultdict(lambda: defaultdict(float)), defaultdict(set), defaultdict(set))
     for key, value in after.items():
-        name, labels = key
-        if name in LEVELS or name in (ACTIVE, PROCESS, MIG, UNATTRIBUTED):
-            out[dict(labels).get("gpu_uuid", "?")][name] += value - before.get(key, 0.0)
+        name = key[0]
+        if name not in COMPARED:
+            continue
+        uuid = _gpu_of(key)
+        if key not in before and key in last_seen:
+            out.reappeared[uuid].add(name)
+        out.gained[uuid][name] += value - before.get(key, last_seen.get(key, 0.0))
+    for key in before:
+        if key[0] in COMPARED and key not in after:
+            out.vanished[_gpu_of(key)].add(key[0])
     return out
 
 
@@ -84,35 +111,77 @@ class Conservation:
     (within 1 %), Σ process ≤ it; on a MIG GPU Σ MIG instance lies between the active joules
     less the unattributed ones and the active joules (energy of a process in no container is
     unattributed, yet its instance's).
-    (A process's series ends with the process; containers and pods are served while
-    retained. While processes are unknown or the GPU is lost the daemon may leave the
-    energy unattributed, so those intervals are not compared.)"""
+    A process's series ends with the process; a container's series for a GPU ends when the
+    container no longer holds it (its pod's goes on); a MIG instance's ends when the instance
+    is destroyed. Where a level's series on a GPU vanished since the previous scrape, its
+    gains in the ticks before it vanished are not seen: the level's sum is a lower bound of
+    what was billed, checked on its upper side alone, and the shortfall is remembered as
+    owed. A series that comes back counts its growth since it was last seen, so its level may
+    exceed the interval's active joules by what that level is owed (by any amount where the
+    series vanished over an interval that was not compared: its shortfall was not measured).
+    While processes are unknown or the GPU is lost the daemon may leave the energy
+    unattributed, so those intervals are not compared."""
     previous: tuple[int, dict[Series, float], set[str]] | None = None
+    last_seen: dict[Series, float] = field(default_factory=dict)   # across daemon runs
+    owed: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    unmeasured: set[tuple[str, str]] = field(default_factory=set)  # vanished, shortfall unknown
 
     def check(self, run: int, values: dict[Series, float], known: set[str]) -> list[str]:
         previous, self.previous = self.previous, (run, values, known)
-        if previous is None or previous[0] != run:
+        last_seen = dict(self.last_seen)
+        self.last_seen.update(values)
+        if previous is None:
             return []
         out = []
-        for uuid, levels in sorted(_grown(previous[1], values).items()):
+        interval = grown(previous[1], values, last_seen)
+        for uuid in set(interval.gained) | set(interval.vanished):
+            if previous[0] != run or uuid not in known or uuid not in previous[2]:
+                self.unmeasured |= {(uuid, level) for level in interval.vanished[uuid]}
+        if previous[0] != run:
+            return []
+        for uuid, levels in sorted(interval.gained.items()):
             if uuid not in known or uuid not in previous[2]:
                 continue
+            vanished, reappeared = interval.vanished[uuid], interval.reappeared[uuid]
             active = levels.get(ACTIVE, 0.0)
             unattributed = levels.get(UNATTRIBUTED, 0.0)
             slack = CONSERVATION_REL * active + CONSERVATION_ABS
             for level in LEVELS:
-                if abs(levels.get(level, 0.0) + unattributed - active) > slack:
+                billed = levels.get(level, 0.0) + unattributed
+                low, high = self._bounds((uuid, level), active, slack, vanished, reappeared,
+                                         billed)
+                if not low <= billed <= high:
                     out.append(f"conservation {uuid}: Σ {level} gained "
                                f"{levels.get(level, 0.0):.1f} J + unattributed "
                                f"{unattributed:.1f} J, active gained {active:.1f} J")
             mig = levels.get(MIG)
-            if mig is not None and not active - unattributed - slack <= mig <= active + slack:
-                out.append(f"conservation {uuid}: Σ {MIG} gained {mig:.1f} J, active gained "
-                           f"{active:.1f} J, unattributed {unattributed:.1f} J")
-            if levels.get(PROCESS, 0.0) > active + slack:
+            if mig is not None:
+                low, high = self._bounds((uuid, MIG), active, slack, vanished, reappeared,
+                                         mig)
+                if not low - unattributed <= mig <= high:
+                    out.append(f"conservation {uuid}: Σ {MIG} gained {mig:.1f} J, active "
+                               f"gained {active:.1f} J, unattributed {unattributed:.1f} J")
+            processes = levels.get(PROCESS, 0.0)
+            _, high = self._bounds((uuid, PROCESS), active, slack, vanished, reappeared,
+                                   processes)
+            if processes > high:
                 out.append(f"conservation {uuid}: Σ {PROCESS} gained "
                            f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")
         return out
+
+    def _bounds(self, owed_key: tuple[str, str], active: float, slack: float,
+                vanished: set[str], reappeared: set[str], billed: float) -> tuple[float, float]:
+        """(lowest, highest) a level may show gained over the interval; settles what it owes."""
+        level = owed_key[1]
+        low, high = active - slack, active + slack
+        if level in reappeared:
+            high += float("inf") if owed_key in self.unmeasured else self.owed[owed_key]
+            self.unmeasured.discard(owed_key)
+            self.owed[owed_key] = max(0.0, self.owed[owed_key] - max(0.0, billed - active))
+        if level in vanished:
+            low = float("-inf")
+            self.owed[owed_key] += max(0.0, active - billed)
+        return low, high
 
 
 @dataclass

@@ -13,7 +13,14 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - the last tick before a daemon dies (it may not have journaled it);
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
-- a GPU whose per-process utilization the daemon could not read (equal split or SM shares).
+- a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
+- a MIG instance's first busy tick in a daemon run: its activity comes from GPM, which needs
+  a sample at the start of the interval. An instance created with its tenant is learnt of at
+  that tick, so the daemon cannot know its activity and assumes the mean of the known ones
+  (equal shares when none is known), as it serves in ``gpustats_process_gpu_share_method``.
+  (It samples idle instances too, from when it learns of them, by event or at a cadence the
+  oracle cannot time: an instance counts as sampled here only after a read at which it was
+  busy.) The range spans that split and the true one.
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ def read_trace(path: Path) -> list[dict]:
     return out
 
 
-def shares(gpu: GpuState, equal_split: bool) -> dict[str, float]:
-    """Share of the GPU's active energy per pod UID in one world state."""
+def shares(gpu: GpuState, equal_split: bool,
+           unsampled: frozenset[int] = frozenset()) -> dict[str, float]:
+    """Share of the GPU's active energy per pod UID in one world state; on a MIG GPU the
+    ``unsampled`` instances are given the daemon's assumption instead of their activity."""
     holders = gpu.holders
     if not holders:
         return {}
@@ -58,6 +67,11 @@ def shares(gpu: GpuState, equal_split: bool) -> dict[str, float]:
     if gpu.mig is not None:
         activity = dict(gpu.mig)
         busy = sorted({h.gpu_instance for h in holders if h.gpu_instance in activity})
+        if unsampled & set(busy):     # the daemon's assumption: the mean of the known ones,
+            known = [activity[gi] for gi in busy if gi not in unsampled]   # else all equal
+            mean = sum(known) / len(known) if sum(known) > 0 else None
+            activity = {gi: 1.0 if mean is None else mean if gi in unsampled else activity[gi]
+                        for gi in busy}
         total = sum(activity[gi] for gi in busy)
         for gi in busy:
             members = [h.pid for h in holders if h.gpu_instance == gi]
@@ -76,10 +90,31 @@ def shares(gpu: GpuState, equal_split: bool) -> dict[str, float]:
     return out
 
 
-def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
+def _candidates(gpu: GpuState, util_unknown: bool,
+                sampled: set[int]) -> list[dict[str, float]]:
     if gpu.mig is None and util_unknown:
         return [shares(gpu, False), shares(gpu, True)]
+    if gpu.mig is not None:
+        unsampled = frozenset(_busy(gpu) - sampled)
+        if unsampled:
+            return [shares(gpu, False), shares(gpu, False, unsampled)]
     return [shares(gpu, False)]
+
+
+def _busy(gpu: GpuState) -> set[int]:
+    return {h.gpu_instance for h in gpu.holders if h.gpu_instance in dict(gpu.mig or ())}
+
+
+def _still_sampled(sampled: set[int], gpus: list[GpuState]) -> set[int]:
+    """The instances whose GPM sample the daemon surely holds after a read that saw one of
+    ``gpus``: those sampled before that still exist, and those busy now (in every view)."""
+    migs = [g.mig for g in gpus]
+    if not migs or any(m is None for m in migs):
+        return set()
+    out = set(sampled)
+    for gpu in gpus:
+        out &= set(dict(gpu.mig))
+    return out | set.intersection(*(_busy(g) for g in gpus))
 
 
 def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expected:
@@ -93,6 +128,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
     unknown_processes: set[str] = set()
     unknown_util: set[str] = set()
     last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
+    sampled: dict[str, set[int]] = {}   # per MIG GPU: instances with a GPM sample in this run
 
     def note_lost(state: WorldState | None) -> None:
         for g in state.gpus if state else ():
@@ -111,6 +147,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
             lost_since.clear()
             unknown_processes.clear()
             unknown_util.clear()
+            sampled.clear()
             tag, previous_tag = line["tag"], None
             note_lost(states.get(tag))
             continue
@@ -133,16 +170,20 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
                 unknown_util.add(uuid)
         before = last_read.get(uuid)
         last_read[uuid] = (t, mj)
+        sampled_before = sampled.get(uuid, set())
+        sampled[uuid] = _still_sampled(sampled_before, gpus)
         if before is None:
             continue
         if uuid in lost_since:
             lost_since.discard(uuid)
+            sampled[uuid] = set()
             out.unbilled_intervals += 1
             continue
         dt = t - before[0]
         active = max(0.0, (mj - before[1]) / 1000.0 - IDLE_WATTS * dt)
         out.intervals += 1
-        options = [c for g in gpus for c in _candidates(g, uuid in unknown_util)]
+        options = [c for g in gpus
+                   for c in _candidates(g, uuid in unknown_util, sampled_before)]
         pods = {uid for c in options for uid in c}
         gains: dict[str, float] = {}
         for uid in pods:

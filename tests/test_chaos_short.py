@@ -136,3 +136,83 @@ gpustats_container_gpu_joules_total{gpu="0",gpu_uuid="G",container_id="c"} %s
     found = check.check(1, counters(second), known_gpus(second))
     assert len(found) == 1 and "gpustats_pod_gpu_joules gained 50.0 J" in found[0]
     assert check.check(2, counters(second), set()) == []      # a new daemon run: no baseline
+
+
+def _exposition(active, pods, containers, mig=None):
+    """/metrics text of one known GPU "G": active joules and each series' joules by id."""
+    lines = ["# TYPE gpustats_node_gpu_sharing_mode_info gauge",
+             'gpustats_node_gpu_sharing_mode_info{gpu="0",gpu_uuid="G",mode="mig"} 1.0',
+             "# TYPE gpustats_node_gpu_active_joules_total counter",
+             f'gpustats_node_gpu_active_joules_total{{gpu="0",gpu_uuid="G"}} {active}']
+    for family, label, series in (("gpustats_pod_gpu_joules", "pod_uid", pods),
+                                  ("gpustats_container_gpu_joules", "container_id", containers),
+                                  ("gpustats_node_gpu_mig_joules", "gpu_instance_id", mig)):
+        if series is None:
+            continue
+        lines.append(f"# TYPE {family}_total counter")
+        lines += [f'{family}_total{{gpu="0",gpu_uuid="G",{label}="{k}"}} {v}'
+                  for k, v in series.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _conservation(*texts, runs=None):
+    from bench.chaos_checks import Conservation, counters, known_gpus
+    check = Conservation()
+    return [check.check(run, counters(t), known_gpus(t))
+            for run, t in zip(runs or [1] * len(texts), texts)]
+
+
+def test_conservation_takes_a_vanished_series_sum_as_a_lower_bound():
+    """A pod deleted between two scrapes: its container's series ends (its last gains unseen)
+    while its pod's goes on; the container sum may fall short, never exceed."""
+    first = _exposition(100, {"p": 50, "q": 50}, {"c": 50, "d": 50})
+    second = _exposition(200, {"p": 100, "q": 100}, {"c": 100})     # d gained 50, unseen
+    assert _conservation(first, second) == [[], []]
+    too_much = _exposition(200, {"p": 100, "q": 100}, {"c": 160})
+    assert "gpustats_container_gpu_joules gained 110.0 J" in _conservation(first, too_much)[1][0]
+    pods_short = _exposition(200, {"p": 100, "q": 50}, {"c": 100})  # a pod's series goes on
+    assert "gpustats_pod_gpu_joules gained 50.0 J" in _conservation(first, pods_short)[1][0]
+
+
+def test_a_re_created_mig_instance_counts_only_its_growth():
+    """Instance 1 destroyed, later created again with its id: its series comes back with its
+    retained total (plus its last gains before it vanished, owed since then)."""
+    pods, containers = {"p": 0}, {"c": 0}
+
+    def scrape(active, mig):
+        pods["p"] = containers["c"] = active
+        return _exposition(active, pods, containers, mig)
+
+    texts = [scrape(600, {"1": 500, "2": 100}),
+             scrape(700, {"2": 150}),                 # 1 gained 50 before it was destroyed
+             scrape(760, {"1": 560, "2": 200}),       # back: 50 owed + 10 new, 2 gained 50
+             scrape(800, {"1": 580, "2": 220})]
+    assert _conservation(*texts) == [[], [], [], []]
+    texts[2] = scrape(760, {"1": 700, "2": 200})     # more than it was owed
+    found = _conservation(*texts)
+    assert "gpustats_node_gpu_mig_joules gained 250.0 J" in found[2][0]
+    # Destroyed across a restart, its last gains were never measured: not held against it.
+    texts[2] = scrape(760, {"1": 560, "2": 200})
+    assert _conservation(*texts, runs=[1, 2, 2, 2]) == [[], [], [], []]
+
+
+def test_the_oracle_allows_the_assumed_split_of_a_mig_instance_first_busy_tick():
+    """Instance 7 is created with its tenant: the daemon has no GPM sample of it at the start
+    of its first busy tick, so for that tick it assumes the mean of the known instances."""
+    def mig_state(*holders):
+        return WorldState((GpuState(GPU, 300.0, False, frozenset(), ((1, 90.0), (7, 10.0)),
+                                    tuple(Holder(pid, pod, f"{pid:064x}", gi, 50)
+                                          for pid, pod, gi in holders)),))
+    states = {"v1": mig_state((1000, A, 1)), "v2": mig_state((1000, A, 1), (1001, B, 7))}
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"},
+             energy(1.0, 0), energy(2.0, 300_000),            # 200 J active, all A's
+             {"t": 2.5, "event": "scenario", "tag": "v2"},
+             energy(3.0, 600_000),                            # 7's first busy tick: 90/10
+             energy(4.0, 900_000)]                            # or 50/50; then 90/10
+    got = expected_energy(trace, states)
+    assert dict(got.low) == pytest.approx({A: 200.0 + 100.0 + 180.0, B: 20.0 + 20.0})
+    assert dict(got.high) == pytest.approx({A: 200.0 + 180.0 + 180.0, B: 100.0 + 20.0})
+    restarted = trace[:4] + [{"t": 3.5, "event": "start", "tag": "v2"},
+                             energy(4.0, 900_000), energy(5.0, 1_200_000)]
+    got = expected_energy(restarted, states)   # a new run's first read bills nothing and
+    assert got.high[B] == pytest.approx(20.0)   # samples both: its next tick knows them

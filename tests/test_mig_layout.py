@@ -194,3 +194,22 @@ def test_an_instance_whose_memory_read_fails_prompts_a_re_read(simulate):
     for _ in range(3):
         s.tick()
     assert s.calls("nvmlDeviceGetMaxMigDeviceCount") == before
+
+
+def test_a_tenant_on_an_idle_instance_has_its_activity_on_its_first_busy_tick(simulate):
+    """Idle instances are sampled (a sample only, no metrics), so GPM gives a new tenant's
+    instance its activity at once instead of the daemon assuming it for a tick."""
+    busy = [instance(1, gpm={"graphics_active_percent": 60}),
+            instance(2, gpm={"graphics_active_percent": 20})]
+    s = simulate(scenario(busy, [(101, 1)]))
+    s.tick()
+    s.tick()
+    samples, metrics = s.calls("nvmlGpmMigSampleGet"), s.calls("nvmlGpmMetricsGet")
+    reading = s.tick()
+    assert reading.mig_instances[1].gpm is None                       # idle: no metrics
+    assert s.calls("nvmlGpmMigSampleGet") - samples == 2              # yet sampled
+    assert s.calls("nvmlGpmMetricsGet") - metrics == 1                # instance 1 only
+    s.rewrite(scenario(busy, [(101, 1), (102, 2)]))
+    reading = s.tick()
+    assert [p.pid for p in reading.mig_instances[1].processes] == [102]
+    assert reading.mig_instances[1].gpm.graphics_active_percent == 20.0

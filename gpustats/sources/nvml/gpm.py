@@ -52,11 +52,16 @@ class GpmSampler:
             return None
         return self._next((uuid, None), lambda s: pynvml.nvmlGpmSampleGet(handle, s))
 
-    def mig_instance(self, uuid: str, parent: Any, gpu_instance_id: int) -> GpmReading | None:
+    def mig_instance(self, uuid: str, parent: Any, gpu_instance_id: int,
+                     busy: bool = True) -> GpmReading | None:
+        """The instance's metrics since its last sample. An idle instance (``busy`` False) is
+        only sampled (1 call, no metrics): when a process starts on it, its first busy tick
+        has a sample to pair with, one tick old, rather than none or one from long ago."""
         if not self._is_supported(uuid, parent):
             return None
         return self._next((uuid, gpu_instance_id),
-                          lambda s: pynvml.nvmlGpmMigSampleGet(parent, gpu_instance_id, s))
+                          lambda s: pynvml.nvmlGpmMigSampleGet(parent, gpu_instance_id, s),
+                          busy)
 
     def forget_instance(self, uuid: str, gpu_instance_id: int) -> None:
         """The instance with this id was destroyed or created: its samples and what its
@@ -85,7 +90,8 @@ class GpmSampler:
             self._supported[uuid] = known
         return known      # a device or instance sample that fails is remembered on its own
 
-    def _next(self, key: tuple[str, int | None], take: Callable[[Any], Any]) -> GpmReading | None:
+    def _next(self, key: tuple[str, int | None], take: Callable[[Any], Any],
+              metrics: bool = True) -> GpmReading | None:
         uuid, gpu_instance_id = key
         field = "gpm" if gpu_instance_id is None else f"gpm_gi{gpu_instance_id}"
         if self._q.is_unsupported(uuid, field):
@@ -106,7 +112,7 @@ class GpmSampler:
         if self._q.read(uuid, field, take, spare) is None:
             return None
         buffers[0], buffers[1], buffers[2] = spare, previous, now
-        if taken_at is None:
+        if taken_at is None or not metrics:
             return None
         return self._metrics(uuid, field, previous, spare)
 

@@ -7,7 +7,11 @@ UUID and name (which carries the profile): 1 call, then 3 per instance and 1 per
 22 calls on a GPU with 7 instances. An instance whose UUID and name are already known keeps
 what was read of it; a new one costs 2 calls more (its GPU and compute instance ids). Each
 tick every instance's memory is read, idle ones too (1 call per instance: 56 per tick at
-8 GPUs x 7 instances); GPM only for instances with processes.
+8 GPUs x 7 instances), and where GPM is supported every instance is sampled: an instance with
+processes costs a sample and a metrics read, an idle one a sample only (1 call per idle instance
+and tick), so the first tick of a new tenant on an instance the layout already has pairs with a
+sample one tick old and its activity is known; an instance created with its tenant still has
+no sample before its first busy tick (the layout learns of it then), and is assumed.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def mig_readings(q: Querier, gpm: GpmSampler, uuid: str, handle: Any,
                  instances: list[MigInstance],
                  processes: tuple[ProcessReading, ...]) -> tuple[MigInstanceReading, ...]:
     """Per instance: its processes (from the parent's list), memory (every instance, idle ones
-    too) and, for busy ones, GPM."""
+    too) and, for busy ones, GPM (idle ones are only sampled)."""
     by_instance: dict[int, list[ProcessReading]] = {}
     for p in processes:
         if p.gpu_instance_id is not None:
@@ -112,6 +116,6 @@ def mig_readings(q: Querier, gpm: GpmSampler, uuid: str, handle: Any,
             memory_total_bytes=inst.memory_total_bytes,
             memory_used_bytes=int(memory.used) if memory is not None else None,
             processes=procs,
-            gpm=gpm.mig_instance(uuid, handle, inst.gpu_instance_id) if procs else None,
+            gpm=gpm.mig_instance(uuid, handle, inst.gpu_instance_id, busy=bool(procs)),
         ))
     return tuple(readings)
