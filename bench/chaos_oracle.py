@@ -9,7 +9,8 @@ the only one a sampler can follow. Nothing is expected for an interval over whic
 was lost or the daemon was not running.
 
 What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
-- a scenario edit that took effect just before a read (the sweep may have seen either side);
+- a scenario edit that took effect just before or just after a read (the sweep reads the
+  energy counter and the process list a moment apart, so it may have seen either side);
 - the last tick before a daemon dies (it may not have journaled it);
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from bench.chaos_world import IDLE_WATTS, GpuState, WorldState
 
-# A reload this close before a read may have been seen by only part of the sweep.
+# A reload this close before or after a read may have been seen by only part of the sweep.
 SWEEP_SECONDS = 0.1
 
 
@@ -117,6 +118,20 @@ def _still_sampled(sampled: set[int], gpus: list[GpuState]) -> set[int]:
     return out | set.intersection(*(_busy(g) for g in gpus))
 
 
+def _next_reloads(trace: list[dict]) -> list[tuple[float, str] | None]:
+    """Per trace line: (time, tag) of the next scenario reload in the same daemon run."""
+    out: list[tuple[float, str] | None] = [None] * len(trace)
+    following = None
+    for index in range(len(trace) - 1, -1, -1):
+        out[index] = following
+        event = trace[index].get("event")
+        if event == "scenario":
+            following = (trace[index]["t"], trace[index]["tag"])
+        elif event == "start":
+            following = None
+    return out
+
+
 def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expected:
     """Walk the trace once; see the module docstring for the rules."""
     out = Expected()
@@ -135,7 +150,8 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
             if g.lost:
                 lost_since.add(g.uuid)
 
-    for line in trace:
+    upcoming = _next_reloads(trace)
+    for index, line in enumerate(trace):
         event = line.get("event")
         if event == "start":
             # A new daemon run: its last tick before dying may not have been journaled.
@@ -162,6 +178,9 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
         views = [states.get(tag)]
         if previous_tag is not None and 0 <= t - reloaded_at < SWEEP_SECONDS:
             views.append(states.get(previous_tag))
+        following = upcoming[index]
+        if following is not None and 0 <= following[0] - t < SWEEP_SECONDS:
+            views.append(states.get(following[1]))
         gpus = [s.gpu(uuid) for s in views if s is not None and s.gpu(uuid) is not None]
         for g in gpus:
             if "processes" in g.unsupported:

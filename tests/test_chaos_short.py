@@ -67,6 +67,21 @@ def test_the_oracle_splits_each_ticks_active_energy_by_the_state_at_its_end():
     assert dict(got.high) == pytest.approx({A: 150.0, B: 250.0})
 
 
+def test_the_oracle_lets_a_reload_just_after_a_read_count_for_it():
+    """The sweep reads the energy counter and then the process list: a tenant that appears a
+    moment after the counter was read is seen by this tick, and may be billed all of it."""
+    states = {"v1": state(), "v2": state(holders=((1001, B, 25),))}
+    start = [{"t": 0.0, "event": "start", "tag": "v1"}, energy(1.0, 0)]
+    read = energy(2.0, 300_000)                               # 200 J: 150 A, 50 B?
+    after = [read, {"t": 2.05, "event": "scenario", "tag": "v2"}]
+    before = [{"t": 1.95, "event": "scenario", "tag": "v2"}, read]
+    for around in (after, before):
+        trace = start + around + [energy(3.0, 600_000)]      # 200 J, all B's
+        got = expected_energy(trace, states)
+        assert dict(got.low) == pytest.approx({A: 0.0, B: 250.0})
+        assert dict(got.high) == pytest.approx({A: 150.0, B: 400.0})
+
+
 def test_the_oracle_bills_nothing_across_a_lost_gpu_and_marks_what_is_uncertain():
     states = {"v1": state(), "lost": state(lost=True), "v3": state(),
               "unknown": state(unsupported=("processes",))}
