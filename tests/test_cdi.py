@@ -176,17 +176,23 @@ def test_file_vanishing_between_listing_and_reading(tmp_path, caplog):
     assert specs.malformed() == ()
 
 
+def refreshed_past_rechecks(directory) -> CdiSpecs:
+    """Specs of ``directory`` refreshed five times, each past the 1 s re-check."""
+    clock = Clock(0.0)
+    specs = CdiSpecs([str(directory)], recheck_seconds=1, monotonic=clock)
+    for _ in range(5):
+        specs.refresh()
+        clock.now += 2
+    return specs
+
+
 def test_malformed_file_logged_once_and_recovers(tmp_path, caplog):
     d = tmp_path / "run"
     d.mkdir()
     write(d / "broken.yaml", "kind: [unclosed")
     write(d / "good.yaml", SPEC_YAML)
-    clock = Clock(0.0)
-    specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
     with caplog.at_level(logging.WARNING):
-        for _ in range(5):
-            specs.refresh()
-            clock.now += 2
+        specs = refreshed_past_rechecks(d)
     lines = [r for r in caplog.records if "malformed" in r.getMessage()]
     assert len(lines) == 1 and "broken.yaml" in lines[0].getMessage()
     assert specs.malformed() == (str(d / "broken.yaml"),)
@@ -211,12 +217,8 @@ def test_hostile_spec_is_refused_once_until_it_changes(tmp_path, caplog, name, t
     d.mkdir()
     (d / name).write_bytes(text.encode("utf-8", "surrogateescape"))
     write(d / "good.yaml", SPEC_YAML)
-    clock = Clock(0.0)
-    specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
     with caplog.at_level(logging.WARNING):
-        for _ in range(5):
-            specs.refresh()
-            clock.now += 2
+        specs = refreshed_past_rechecks(d)
     assert specs.malformed() == (str(d / name),) and specs.parses == parses
     [line] = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
     assert reason in line and len(line) < 400
@@ -235,11 +237,7 @@ def test_spec_that_runs_out_of_memory_is_not_parsed_again_until_it_changes(tmp_p
         raise MemoryError
 
     monkeypatch.setattr("gpustats.sources.cdi.parse_spec", out_of_memory)
-    clock = Clock(0.0)
-    specs = CdiSpecs([str(d)], recheck_seconds=1, monotonic=clock)
-    for _ in range(5):
-        specs.refresh()
-        clock.now += 2
+    specs = refreshed_past_rechecks(d)
     assert specs.parses == 1 and specs.malformed() == (str(d / "spec.yaml"),)
 
 
