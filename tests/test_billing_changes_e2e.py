@@ -47,6 +47,22 @@ def pod_joules(values, uid: str) -> float | None:
     return found[0] if found else None
 
 
+def billed_pod(start_daemon, tmp_path, *args: str):
+    """A daemon (0.2 s ticks, the kubelet's log layout) billing pod 1, whose container runs
+    PID 101 on the GPU: (cgroup root, proc root, daemon, the pod's UID, counters served once
+    it has more than 50 J)."""
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = log_layout(tmp_path / "logs", 1, {1: "main"})
+    busy = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
+    daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
+                   "--log-root", logs, *args)
+    uid = pod_uid(1)
+    daemon.wait_for(lambda s: uid in pods_by_uid(s) and any(
+        a.get("attributedEnergyJoules", 0) > 50
+        for a in pods_by_uid(s)[uid].get("accelerators", ())))
+    return cgroup, proc, daemon, uid, counters(scrape(daemon))
+
+
 # ------------------------------------------------------------- a pod's only container restarts
 
 
@@ -54,17 +70,8 @@ def test_a_pod_whose_only_container_restarts_stays_served(start_daemon, tmp_path
     """CrashLoopBackOff with the sandbox alive: the container's cgroup is gone for a while,
     the pod's is not. The pod stays in ``pods[]`` and in ``/metrics``, under its names, its
     total never lower, for the whole gap; the new container's energy goes on from there."""
-    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
-    logs = log_layout(tmp_path / "logs", 1, {1: "main"})
+    cgroup, proc, daemon, uid, last = billed_pod(start_daemon, tmp_path)
     path = tmp_path / "s.yaml"
-    busy = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
-    daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
-                   "--log-root", logs)
-    uid = pod_uid(1)
-    daemon.wait_for(lambda s: uid in pods_by_uid(s) and any(
-        a.get("attributedEnergyJoules", 0) > 50
-        for a in pods_by_uid(s)[uid].get("accelerators", ())))
-    last = counters(scrape(daemon))
     # The container exits: its process and its cgroup go; the pod's cgroup stays.
     write_scenario(path, {"devices": [device()], "processes": []})
     shutil.rmtree(container_dir(cgroup, 1, 1))
@@ -103,17 +110,9 @@ def test_a_pod_without_its_cgroup_stays_served_while_its_container_is_retained(s
     """The pod is deleted: its process, its container's cgroup and its own go at once. The
     pod stays in ``pods[]`` and in ``/metrics`` under its names, its total never lower, while
     its container's counter is retained; once the retention passes it goes."""
-    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
-    logs = log_layout(tmp_path / "logs", 1, {1: "main"})
+    cgroup, proc, daemon, uid, last = billed_pod(
+        start_daemon, tmp_path, "--counter-retention", "6", "--persist-interval", "0.5")
     path = tmp_path / "s.yaml"
-    busy = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
-    daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
-                   "--log-root", logs, "--counter-retention", "6", "--persist-interval", "0.5")
-    uid = pod_uid(1)
-    daemon.wait_for(lambda s: uid in pods_by_uid(s) and any(
-        a.get("attributedEnergyJoules", 0) > 50
-        for a in pods_by_uid(s)[uid].get("accelerators", ())))
-    last = counters(scrape(daemon))
     write_scenario(path, {"devices": [device()], "processes": []})
     shutil.rmtree(container_dir(cgroup, 1, 1).parent)
     shutil.rmtree(proc / "101")
