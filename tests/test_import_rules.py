@@ -31,6 +31,14 @@ THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.
                       "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm")}
 
 
+def _owned_by(module: str, owner: str) -> bool:
+    """``owner`` names a package ("sources.nvml": its own modules only, not a sibling such as
+    "sources.nvml_extra"), or ends in "." for every module below it ("sources.")."""
+    if owner.endswith("."):
+        return module.startswith(owner)
+    return module == owner or module.startswith(owner + ".")
+
+
 def _layer(module: str) -> str:
     return module.split(".")[0]
 
@@ -79,7 +87,7 @@ def test_third_party_boundaries():
             if owners is None:
                 continue
             owners = owners if isinstance(owners, tuple) else (owners,)
-            if not any(module == o or module.startswith(o) for o in owners):
+            if not any(_owned_by(module, o) for o in owners):
                 violations.append(f"{module} imports {top}")
     assert not violations, "\n".join(violations)
 
@@ -95,3 +103,21 @@ def test_nvml_source_is_the_real_boundary_only():
     for module, path in _modules():
         if module.startswith("sources."):
             assert not any(i.startswith("gpustats.simulator") for i in _imports(path)), module
+
+
+def test_pynvml_is_imported_only_beside_the_query_layer():
+    """Only modules of the NVML source package (query.py's level, not a package below it) and
+    the simulator that stands in for the driver import pynvml."""
+    importers = {module for module, path in _modules()
+                 if any(i.split(".")[0] == "pynvml" for i in _imports(path))}
+    assert "sources.nvml.query" in importers
+    stray = {m for m in importers
+             if not (m.startswith("simulator.")
+                     or (m.startswith("sources.nvml.") and m.count(".") == 2))}
+    assert not stray, stray
+
+
+def test_ownership_means_the_package_not_a_name_prefix():
+    assert _owned_by("sources.nvml.sweep", "sources.nvml")
+    assert not _owned_by("sources.nvml_extra", "sources.nvml")
+    assert _owned_by("sources.dcgm", "sources.")
