@@ -100,7 +100,7 @@ def pushed(built_image, registry):
                 reference)
         print(f"push {time.monotonic() - started:.1f} s")
     finally:
-        _podman(env, "rmi", reference, check=False)
+        _podman(env, "untag", reference, reference, check=False)
     assert _podman(env, "image", "exists", reference, check=False).returncode == 1
     digest = digest_file.read_text().strip()
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
