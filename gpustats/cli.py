@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import ipaddress
 import json
 import logging
 import os
@@ -262,6 +263,17 @@ class _Stop(Interrupt):
     pass
 
 
+def _shown_host(host: str) -> str:
+    """The host part of a URL to open for a listen address (loopback for "every interface")."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host                                  # a name
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
 def serve(daemon: Daemon, args=None, announce=None) -> int:
     """Serve until SIGTERM or SIGINT; ``announce`` is handed the page's URL once serving."""
     config = daemon.config
@@ -303,9 +315,7 @@ def serve(daemon: Daemon, args=None, announce=None) -> int:
              f"; health on http://{config.health_listen[0]}:"
              f"{Listeners.port_of(listeners.health)}" if listeners.health else "")
     if announce is not None:
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # nosec B104
-        announce(f"http://{'[' + shown + ']' if ':' in shown else shown}:"
-                 f"{Listeners.port_of(listeners.data)}/")
+        announce(f"http://{_shown_host(host)}:{Listeners.port_of(listeners.data)}/")
     try:
         listeners.run()
     except _Stop as stop:
