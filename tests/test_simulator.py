@@ -87,13 +87,15 @@ def test_energy_integrates_power_over_time_and_resets(simulate):
 
 def test_idle_cycle_alternates_power_and_the_counter_integrates_each_phase(simulate):
     clock = Clock()
-    simulate({"devices": [{"uuid": A, "power_watts": 300, "idle_cycle": {
+    simulate({"devices": [{"uuid": A, "power_watts": 300, "utilization_percent": 40, "idle_cycle": {
         "watts": 100, "idle_seconds": 20, "busy_seconds": 40}}]}, monotonic=clock)
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
     assert pynvml.nvmlDeviceGetPowerUsage(h) == 100_000                         # idle first
+    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 0
     clock.now += 30
     assert pynvml.nvmlDeviceGetPowerUsage(h) == 300_000
+    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 40
     assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == 5_000_000     # 20×100 + 10×300
     clock.now += 40                                                             # 70 s: idle again
     assert pynvml.nvmlDeviceGetPowerUsage(h) == 100_000

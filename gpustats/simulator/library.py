@@ -30,7 +30,7 @@ from gpustats.simulator.driver_state import load_driver_state, save_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
-from gpustats.simulator.idle_cycle import energy_joules, mean_watts, power_at
+from gpustats.simulator.idle_cycle import energy_joules, is_idle, mean_watts, power_at
 from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
 from gpustats.simulator.trace import write_trace
 
@@ -484,7 +484,14 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (nvml.md §2.4)
         util = struct_at(out, pynvml.c_nvmlUtilization_t)
         util.gpu, util.memory = device.utilization_percent, device.memory_utilization_percent
+        if self._idling(device):
+            util.gpu = util.memory = 0
         return SUCCESS
+
+    def _idling(self, device: SimDevice) -> bool:
+        """In an idle phase of the device's idle cycle: no duty cycle, idle power."""
+        return device.idle_cycle is not None and is_idle(
+            device.idle_cycle, self._monotonic() - self._installed_at)
 
     def _power_watts(self, device: SimDevice) -> float:
         """The device's power now (its ``power_watts``, or its idle cycle's phase)."""
