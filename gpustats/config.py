@@ -297,8 +297,8 @@ OPTIONS: tuple[Option, ...] = (
            "run against simulated GPUs described by this scenario YAML", "SCENARIO"),
     Option("demo", parse_bool, False,
            "run on a demo node: simulated GPUs (one in MIG mode) and named pods with a moving "
-           "load, on a fake host in a temporary directory removed on exit; nothing of this "
-           "host is read", "BOOL"),
+           "load, on a fake host in a temporary directory removed on exit (of this host, only "
+           "the node's CPU and memory figures are read)", "BOOL"),
     Option("log_level", _log_level, "INFO", "debug, info, warning or error", "LEVEL"),
     Option("saturation_window", _positive_seconds, 60.0,
            "seconds covered by the saturation signals", "SECONDS"),
