@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import ipaddress
 import json
 import logging
 import os
@@ -95,8 +96,10 @@ class _ReportedSweeper:
 class Daemon:
     """Everything one running gpustats holds, built from a Config."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, adjust_config=None):
         self.config = config
+        # Applied to every config this daemon resolves again (SIGHUP): the demo's own node.
+        self._adjust_config = adjust_config or (lambda c: c)
         self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
                                cgroup=config.cgroup_root)
         self.errors = CollectionErrors()
@@ -209,7 +212,7 @@ class Daemon:
         applied live (``config.RELOADABLE``); options that need a restart are named."""
         persisted = self.persister.persist_now()
         try:
-            new = resolve(args, os.environ)
+            new = self._adjust_config(resolve(args, os.environ))
             if "state_dir" not in new.explicit:         # the fallback chosen at start stays
                 new = dataclasses.replace(new, state_dir=self.config.state_dir)
         except ConfigError as exc:
@@ -260,7 +263,19 @@ class _Stop(Interrupt):
     pass
 
 
-def serve(daemon: Daemon, args=None) -> int:
+def _shown_host(host: str) -> str:
+    """The host part of a URL to open for a listen address (loopback for "every interface")."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host                                  # a name
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def serve(daemon: Daemon, args=None, announce=None) -> int:
+    """Serve until SIGTERM or SIGINT; ``announce`` is handed the page's URL once serving."""
     config = daemon.config
     try:
         listeners = Listeners(daemon.create_app(), config.listen,
@@ -299,6 +314,8 @@ def serve(daemon: Daemon, args=None) -> int:
              Listeners.port_of(listeners.data), daemon.node_name,
              f"; health on http://{config.health_listen[0]}:"
              f"{Listeners.port_of(listeners.health)}" if listeners.health else "")
+    if announce is not None:
+        announce(f"http://{_shown_host(host)}:{Listeners.port_of(listeners.data)}/")
     try:
         listeners.run()
     except _Stop as stop:
@@ -341,6 +358,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpustats: {exc}", file=sys.stderr)
         return 2
     _setup_logging(config.log_level)
+    if not config.demo:
+        return _run(config, args)
+    from gpustats.demo import DemoNode
+    if config.log_level != "DEBUG":     # the demo rewrites the scenario every second, on purpose
+        logging.getLogger("gpustats.simulator.library").setLevel(logging.WARNING)
+    try:
+        demo = DemoNode.start()
+    except OSError as exc:
+        print(f"gpustats: cannot make the demo's node: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(demo.configure(config), args, demo)
+    finally:
+        demo.close()
+
+
+def _announce_demo(demo, url: str) -> None:
+    print(f"gpustats demo: {demo.describe()}.\n"
+          f"Open {url} (summary: {url}stats/summary, metrics: {url}metrics); "
+          f"Ctrl-C stops it and removes {demo.root}.", flush=True)
+
+
+def _run(config: Config, args, demo=None) -> int:
+    """Start the daemon on ``config``: ``--once``, or serve until stopped."""
     try:
         state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
                                  environ=os.environ)
@@ -351,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", state.note)
         config = dataclasses.replace(config, state_dir=state.path)
     try:
-        daemon = Daemon(config)
+        daemon = Daemon(config, adjust_config=demo.configure if demo is not None else None)
     except NewerStateVersion as exc:
         print(f"gpustats: the state in {config.state_dir} was written by a newer gpustats "
               f"({exc}); run that version, or start over with --state-reset",
@@ -366,4 +407,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_once(daemon)
         finally:
             daemon.close()
-    return serve(daemon, args)
+    return serve(daemon, args, announce=(lambda url: _announce_demo(demo, url))
+                 if demo is not None else None)

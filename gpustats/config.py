@@ -295,6 +295,10 @@ OPTIONS: tuple[Option, ...] = (
            "WATTS"),
     Option("simulate", _optional_text, None,
            "run against simulated GPUs described by this scenario YAML", "SCENARIO"),
+    Option("demo", parse_bool, False,
+           "run on a demo node: simulated GPUs (one in MIG mode) and named pods with a moving "
+           "load, on a fake host in a temporary directory removed on exit (of this host, only "
+           "the node's CPU and memory figures are read)", "BOOL"),
     Option("log_level", _log_level, "INFO", "debug, info, warning or error", "LEVEL"),
     Option("saturation_window", _positive_seconds, 60.0,
            "seconds covered by the saturation signals", "SECONDS"),
@@ -366,6 +370,7 @@ class Config:
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     dcgm_hostname_label: str = "Hostname"
+    demo: bool = False
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).
     explicit: frozenset[str] = field(default=frozenset())
@@ -426,6 +431,18 @@ def load_config_file(path: str) -> dict[str, Any]:
     return normalised
 
 
+# What the demo brings its own of: giving one of them with --demo is refused.
+DEMO_CONFLICTS = ("simulate", "sysfs_root", "proc_root", "cgroup_root", "pod_resources_socket",
+                  "runtime_socket", "log_root", "cdi_spec_dirs", "dcgm_exporter_url")
+
+
+def _check_demo(values: Mapping[str, Any], explicit: set[str]) -> None:
+    given = [o.flag for o in OPTIONS if o.name in DEMO_CONFLICTS and o.name in explicit]
+    if values["demo"] and given:
+        raise ConfigError(f"--demo runs its own simulated node on a fake host; it cannot be "
+                          f"combined with {', '.join(given)}")
+
+
 def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
     """Merge flag > env > file > default and validate every value."""
     config_path = args.config or environ.get("GPUSTATS_CONFIG") or None
@@ -449,6 +466,7 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
             values[option.name] = option.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"invalid {origin}: {exc}") from None
+    _check_demo(values, explicit)
     return Config(config_file=config_path, explicit=frozenset(explicit), **values)
 
 

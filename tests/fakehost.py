@@ -6,37 +6,23 @@ from pathlib import Path
 
 import yaml
 
+from gpustats.fakehost import (add_container, add_process, container_cgroup, container_id,
+                               copy_node_files, pod_uid, start_cgroup_tree)
 
-def pod_uid(n: int) -> str:
-    return f"{n:08x}-aaaa-4bbb-8ccc-{n:012x}"
-
-
-def container_id(n: int) -> str:
-    return f"{n:064x}"
+__all__ = ["build", "container_id", "pod_uid", "write_scenario", "containers_by_id",
+           "metric_value"]
 
 
 def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path]:
     """``placement``: pid -> (pod number, container number). Returns (cgroup root, proc root)."""
     cgroup, proc = root / "cgroup", root / "proc"
-    cgroup.mkdir(parents=True, exist_ok=True)
+    start_cgroup_tree(cgroup)
     proc.mkdir(parents=True, exist_ok=True)
-    (cgroup / "cgroup.controllers").write_text("cpu memory\n")
     for pid, (pod, container) in placement.items():
-        rel = (f"kubepods.slice/kubepods-pod{pod_uid(pod).replace('-', '_')}.slice/"
-               f"cri-containerd-{container_id(container)}.scope")
-        d = cgroup / rel
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "cpu.stat").write_text("usage_usec 5000\n")
-        (d / "memory.current").write_text("1048576\n")
-        (d / "memory.stat").write_text("anon 1048576\ninactive_file 0\n")
-        p = proc / str(pid)
-        p.mkdir(parents=True, exist_ok=True)
-        (p / "cgroup").write_text(f"0::/{rel}\n")
-    for name in ("stat", "meminfo", "vmstat"):
-        (proc / name).write_text(Path(f"/proc/{name}").read_text())
-    boot_id = proc / "sys" / "kernel" / "random" / "boot_id"
-    boot_id.parent.mkdir(parents=True, exist_ok=True)
-    boot_id.write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
+        rel = container_cgroup(pod_uid(pod), container_id(container))
+        add_container(cgroup, rel)
+        add_process(proc, pid, rel)
+    copy_node_files(proc)
     return cgroup, proc
 
 

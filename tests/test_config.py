@@ -92,6 +92,12 @@ def test_design_flags_exist():
     (["--dcgm-hostname-label", "HOSTNAME"], {}, "--dcgm-hostname-label"),
     (["--dcgm-hostname-label", "node"], {}, "Hostname or hostname"),
     ([], {"GPUSTATS_DCGM_HOSTNAME_LABEL": ""}, "GPUSTATS_DCGM_HOSTNAME_LABEL"),
+    (["--demo", "maybe"], {}, "--demo"),
+    ([], {"GPUSTATS_DEMO": "2"}, "GPUSTATS_DEMO"),
+    (["--demo", "--simulate", "examples/two-gpus.yaml"], {}, "cannot be combined with --simulate"),
+    (["--demo", "--cgroup-root", "/sys/fs/cgroup", "--runtime-socket", "/run/c.sock"], {},
+     "cannot be combined with --cgroup-root, --runtime-socket"),
+    (["--simulate", "s.yaml"], {"GPUSTATS_DEMO": "true"}, "--demo runs its own simulated node"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
@@ -109,6 +115,18 @@ def test_dcgm_compat_switch(tmp_path):
     assert _resolve(["--config", str(cfg)]).dcgm_compat is True
     cfg.write_text("dcgm_compat: [1]\n")
     with pytest.raises(ConfigError, match="dcgm_compat in"):
+        _resolve(["--config", str(cfg)])
+
+
+def test_demo_switch_from_flag_env_and_file(tmp_path):
+    assert _resolve().demo is False
+    assert _resolve(["--demo"]).demo is True
+    assert _resolve([], {"GPUSTATS_DEMO": "yes"}).demo is True
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("demo: true\nlisten: 127.0.0.1:9999\n")
+    assert _resolve(["--config", str(cfg)]).demo is True
+    cfg.write_text("demo: true\ncgroup_root: /sys/fs/cgroup\n")
+    with pytest.raises(ConfigError, match="cannot be combined with --cgroup-root"):
         _resolve(["--config", str(cfg)])
 
 

@@ -23,6 +23,8 @@ RULES = {
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},
     "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
+    "fakehost": set(),    # fake host trees, for the demo and the tests
+    "demo": {"fakehost", "config"},   # the demo node, wired in by cli
     "cli": None,   # wires everything
     "__main__": None,
     "__init__": set(),

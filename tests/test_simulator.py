@@ -85,6 +85,37 @@ def test_energy_integrates_power_over_time_and_resets(simulate):
     assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) == 500_000             # restarted at 0
 
 
+def test_idle_cycle_alternates_power_and_the_counter_integrates_each_phase(simulate):
+    clock = Clock()
+    simulate({"devices": [{"uuid": A, "power_watts": 300, "utilization_percent": 40, "idle_cycle": {
+        "watts": 100, "idle_seconds": 20, "busy_seconds": 40}}]}, monotonic=clock)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 100_000                         # idle first
+    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 0
+    clock.now += 30
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 300_000
+    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 40
+    assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == 5_000_000     # 20×100 + 10×300
+    clock.now += 40                                                             # 70 s: idle again
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 100_000
+    # 30 s busy, then 10 s of the second period's idle
+    assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == 5_000_000 + 10_000_000
+    power_field = pynvml.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_POWER_AVERAGE])[0]
+    assert power_field.value.uiVal == 100_000
+
+
+def test_idle_cycle_can_start_busy():
+    from gpustats.simulator.idle_cycle import IdleCycle, energy_joules, mean_watts, power_at
+    cycle = IdleCycle(watts=50, idle_seconds=10, busy_seconds=30, idle_first=False)
+    assert [power_at(250, cycle, t) for t in (0, 29.9, 30, 39.9, 40)] == [250, 250, 50, 50, 250]
+    assert energy_joules(250, cycle, 0, 80) == 2 * (30 * 250 + 10 * 50)
+    assert energy_joules(250, cycle, 35, 45) == 5 * 50 + 5 * 250
+    assert energy_joules(250, cycle, 45, 35) == 0.0
+    assert mean_watts(250, cycle) == (30 * 250 + 10 * 50) / 40
+    assert power_at(250, None, 35) == 250 and energy_joules(250, None, 0, 2) == 500
+
+
 def test_edit_changes_next_reading_and_bad_edit_keeps_previous(simulate, caplog):
     sim, path = simulate({"devices": [{"uuid": A, "power_watts": 100}]})
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -225,6 +256,13 @@ def test_scenario_validation(tmp_path):
         parse_scenario({"devices": [{"uuid": A}], "processes": [{"pid": 1, "device": B}]})
     with pytest.raises(ValueError, match="unknown names"):
         parse_scenario({"devices": [{"uuid": A, "unsupported": ["warp"]}]})
+    for cycle, message in (({"watts": 90, "idle_seconds": 0, "busy_seconds": 5}, "must be > 0"),
+                           ({"watts": 90, "idle_seconds": 5}, "busy_seconds: expected a number"),
+                           ({"watts": 90, "idle_seconds": 5, "busy_seconds": 5,
+                             "start": "later"}, "start: expected idle or busy"),
+                           ({"watt": 90}, "unknown keys")):
+        with pytest.raises(ValueError, match=message):
+            parse_scenario({"devices": [{"uuid": A, "idle_cycle": cycle}]})
     with pytest.raises(ValueError, match=r"s\.yaml: cannot read"):
         load_scenario(str(tmp_path / "s.yaml"))
 

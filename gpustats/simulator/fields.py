@@ -76,7 +76,7 @@ class FieldCalls:
     def _field(self, device, field_id: int) -> tuple[str | None, tuple[int, int] | None]:
         """(reading name, (value type, value)) of one field; value None when not supported."""
         if field_id == pynvml.NVML_FI_DEV_POWER_AVERAGE:
-            return "power", (_U32, int(round(device.power_watts * 1000)))
+            return "power", (_U32, int(round(self._power_watts(device) * 1000)))
         if field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
             return "energy", (_U64, int(self._energy_mj.get(device.uuid, 0.0)))
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:

@@ -30,6 +30,7 @@ from gpustats.simulator.driver_state import load_driver_state, save_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
+from gpustats.simulator.idle_cycle import energy_joules, is_idle, mean_watts, power_at
 from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
 from gpustats.simulator.trace import write_trace
 
@@ -161,8 +162,10 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         elapsed = max(0.0, self._wall() - saved_at)
         for device in self._scenario.devices:
             if device.uuid in energy:
+                # A device with an idle cycle gains its mean power: the phase it was in while
+                # no daemon ran is not known to the new simulator.
                 self._energy_mj[device.uuid] = energy[device.uuid] \
-                    + device.power_watts * elapsed * 1000.0
+                    + mean_watts(device.power_watts, device.idle_cycle) * elapsed * 1000.0
 
     def _maybe_save_driver(self, now: float) -> None:
         if self._driver_state is None:
@@ -179,10 +182,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         dt = now - self._advanced_at
         if dt <= 0:
             return
+        since = self._advanced_at - self._installed_at
         self._advanced_at = now
         for device in self._scenario.devices:
-            self._energy_mj[device.uuid] = self._energy_mj.get(device.uuid, 0.0) \
-                + device.power_watts * dt * 1000.0
+            self._energy_mj[device.uuid] = self._energy_mj.get(device.uuid, 0.0) + energy_joules(
+                device.power_watts, device.idle_cycle, since, since + dt) * 1000.0
             acc = self._violation_ns.setdefault(device.uuid, {})
             for key, percent in device.violations:
                 acc[key] = acc.get(key, 0.0) + percent / 100.0 * dt * 1e9
@@ -480,10 +484,22 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (nvml.md §2.4)
         util = struct_at(out, pynvml.c_nvmlUtilization_t)
         util.gpu, util.memory = device.utilization_percent, device.memory_utilization_percent
+        if self._idling(device):
+            util.gpu = util.memory = 0
         return SUCCESS
 
+    def _idling(self, device: SimDevice) -> bool:
+        """In an idle phase of the device's idle cycle: no duty cycle, idle power."""
+        return device.idle_cycle is not None and is_idle(
+            device.idle_cycle, self._monotonic() - self._installed_at)
+
+    def _power_watts(self, device: SimDevice) -> float:
+        """The device's power now (its ``power_watts``, or its idle cycle's phase)."""
+        return power_at(device.power_watts, device.idle_cycle,
+                        self._monotonic() - self._installed_at)
+
     def _power(self, device, instance, out) -> int:
-        set_out(out, c_uint, int(round(device.power_watts * 1000)))
+        set_out(out, c_uint, int(round(self._power_watts(device) * 1000)))
         return SUCCESS
 
     def _energy(self, device, instance, out) -> int:

@@ -47,8 +47,11 @@ pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, nvlink_tx_bytes_per_second,
 nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_instances``
 (list; present and non-empty means MIG mode is on: ``gpu_instance_id`` (required), ``compute_instance_id``
 (default 0), ``profile`` (e.g. ``1g.10gb``), ``memory_total_bytes``, ``uuid`` (default derived),
-``gpm``), ``events_supported`` (default true). Rewriting ``mig_instances`` while MIG stays on
-is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
+``gpm``), ``events_supported`` (default true), ``idle_cycle`` (``{watts, idle_seconds,
+busy_seconds, start}``: the GPU draws ``watts`` in idle phases and ``power_watts`` in busy
+ones, alternating from the simulator's start, idle first unless ``start: busy``, and its duty
+cycle reads 0 while idle; see ``idle_cycle.py``). Rewriting ``mig_instances`` while MIG stays
+on is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
 handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets
 one ``nvmlEventMigConfigChange`` for that GPU.
 
@@ -67,6 +70,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustats.documents import DocumentError, load_yaml, read_document
+from gpustats.simulator.idle_cycle import IdleCycle
 
 GIB = 1024 ** 3
 MAX_SCENARIO_BYTES = 16 << 20      # a scenario of thousands of simulated processes fits
@@ -139,6 +143,7 @@ class SimDevice:
     gpm: tuple[tuple[str, float], ...] | None
     mig_instances: tuple[SimMigInstance, ...]
     events_supported: bool
+    idle_cycle: IdleCycle | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,25 @@ def _clocks(value: Any, where: str) -> int:
             raise ValueError(f"{where}: unknown reason {name!r}")
         mask |= CLOCKS_EVENT_BITS[name]
     return mask
+
+
+def _idle_cycle(value: Any, where: str) -> IdleCycle | None:
+    if value is None:
+        return None
+    data = _mapping(value, where)
+    unknown = set(data) - {"watts", "idle_seconds", "busy_seconds", "start"}
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+    start = data.get("start", "idle")
+    if start not in ("idle", "busy"):
+        raise ValueError(f"{where}.start: expected idle or busy, got {start!r}")
+    watts = _given(_number(data, "watts", where, None), "watts", where)
+    seconds = [_given(_number(data, key, where, None), key, where)
+               for key in ("idle_seconds", "busy_seconds")]
+    if not all(s > 0 for s in seconds):
+        raise ValueError(f"{where}: idle_seconds and busy_seconds must be > 0")
+    return IdleCycle(watts=watts, idle_seconds=seconds[0], busy_seconds=seconds[1],
+                     idle_first=start == "idle")
 
 
 def _remapped_rows(value: Any, where: str) -> tuple[int, int, bool, bool]:
@@ -364,6 +388,7 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         gpm=_gpm(data.get("gpm"), f"{where}.gpm"),
         mig_instances=migs,
         events_supported=bool(data.get("events_supported", True)),
+        idle_cycle=_idle_cycle(data.get("idle_cycle"), f"{where}.idle_cycle"),
     )
 
 

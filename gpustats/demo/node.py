@@ -1,0 +1,99 @@
+"""The demo's temporary node: a fake host in a temporary directory, a simulator scenario that a
+thread rewrites as the load moves, and the options that point the daemon at them."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from gpustats import fakehost
+from gpustats.config import Config, IdlePower
+from gpustats.demo.load import IDLE_WATTS, TENANTS, scenario_at
+
+log = logging.getLogger(__name__)
+
+# The load moves this often (the simulator re-reads its scenario when the file changes).
+REWRITE_SECONDS = 1.0
+DEMO_NODE_NAME = "demo-node"
+DEMO_HOUSEKEEPING_SECONDS = 2.0
+
+
+def build_host(root: Path) -> tuple[Path, Path, Path]:
+    """The tenants' cgroups, processes and log names below ``root``: (cgroup, proc, log root)."""
+    cgroup, proc, logs = root / "cgroup", root / "proc", root / "log"
+    fakehost.start_cgroup_tree(cgroup)
+    fakehost.copy_node_files(proc)
+    for tenant in TENANTS:
+        uid, cid = fakehost.pod_uid(tenant.number), fakehost.container_id(tenant.number)
+        rel = fakehost.container_cgroup(uid, cid)
+        fakehost.add_container(cgroup, rel, usage_usec=tenant.number * 10_000_000,
+                               memory_bytes=tenant.number * (256 << 20))
+        fakehost.add_process(proc, tenant.pid, rel)
+        fakehost.add_log_names(logs, tenant.namespace, tenant.pod, uid, tenant.container, cid)
+    return cgroup, proc, logs
+
+
+def write_scenario(path: Path, scenario: dict) -> None:
+    """Atomically: the simulator never reads half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(scenario))
+    tmp.replace(path)
+
+
+class DemoNode:
+    """Owns the temporary directory from ``start`` to ``close``; ``close`` removes it."""
+
+    def __init__(self, root: Path, clock=time.monotonic):
+        self.root = root
+        self.scenario = root / "scenario.yaml"
+        self.cgroup, self.proc, self.log_root = build_host(root)
+        self._clock = clock
+        self._started = clock()
+        write_scenario(self.scenario, scenario_at(0.0))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
+
+    @classmethod
+    def start(cls) -> "DemoNode":
+        node = cls(Path(tempfile.mkdtemp(prefix="gpustats-demo-")))
+        node._thread.start()
+        return node
+
+    def _run(self) -> None:
+        while not self._stop.wait(REWRITE_SECONDS):
+            try:
+                write_scenario(self.scenario, scenario_at(self._clock() - self._started))
+            except OSError as exc:       # the directory was removed under the demo
+                log.warning("demo: cannot move the load: %s", exc)
+
+    def configure(self, config: Config) -> Config:
+        """``config`` pointed at the demo's node; options the user gave keep their value where
+        the demo does not need its own (listen, interval, idle power, state dir, node name)."""
+        given = config.explicit
+        return dataclasses.replace(
+            config, simulate=str(self.scenario), cgroup_root=str(self.cgroup),
+            proc_root=str(self.proc), sysfs_root=str(self.root / "sys"),
+            log_root=str(self.log_root), pod_resources_socket=None, runtime_socket=None,
+            cdi_spec_dirs=(), dcgm_exporter_url=None,
+            state_dir=config.state_dir if "state_dir" in given else str(self.root / "state"),
+            node_name=config.node_name if "node_name" in given else DEMO_NODE_NAME,
+            idle_power_watts=config.idle_power_watts if "idle_power_watts" in given
+            else IdlePower(default_watts=IDLE_WATTS),
+            housekeeping_interval=config.housekeeping_interval
+            if "housekeeping_interval" in given else DEMO_HOUSEKEEPING_SECONDS)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        fakehost.remove(self.root)
+
+    def describe(self) -> str:
+        pods = ", ".join(f"{t.namespace}/{t.pod}" for t in TENANTS)
+        return f"3 simulated H100s (GPU 2 in MIG mode), {len(TENANTS)} pods: {pods}"
+
