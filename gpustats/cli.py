@@ -196,7 +196,7 @@ class Daemon:
         return create_app(self.store, settings,
                           metrics_renderer=MetricsBodies(
                               self.store, self.config.dcgm_compat,
-                              self.config.dcgm_hostname_label),
+                              self.config.dcgm_hostname_label, self.config.disable_metrics),
                           extra_blueprints=(
                               history_blueprint(self.history),
                               ui_blueprint(self.store,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpustats.config import METRIC_GROUPS
 from gpustats.export import metric_table, prometheus
 from gpustats.export.metric_table import FAMILIES, GROUPS
 from gpustats.export.prometheus import render
@@ -62,6 +63,10 @@ def test_every_family_has_a_group_a_scope_and_one_getter():
         assert family.scope in prometheus.ROWS, family.name
         assert (family.value is None) != (family.samples is None), family.name
     assert {f.group for f in FAMILIES} | {metric_table.DCGM} == set(GROUPS)
+
+
+def test_config_names_the_table_groups():
+    assert METRIC_GROUPS == GROUPS
 
 
 @pytest.mark.parametrize("group", GROUPS)
