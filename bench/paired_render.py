@@ -36,9 +36,10 @@ from gpustats.cli import Daemon
 from gpustats.config import build_arg_parser, resolve
 from gpustats.export.prometheus import render
 daemon = Daemon(resolve(build_arg_parser().parse_args(sys.argv[3:]), {}))
+ticker = getattr(daemon, "housekeeper", None) or daemon.collector   # the name differs by tree
 for _ in range(int(sys.argv[2])):
     time.sleep(0.11)
-    snapshot = daemon.collector.tick()
+    snapshot = ticker.tick()
 print("ready", len(render(snapshot, None)[0]), flush=True)
 for line in sys.stdin:
     start = time.thread_time()
