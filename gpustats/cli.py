@@ -31,7 +31,7 @@ from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
 from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
-from gpustats.export.prometheus import MetricsRenderer
+from gpustats.export.prometheus import MetricsBodies
 from gpustats.export.summary import summary_dict
 from gpustats.fdlimit import kept_file_limit
 from gpustats.hostfs import HostRoots, read_boot_id
@@ -197,9 +197,9 @@ class Daemon:
         settings = WebSettings(self.config.housekeeping_interval,
                                watchdog_intervals=self.config.tick_watchdog_intervals)
         return create_app(self.store, settings,
-                          metrics_renderer=MetricsRenderer(
+                          metrics_renderer=MetricsBodies(
                               self.store, self.config.dcgm_compat,
-                              self.config.dcgm_hostname_label),
+                              self.config.dcgm_hostname_label, self.config.disable_metrics),
                           extra_blueprints=(
                               history_blueprint(self.history),
                               ui_blueprint(self.store,

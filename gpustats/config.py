@@ -157,6 +157,27 @@ def _dcgm_hostname_label(value: Any) -> str:
     return text
 
 
+# --disable-metrics groups, as export.metric_table names them (config sits below export).
+METRIC_GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "cadvisor",
+                 "daemon", "dcgm")
+
+
+def _metric_groups(value: Any) -> tuple[str, ...]:
+    """Metric groups, comma-separated (or a YAML list), each one of ``METRIC_GROUPS``; empty
+    leaves every group on."""
+    items = value if isinstance(value, (list, tuple)) else _scalar(value).split(",")
+    groups = []
+    for item in items:
+        name = _scalar(item).lower()
+        if not name:
+            continue
+        if name not in METRIC_GROUPS:
+            raise ValueError(f"unknown metric group {brief(name)}; groups are "
+                             + ", ".join(METRIC_GROUPS))
+        groups.append(name)
+    return tuple(dict.fromkeys(groups))
+
+
 def _log_level(value: Any) -> str:
     level = _scalar(value).upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -320,6 +341,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dcgm_hostname_label", _dcgm_hostname_label, "Hostname",
            "name of the node label on --dcgm-compat series: Hostname (dcgm-exporter's "
            "releases) or hostname (its main branch)", "NAME"),
+    Option("disable_metrics", _metric_groups, (),
+           "metric groups left out of /metrics, not built at all: gpu, health, saturation, "
+           "mig, process, container, pod, cadvisor, daemon, dcgm (default: none)", "GROUP,..."),
     Option("history_duration", _history_seconds, 600,
            "seconds of history kept in memory for the page and /api/v1/history (0: off)",
            "SECONDS"),
@@ -371,6 +395,7 @@ class Config:
     tick_watchdog_intervals: float = 12.0
     dcgm_hostname_label: str = "Hostname"
     demo: bool = False
+    disable_metrics: tuple[str, ...] = ()
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).
     explicit: frozenset[str] = field(default=frozenset())
@@ -378,7 +403,7 @@ class Config:
 
 def _shown_default(default: Any) -> str | None:
     """A default as a user would type it; None where the help text says what absence means."""
-    if default is None or isinstance(default, IdlePower):
+    if default is None or default == () or isinstance(default, IdlePower):
         return None
     if isinstance(default, bool):
         return "true" if default else "false"

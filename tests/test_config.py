@@ -98,6 +98,8 @@ def test_design_flags_exist():
     (["--demo", "--cgroup-root", "/sys/fs/cgroup", "--runtime-socket", "/run/c.sock"], {},
      "cannot be combined with --cgroup-root, --runtime-socket"),
     (["--simulate", "s.yaml"], {"GPUSTATS_DEMO": "true"}, "--demo runs its own simulated node"),
+    (["--disable-metrics", "process,bogus"], {}, "--disable-metrics"),
+    ([], {"GPUSTATS_DISABLE_METRICS": "gpus"}, "unknown metric group 'gpus'"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
@@ -235,6 +237,20 @@ def test_reload_applies_what_it_can_and_names_the_rest():
     assert applied == ("idle_power_watts", "log_level") and restart == ("listen",)
     assert merged.idle_power_watts.default_watts == 250 and merged.log_level == "DEBUG"
     assert merged.listen == old.listen
+
+
+def test_disable_metrics(tmp_path):
+    assert _resolve().disable_metrics == ()                  # every group exported
+    assert _resolve(["--disable-metrics", "Process, mig,,process"]).disable_metrics \
+        == ("process", "mig")
+    assert _resolve([], {"GPUSTATS_DISABLE_METRICS": "cadvisor"}).disable_metrics \
+        == ("cadvisor",)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("disable_metrics: [process, dcgm]\n")
+    assert _resolve(["--config", str(cfg)]).disable_metrics == ("process", "dcgm")
+    cfg.write_text("disable_metrics: [process, [dcgm]]\n")
+    with pytest.raises(ConfigError, match="disable_metrics in"):
+        _resolve(["--config", str(cfg)])
 
 
 def test_dcgm_hostname_label(tmp_path):

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.metric_table import FAMILIES
-from gpustats.export.prometheus import MetricsRenderer, render
+from gpustats.export.prometheus import MetricsBodies, render
 from tests.snapshots import A, B, sample_snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics_sample.txt"
@@ -84,7 +84,7 @@ def test_cadvisor_compatible_series():
 def test_openmetrics_negotiation_and_render_once():
     store = SnapshotStore()
     store.publish(sample_snapshot())
-    renderer = MetricsRenderer(store)
+    renderer = MetricsBodies(store)
     body, content_type = renderer("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text")
     assert body.rstrip().endswith(b"# EOF")

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from gpustats.engine.store import SnapshotStore
-from gpustats.export.prometheus import MetricsRenderer
+from gpustats.export.prometheus import MetricsBodies
 from gpustats.web import representation
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.representation import accepts_gzip
@@ -34,7 +34,7 @@ def store():
 @pytest.fixture
 def client(store):
     app = create_app(store, WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsRenderer(store))
+                     metrics_renderer=MetricsBodies(store))
     return app.test_client()
 
 
@@ -103,7 +103,7 @@ def test_each_variant_is_compressed_once_per_snapshot(client, store, compression
 
 def test_concurrent_gzip_requests_compress_once(store, compressions):
     app = create_app(store, WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsRenderer(store))
+                     metrics_renderer=MetricsBodies(store))
     start = threading.Barrier(8)
     codes = []
 
@@ -163,7 +163,7 @@ def test_post_ignores_if_none_match_and_head_has_no_body(client):
 
 def test_not_ready_is_a_json_error_whatever_the_encoding():
     app = create_app(SnapshotStore(), WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsRenderer(SnapshotStore()))
+                     metrics_renderer=MetricsBodies(SnapshotStore()))
     client = app.test_client()
     resp = _get(client, "/stats/summary", encoding="gzip", **{"If-None-Match": "*"})
     assert resp.status_code == 503 and resp.get_json()["error"] == "not_ready"

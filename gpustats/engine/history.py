@@ -93,11 +93,11 @@ class History:
                               NAN if mig.activity_ratio is None else round(mig.activity_ratio, 4),
                               _milli(mig.attributed_power_watts))))
         containers = []
-        for pod in snapshot.pods:
-            for container in pod.containers:
+        for pod, container in snapshot.containers_with_pods():
+            if pod is None:
+                self._container_rows(containers, t, container, None, None, container.pod_uid)
+            else:
                 self._container_rows(containers, t, container, pod.name, pod.namespace, pod.uid)
-        for container in snapshot.containers:
-            self._container_rows(containers, t, container, None, None, container.pod_uid)
         cutoff = t - self.duration_seconds
         with self._lock:
             for table, fresh in ((self._gpus, gpus), (self._migs, migs),

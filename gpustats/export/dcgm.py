@@ -85,12 +85,13 @@ def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ..
     mig_uuids = {(d.identity.uuid, m.gpu_instance_id): m.uuid for d in snapshot.devices
                  for m in (d.mig_instances or (d.reading.mig_instances if d.reading else ()))
                  if m.uuid}
-    for pod in snapshot.pods:
-        for c in pod.containers:
-            for a in c.accelerators:
-                owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
-                for labels in _kubernetes_labels(pod, c, a, mig_uuids):
-                    owners[labels] = None
+    for pod, c in snapshot.containers_with_pods():
+        if pod is None:
+            continue
+        for a in c.accelerators:
+            owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
+            for labels in _kubernetes_labels(pod, c, a, mig_uuids):
+                owners[labels] = None
     return {key: tuple(sorted(owners)) for key, owners in seen.items() if owners}
 
 

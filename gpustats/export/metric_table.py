@@ -1,13 +1,23 @@
-"""Every Prometheus family gpustats exposes, declared once: name, type, help, labels.
+"""Every Prometheus family gpustats exposes, declared once: name, type, help, labels, the
+group that turns it off (``--disable-metrics``), and where its value comes from.
 
 Every series also carries ``node_name``. Counters are declared by their base name; the
 exposition adds ``_total``. Units follow Prometheus base units (watts, joules, bytes,
 seconds, ratios 0..1) and end the name.
+
+A family's samples come from the rows of its *scope* (one row per GPU, per process, per
+container's GPU, …; ``export.prometheus`` builds them with their label values): ``value``
+gives one sample per row, ``samples`` gives ``(extra label values, value)`` pairs for families
+with labels beyond the scope's. A value of ``None`` gives no sample.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Callable, Iterable
+
+from gpustats import __version__
 
 GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 
@@ -22,6 +32,33 @@ POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid", "claim", "claim_namespa
 PROCESS = ("pid", "pid_start_ticks", "gpu", "gpu_uuid", "gpu_instance_id", "container_id")
 MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
+CLAIM = ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
+         "driver", "pool", "device", "reason")
+SOURCE = ("source",)
+ERROR = ("source", "reason")
+
+# Scopes: what one row is (the object the getters are given) and the labels it carries.
+NODE = "node"              # the Snapshot; no labels
+DEVICE = "device"          # DeviceStats; GPU
+HEALTH = "health"          # DeviceHealth of a GPU that has one; GPU
+SATURATION = "saturation"  # Saturation of a GPU that has one; GPU
+MIG_INSTANCE = "mig"       # MigInstanceStats; MIG
+GPU_PROCESS = "process"    # ProcessStats; PROCESS
+CONTAINER_GPU = "container_gpu"    # ContainerAccelerator; CONTAINER
+CONTAINER_VIEW = "container_view"  # AcceleratorView (the container's view of a GPU); CADVISOR
+UNRESOLVED = "unresolved"  # UnresolvedClaim; CLAIM
+POD_GPU = "pod_gpu"        # PodAccelerator; POD
+SOURCE_STATE = "source"    # SourceState; SOURCE
+ERROR_COUNT = "error"      # (source, reason, count); ERROR
+
+# Groups for --disable-metrics (cAdvisor's convention): each family is in one. ``dcgm`` holds
+# the --dcgm-compat families, declared in export.dcgm_table and rendered by export.dcgm.
+DCGM = "dcgm"
+GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "cadvisor",
+          "daemon", DCGM)
+
+Value = Callable[[Any], "float | int | None"]
+Samples = Callable[[Any], Iterable[tuple[tuple[object, ...], "float | int | None"]]]
 
 
 @dataclass(frozen=True)
@@ -31,131 +68,234 @@ class Family:
     help: str
     labels: tuple[str, ...] = ()
     unit: str = ""
+    group: str = "daemon"
+    scope: str = NODE
+    value: Value | None = None       # one sample per row
+    samples: Samples | None = None   # (extra label values, value) pairs per row
 
+
+def _ratio_of_percent(name: str) -> Value:
+    get = attrgetter(name)
+
+    def ratio(row: Any) -> float | None:
+        percent = get(row)
+        return percent / 100.0 if percent is not None else None
+    return ratio
+
+
+def _one_if(name: str) -> Value:
+    get = attrgetter(name)
+    return lambda row: 1 if get(row) else 0
+
+
+def _one(row: Any) -> int:
+    return 1
+
+
+def _pairs(name: str) -> Samples:
+    """``((label, value), ...)`` held in one field, ``None`` for none, as samples."""
+    get = attrgetter(name)
+    return lambda row: (((label,), value) for label, value in get(row) or ())
+
+
+def _directions(tx: str, rx: str) -> Samples:
+    get_tx, get_rx = attrgetter(tx), attrgetter(rx)
+    return lambda row: ((("tx",), get_tx(row)), (("rx",), get_rx(row)))
+
+
+def _device_info(d: Any) -> tuple[tuple[tuple[object, ...], int], ...]:
+    ident = d.identity
+    return (((ident.name, "nvidia", ident.pci_bus_id, ident.minor_number), 1),)
+
+
+def _sharing_mode(d: Any) -> tuple[tuple[tuple[object, ...], int], ...]:
+    return (((d.sharing_mode,), 1),) if d.sharing_mode is not None else ()
+
+
+def _conditions(h: Any) -> Iterable[tuple[tuple[object, ...], int]]:
+    return (((c.type, c.status, c.reason), 1) for c in h.conditions)
+
+
+def _memory_used_ratios(s: Any) -> tuple[tuple[tuple[object, ...], float | None], ...]:
+    return ((("avg",), s.memory_used_ratio_avg), (("max",), s.memory_used_ratio_max))
+
+
+def _share_method(p: Any) -> tuple[tuple[tuple[object, ...], int], ...]:
+    # Its own series: the counters' identity must not change when the method does.
+    return (((p.share_method,), 1),) if p.share_method is not None else ()
+
+
+_at = attrgetter
 
 FAMILIES: tuple[Family, ...] = (
-    Family("gpustats_build", INFO, "gpustats build information.", ("version",)),
+    Family("gpustats_build", INFO, "gpustats build information.", ("version",),
+           samples=lambda snapshot: (((__version__,), 1),)),
     Family("gpustats_node_gpu", INFO, "GPU identity: index, UUID, name, vendor, PCI bus id.",
-           GPU + ("gpu_name", "vendor", "pci_bus_id", "minor_number")),
-    Family("gpustats_node_gpu_watts", GAUGE, "GPU power draw.", GPU, "watts"),
+           GPU + ("gpu_name", "vendor", "pci_bus_id", "minor_number"),
+           group="gpu", scope=DEVICE, samples=_device_info),
+    Family("gpustats_node_gpu_watts", GAUGE, "GPU power draw.", GPU, "watts",
+           group="gpu", scope=DEVICE, value=_at("power_watts")),
     Family("gpustats_node_gpu_joules", COUNTER,
            "GPU energy counted since gpustats first saw the GPU (from the GPU's energy counter "
            "deltas), monotonic across driver reloads and restarts.",
-           GPU, "joules"),
+           GPU, "joules", group="gpu", scope=DEVICE, value=_at("energy_joules")),
     Family("gpustats_node_gpu_idle_watts", GAUGE,
            "GPU idle power: configured, or the lowest power that held for three ticks (the "
-           "highest seen until three readings are in).", GPU, "watts"),
+           "highest seen until three readings are in).", GPU, "watts",
+           group="gpu", scope=DEVICE, value=_at("idle_power_watts")),
     Family("gpustats_node_gpu_active_watts", GAUGE,
            "GPU power above idle: the tick's active energy over the tick's length.", GPU,
-           "watts"),
-    Family("gpustats_node_gpu_active_joules", COUNTER, "GPU energy above idle.", GPU, "joules"),
+           "watts", group="gpu", scope=DEVICE, value=_at("active_power_watts")),
+    Family("gpustats_node_gpu_active_joules", COUNTER, "GPU energy above idle.", GPU, "joules",
+           group="gpu", scope=DEVICE, value=_at("active_energy_joules")),
     Family("gpustats_node_gpu_unattributed_watts", GAUGE,
            "GPU power above idle that no container is billed for (no process, processes in no "
-           "container, or processes unknown), over the tick.", GPU, "watts"),
+           "container, or processes unknown), over the tick.", GPU, "watts",
+           group="gpu", scope=DEVICE, value=_at("unattributed_power_watts")),
     Family("gpustats_node_gpu_unattributed_joules", COUNTER,
            "GPU energy above idle that no container is billed for; with the containers' "
-           "energy it adds up to the active energy.", GPU, "joules"),
+           "energy it adds up to the active energy.", GPU, "joules",
+           group="gpu", scope=DEVICE, value=_at("unattributed_energy_joules")),
     Family("gpustats_node_gpu_power_limit_watts", GAUGE, "Enforced GPU power limit.", GPU,
-           "watts"),
+           "watts", group="gpu", scope=DEVICE, value=_at("power_limit_watts")),
     Family("gpustats_node_gpu_temperature_celsius", GAUGE, "GPU core temperature.", GPU,
-           "celsius"),
+           "celsius", group="gpu", scope=DEVICE, value=_at("temperature_celsius")),
     Family("gpustats_node_gpu_memory_used_bytes", GAUGE, "GPU framebuffer memory in use.", GPU,
-           "bytes"),
+           "bytes", group="gpu", scope=DEVICE, value=_at("memory_used_bytes")),
     Family("gpustats_node_gpu_memory_total_bytes", GAUGE, "GPU framebuffer memory.", GPU,
-           "bytes"),
+           "bytes", group="gpu", scope=DEVICE, value=_at("identity.memory_total_bytes")),
     Family("gpustats_node_gpu_duty_cycle_ratio", GAUGE,
-           "Share of the last sample period the GPU was busy (NVML utilization).", GPU, "ratio"),
+           "Share of the last sample period the GPU was busy (NVML utilization).", GPU, "ratio",
+           group="gpu", scope=DEVICE, value=_ratio_of_percent("duty_cycle_percent")),
     Family("gpustats_node_gpu_sharing_mode", INFO,
-           "How the GPU is shared: exclusive, time-slicing, mps or mig.", GPU + ("mode",)),
-    Family("gpustats_node_gpu_lost", GAUGE, "1 when NVML answers GPU_IS_LOST for the GPU.", GPU),
-    Family("gpustats_node_gpu_healthy", GAUGE, "1 when every health condition is True.", GPU),
+           "How the GPU is shared: exclusive, time-slicing, mps or mig.", GPU + ("mode",),
+           group="gpu", scope=DEVICE, samples=_sharing_mode),
+    Family("gpustats_node_gpu_lost", GAUGE, "1 when NVML answers GPU_IS_LOST for the GPU.", GPU,
+           group="health", scope=DEVICE, value=_one_if("lost")),
+    Family("gpustats_node_gpu_healthy", GAUGE, "1 when every health condition is True.", GPU,
+           group="health", scope=HEALTH, value=_one_if("healthy")),
     Family("gpustats_node_gpu_condition", GAUGE, "Health conditions of the GPU (value 1).",
-           GPU + ("type", "status", "reason")),
+           GPU + ("type", "status", "reason"), group="health", scope=HEALTH,
+           samples=_conditions),
     Family("gpustats_node_gpu_xid_errors", COUNTER,
-           "XID error events, every event counted (ignored application XIDs included).", GPU),
+           "XID error events, every event counted (ignored application XIDs included).", GPU,
+           group="health", scope=HEALTH, value=_at("xid_error_count")),
     Family("gpustats_node_gpu_throttle_violation_ratio", GAUGE,
            "Share of the saturation window spent throttled, by violation counter.",
-           GPU + ("reason",), "ratio"),
+           GPU + ("reason",), "ratio", group="saturation", scope=SATURATION,
+           samples=_pairs("throttle_violation_ratios")),
     Family("gpustats_node_gpu_throttle_reason_ratio", GAUGE,
            "Share of samples in the saturation window with a clocks-event reason set.",
-           GPU + ("reason",), "ratio"),
+           GPU + ("reason",), "ratio", group="saturation", scope=SATURATION,
+           samples=_pairs("throttle_reason_ratios")),
     Family("gpustats_node_gpu_memory_used_ratio", GAUGE,
            "Framebuffer used/total over the saturation window (stat avg or max).",
-           GPU + ("stat",), "ratio"),
+           GPU + ("stat",), "ratio", group="saturation", scope=SATURATION,
+           samples=_memory_used_ratios),
     Family("gpustats_node_gpu_memory_pressure_ratio", GAUGE,
            "Share of samples with framebuffer use at or above the pressure threshold.", GPU,
-           "ratio"),
+           "ratio", group="saturation", scope=SATURATION, value=_at("memory_pressure_ratio")),
     Family("gpustats_node_gpu_sm_active_ratio", GAUGE, "GPM SM activity, window average.", GPU,
-           "ratio"),
+           "ratio", group="saturation", scope=SATURATION, value=_at("sm_active_avg")),
     Family("gpustats_node_gpu_sm_occupancy_ratio", GAUGE, "GPM SM occupancy, window average.",
-           GPU, "ratio"),
+           GPU, "ratio", group="saturation", scope=SATURATION, value=_at("sm_occupancy_avg")),
     Family("gpustats_node_gpu_dram_active_ratio", GAUGE, "GPM DRAM activity, window average.",
-           GPU, "ratio"),
+           GPU, "ratio", group="saturation", scope=SATURATION, value=_at("dram_active_avg")),
     Family("gpustats_node_gpu_pcie_bytes_per_second", GAUGE, "PCIe throughput, window average.",
-           GPU + ("direction",)),
+           GPU + ("direction",), group="saturation", scope=SATURATION,
+           samples=_directions("pcie_tx_bytes_avg", "pcie_rx_bytes_avg")),
     Family("gpustats_node_gpu_nvlink_bytes_per_second", GAUGE,
-           "NVLink throughput, window average.", GPU + ("direction",)),
+           "NVLink throughput, window average.", GPU + ("direction",),
+           group="saturation", scope=SATURATION,
+           samples=_directions("nvlink_tx_bytes_avg", "nvlink_rx_bytes_avg")),
     Family("gpustats_node_gpu_mig_instance", INFO, "MIG GPU instance identity.",
-           MIG + ("mig_uuid", "profile")),
+           MIG + ("mig_uuid", "profile"), group="mig", scope=MIG_INSTANCE,
+           samples=lambda m: (((m.uuid, m.profile), 1),)),
     Family("gpustats_node_gpu_mig_memory_used_bytes", GAUGE, "Memory used in a MIG instance.",
-           MIG, "bytes"),
+           MIG, "bytes", group="mig", scope=MIG_INSTANCE, value=_at("memory_used_bytes")),
     Family("gpustats_node_gpu_mig_activity_ratio", GAUGE,
-           "MIG instance activity (dcgm-exporter or GPM).", MIG, "ratio"),
+           "MIG instance activity (dcgm-exporter or GPM).", MIG, "ratio",
+           group="mig", scope=MIG_INSTANCE, value=_at("activity_ratio")),
     Family("gpustats_node_gpu_mig_watts", GAUGE, "Active power attributed to a MIG instance.",
-           MIG, "watts"),
+           MIG, "watts", group="mig", scope=MIG_INSTANCE, value=_at("attributed_power_watts")),
     Family("gpustats_node_gpu_mig_joules", COUNTER, "Active energy attributed to a MIG instance.",
-           MIG, "joules"),
+           MIG, "joules", group="mig", scope=MIG_INSTANCE, value=_at("attributed_energy_joules")),
     Family("gpustats_process_gpu_watts", GAUGE, "Active GPU power attributed to a process.",
-           PROCESS, "watts"),
+           PROCESS, "watts", group="process", scope=GPU_PROCESS,
+           value=_at("attributed_power_watts")),
     Family("gpustats_process_gpu_joules", COUNTER, "Active GPU energy attributed to a process.",
-           PROCESS, "joules"),
+           PROCESS, "joules", group="process", scope=GPU_PROCESS,
+           value=_at("attributed_energy_joules")),
     Family("gpustats_process_gpu_compute_utilization_ratio", GAUGE,
-           "SM utilization of the process over the tick, as NVML reports it.", PROCESS, "ratio"),
+           "SM utilization of the process over the tick, as NVML reports it.", PROCESS, "ratio",
+           group="process", scope=GPU_PROCESS,
+           value=_ratio_of_percent("compute_utilization_percent")),
     Family("gpustats_process_gpu_memory_used_bytes", GAUGE, "GPU memory held by the process.",
-           PROCESS, "bytes"),
+           PROCESS, "bytes", group="process", scope=GPU_PROCESS, value=_at("memory_used_bytes")),
     Family("gpustats_process_gpu_share_method", GAUGE,
            "How the process's share of active power was computed this tick (value 1): "
            "exclusive, sm-utilization, equal-split, mig-activity, mig-assumed-activity (an "
            "instance without activity data, given the mean of the others) or mig-equal-split.",
-           PROCESS + ("method",)),
+           PROCESS + ("method",), group="process", scope=GPU_PROCESS, samples=_share_method),
     Family("gpustats_container_gpu_watts", GAUGE, "Active GPU power attributed to a container.",
-           CONTAINER, "watts"),
+           CONTAINER, "watts", group="container", scope=CONTAINER_GPU,
+           value=_at("attributed_power_watts")),
     Family("gpustats_container_gpu_joules", COUNTER,
-           "Active GPU energy attributed to a container.", CONTAINER, "joules"),
+           "Active GPU energy attributed to a container.", CONTAINER, "joules",
+           group="container", scope=CONTAINER_GPU, value=_at("attributed_energy_joules")),
     Family("gpustats_container_gpu_memory_used_bytes", GAUGE,
-           "GPU memory held by the container's processes.", CONTAINER, "bytes"),
+           "GPU memory held by the container's processes.", CONTAINER, "bytes",
+           group="container", scope=CONTAINER_GPU, value=_at("process_memory_used_bytes")),
     Family("gpustats_container_gpu_compute_utilization_ratio", GAUGE,
            "Share of SM time the container's processes had over the tick (at most 1, also "
-           "when MPS clients' percentages add up past 100).", CONTAINER, "ratio"),
+           "when MPS clients' percentages add up past 100).", CONTAINER, "ratio",
+           group="container", scope=CONTAINER_GPU,
+           value=_ratio_of_percent("compute_utilization_percent")),
     Family("gpustats_container_gpu_claim_unresolved", GAUGE,
            "1 for each DRA claim device a container holds that is not resolved to a GPU.",
-           ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
-            "driver", "pool", "device", "reason")),
+           CLAIM, group="container", scope=UNRESOLVED, value=_one),
     Family("gpustats_pod_gpu_watts", GAUGE, "Active GPU power attributed to a pod.", POD,
-           "watts"),
+           "watts", group="pod", scope=POD_GPU, value=_at("attributed_power_watts")),
     Family("gpustats_pod_gpu_joules", COUNTER,
-           "Active GPU energy attributed to a pod (containers gone included).", POD, "joules"),
+           "Active GPU energy attributed to a pod (containers gone included).", POD, "joules",
+           group="pod", scope=POD_GPU, value=_at("attributed_energy_joules")),
     Family("container_accelerator_duty_cycle", GAUGE,
            "Percent of time over the past sample period during which the accelerator was "
-           "actively processing.", CADVISOR),
+           "actively processing.", CADVISOR,
+           group="cadvisor", scope=CONTAINER_VIEW, value=_at("duty_cycle_percent")),
     Family("container_accelerator_memory_used_bytes", GAUGE, "Total accelerator memory allocated.",
-           CADVISOR, "bytes"),
+           CADVISOR, "bytes", group="cadvisor", scope=CONTAINER_VIEW,
+           value=_at("memory_used_bytes")),
     Family("container_accelerator_memory_total_bytes", GAUGE, "Total accelerator memory.",
-           CADVISOR, "bytes"),
+           CADVISOR, "bytes", group="cadvisor", scope=CONTAINER_VIEW,
+           value=_at("memory_total_bytes")),
     Family("gpustats_collection_errors", COUNTER, "Values that could not be collected, by why.",
-           ("source", "reason")),
+           ERROR, scope=ERROR_COUNT, value=lambda error: error[2]),
     Family("gpustats_source_last_success_timestamp_seconds", GAUGE,
-           "Unix time of the source's last successful read.", ("source",), "seconds"),
+           "Unix time of the source's last successful read.", SOURCE, "seconds",
+           scope=SOURCE_STATE, value=_at("last_success_time")),
     Family("gpustats_source_failing", GAUGE,
-           "1 while the source is failing (its last read failed), 0 otherwise.", ("source",)),
+           "1 while the source is failing (its last read failed), 0 otherwise.", SOURCE,
+           scope=SOURCE_STATE, value=lambda state: 1 if state.state == "failing" else 0),
     Family("gpustats_tick_duration_seconds", GAUGE, "Wall time of the last collection tick.",
-           (), "seconds"),
+           (), "seconds", value=_at("status.tick_duration_seconds")),
     Family("gpustats_last_tick_timestamp_seconds", GAUGE,
-           "Unix time at the end of the last collection tick.", (), "seconds"),
-    Family("gpustats_nvml_loaded", GAUGE, "1 while an NVML session is open."),
-    Family("gpustats_gpus_on_pci_bus", GAUGE, "NVIDIA GPUs found on the PCI bus."),
-    Family("gpustats_nvml_calls_last_tick", GAUGE, "NVML calls made by the last tick."),
-    Family("gpustats_snapshot_sequence", COUNTER, "Snapshots published since start."),
+           "Unix time at the end of the last collection tick.", (), "seconds",
+           value=_at("taken_at")),
+    Family("gpustats_nvml_loaded", GAUGE, "1 while an NVML session is open.",
+           value=_one_if("status.nvml_loaded")),
+    Family("gpustats_gpus_on_pci_bus", GAUGE, "NVIDIA GPUs found on the PCI bus.",
+           value=_at("status.gpus_on_pci_bus")),
+    Family("gpustats_nvml_calls_last_tick", GAUGE, "NVML calls made by the last tick.",
+           value=_at("status.nvml_calls_last_tick")),
+    Family("gpustats_snapshot_sequence", COUNTER, "Snapshots published since start.",
+           value=_at("sequence")),
 )
 
 BY_NAME = {f.name: f for f in FAMILIES}
+
+
+def enabled(disabled_groups: Iterable[str] = ()) -> tuple[Family, ...]:
+    """The families of every group not named in ``disabled_groups``, in table order."""
+    off = frozenset(disabled_groups)
+    return tuple(f for f in FAMILIES if f.group not in off)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from gpustats.export.text import shown
-from gpustats.model.snapshot import ContainerStats, DeviceStats, Snapshot
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
+)
 from gpustats.model.health import STATUS_TRUE
 
 ABSENT = "–"
@@ -160,90 +162,112 @@ def _short_id(container_id: str) -> str:
     return container_id[:12]
 
 
-def _rows_for(device: DeviceStats, owners: list[tuple[str | None, str | None, str | None,
-                                                        ContainerStats]]) -> list[ContainerRow]:
-    rows = []
+def _instance_text(gpu_instance_id: int, profile: str | None) -> str:
+    return f"GI {gpu_instance_id}" + (f" · {profile}" if profile else "")
+
+
+def _container_row(pod: PodStats | None, container: ContainerStats, acc: ContainerAccelerator,
+                   profiles: dict[int, str | None]) -> ContainerRow:
+    pod_name = _shown(pod.name) if pod is not None else None
+    namespace = _shown(pod.namespace) if pod is not None else None
+    pod_uid = _shown(pod.uid if pod is not None else container.pod_uid)
+    instance = ""
+    if acc.gpu_instance_id is not None:
+        instance = _instance_text(acc.gpu_instance_id,
+                                  acc.mig_profile or profiles.get(acc.gpu_instance_id))
+    return ContainerRow(
+        pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
+        pod=pod_name or pod_uid or ABSENT, pod_is_id=pod_name is None and bool(pod_uid),
+        namespace=namespace or ABSENT,
+        container=_shown(container.name) or _short_id(container.container_id),
+        container_is_id=container.name is None, instance=instance,
+        power=format_watts(acc.attributed_power_watts),
+        compute=format_percent(acc.compute_utilization_percent),
+        memory=format_bytes(acc.process_memory_used_bytes),
+        energy=format_joules(acc.attributed_energy_joules))
+
+
+def _rows_for(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]]
+              ) -> list[ContainerRow]:
     profiles = {m.gpu_instance_id: m.profile for m in device.mig_instances}
-    for pod_name, namespace, pod_uid, container in owners:
-        pod_name, namespace, pod_uid = _shown(pod_name), _shown(namespace), _shown(pod_uid)
-        for acc in container.accelerators:
-            if acc.device_uuid != device.identity.uuid:
-                continue
-            instance = ""
-            if acc.gpu_instance_id is not None:
-                profile = acc.mig_profile or profiles.get(acc.gpu_instance_id)
-                instance = f"GI {acc.gpu_instance_id}" + (f" · {profile}" if profile else "")
-            rows.append(ContainerRow(
-                pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
-                pod=pod_name or pod_uid or ABSENT, pod_is_id=pod_name is None and bool(pod_uid),
-                namespace=namespace or ABSENT,
-                container=_shown(container.name) or _short_id(container.container_id),
-                container_is_id=container.name is None, instance=instance,
-                power=format_watts(acc.attributed_power_watts),
-                compute=format_percent(acc.compute_utilization_percent),
-                memory=format_bytes(acc.process_memory_used_bytes),
-                energy=format_joules(acc.attributed_energy_joules)))
-    return rows
+    return [_container_row(pod, container, acc, profiles)
+            for pod, container in owners for acc in container.accelerators
+            if acc.device_uuid == device.identity.uuid]
 
 
 def _ratio(value: float | None) -> str:
     return ABSENT if value is None else f"{value * 100:.0f} %"
 
 
+def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]]) -> GpuCard:
+    ident = device.identity
+    rows = sorted(_rows_for(device, owners), key=lambda r: (r.namespace, r.pod, r.container))
+    return GpuCard(
+        uuid=ident.uuid, index=ident.index, model=_shown(ident.name) or "unknown model",
+        bus_id=_shown(ident.pci_bus_id) or "", health=_health(device),
+        figures=_figures(device), containers=tuple(rows),
+        mig=tuple((_instance_text(m.gpu_instance_id, m.profile),
+                   format_bytes(m.memory_used_bytes), _ratio(m.activity_ratio),
+                   format_watts(m.attributed_power_watts))
+                  for m in device.mig_instances))
+
+
+def _present_sum(values: list[float | None]) -> float | None:
+    """The sum of the values that are present; None when none is."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, PodRow]:
+    """(the pod's attributed watts, -1 when unknown, for ordering; its row)."""
+    power = _present_sum([a.attributed_power_watts for a in pod.accelerators])
+    energy = _present_sum([a.attributed_energy_joules for a in pod.accelerators])
+    gpus = sorted(index_of[a.device_uuid] for a in pod.accelerators
+                  if a.device_uuid in index_of)
+    name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
+    return (power if power is not None else -1.0, PodRow(
+        pod_key=pod_key(name, namespace, uid, ""),
+        pod=name or uid, pod_is_id=name is None,
+        namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
+        power=format_watts(power), energy=format_joules(energy)))
+
+
+def _pod_rows(snapshot: Snapshot) -> tuple[PodRow, ...]:
+    """Pods holding GPUs, the most power first."""
+    index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
+    pods = [_pod_row(pod, index_of) for pod in snapshot.pods if pod.accelerators]
+    pods.sort(key=lambda p: (-p[0], p[1].namespace, p[1].pod))
+    return tuple(row for _, row in pods)
+
+
+def _totals(snapshot: Snapshot, pods_on_gpus: int) -> tuple[tuple[str, str], ...]:
+    healthy = sum(1 for d in snapshot.devices if _health(d).state == "healthy")
+    attributed = _present_sum([a.attributed_power_watts for p in snapshot.pods
+                               for a in p.accelerators]
+                              + [a.attributed_power_watts for c in snapshot.containers
+                                 for a in c.accelerators])
+    return (
+        ("GPUs", f"{len(snapshot.devices)} ({healthy} healthy)"),
+        ("power", format_watts(_present_sum([d.power_watts for d in snapshot.devices]))),
+        ("attributed to pods", format_watts(attributed)),
+        ("pods on GPUs", str(pods_on_gpus)),
+    )
+
+
+def _nvml_note(status: DaemonStatus) -> str | None:
+    if status.nvml_loaded:
+        return None
+    if not status.gpus_on_pci_bus:
+        return "No NVIDIA GPU on this node's PCI bus"
+    return "NVML is not loaded" + (f": {status.nvml_error}" if status.nvml_error else "")
+
+
 def page_view(snapshot: Snapshot) -> Page:
     """The page's content for one snapshot."""
-    owners: list[tuple[str | None, str | None, str | None, ContainerStats]] = []
-    for pod in snapshot.pods:
-        owners.extend((pod.name, pod.namespace, pod.uid, c) for c in pod.containers)
-    owners.extend((None, None, c.pod_uid, c) for c in snapshot.containers)
-    index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
-    cards = tuple(
-        GpuCard(uuid=d.identity.uuid, index=d.identity.index,
-                model=_shown(d.identity.name) or "unknown model",
-                bus_id=_shown(d.identity.pci_bus_id) or "",
-                health=_health(d), figures=_figures(d),
-                containers=tuple(sorted(_rows_for(d, owners),
-                                        key=lambda r: (r.namespace, r.pod, r.container))),
-                mig=tuple((f"GI {m.gpu_instance_id}" + (f" · {m.profile}" if m.profile else ""),
-                           format_bytes(m.memory_used_bytes), _ratio(m.activity_ratio),
-                           format_watts(m.attributed_power_watts))
-                          for m in d.mig_instances))
-        for d in snapshot.devices)
-    pods = []
-    for pod in snapshot.pods:
-        if not pod.accelerators:
-            continue
-        power = [a.attributed_power_watts for a in pod.accelerators
-                 if a.attributed_power_watts is not None]
-        energy = [a.attributed_energy_joules for a in pod.accelerators
-                  if a.attributed_energy_joules is not None]
-        gpus = sorted(index_of[a.device_uuid] for a in pod.accelerators
-                      if a.device_uuid in index_of)
-        name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
-        pods.append((sum(power) if power else -1.0, PodRow(
-            pod_key=pod_key(name, namespace, uid, ""),
-            pod=name or uid, pod_is_id=name is None,
-            namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
-            power=format_watts(sum(power)) if power else ABSENT,
-            energy=format_joules(sum(energy)) if energy else ABSENT)))
-    pods.sort(key=lambda p: (-p[0], p[1].namespace, p[1].pod))
-    total_power = [d.power_watts for d in snapshot.devices if d.power_watts is not None]
-    healthy = sum(1 for d in snapshot.devices if _health(d).state == "healthy")
-    attributed = [a.attributed_power_watts for p in snapshot.pods for a in p.accelerators
-                  if a.attributed_power_watts is not None]
-    attributed += [a.attributed_power_watts for c in snapshot.containers for a in c.accelerators
-                   if a.attributed_power_watts is not None]
-    totals = (
-        ("GPUs", f"{len(snapshot.devices)} ({healthy} healthy)"),
-        ("power", format_watts(sum(total_power)) if total_power else ABSENT),
-        ("attributed to pods", format_watts(sum(attributed)) if attributed else ABSENT),
-        ("pods on GPUs", str(len(pods))),
-    )
+    owners = list(snapshot.containers_with_pods())
+    pods = _pod_rows(snapshot)
     status = snapshot.status
-    note = None
-    if not status.nvml_loaded:
-        note = ("NVML is not loaded" + (f": {status.nvml_error}" if status.nvml_error else "")
-                if status.gpus_on_pci_bus else "No NVIDIA GPU on this node's PCI bus")
     return Page(node_name=shown(snapshot.node.node_name), taken_at=format_time(snapshot.taken_at),
                 sequence=snapshot.sequence, driver_version=status.driver_version,
-                nvml_note=note, totals=totals, gpus=cards, pods=tuple(p[1] for p in pods))
+                nvml_note=_nvml_note(status), totals=_totals(snapshot, len(pods)),
+                gpus=tuple(_card(d, owners) for d in snapshot.devices), pods=pods)

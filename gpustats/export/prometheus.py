@@ -1,5 +1,10 @@
 """Prometheus exposition of one snapshot: a stateless collector over the snapshot it is given.
 
+The families are those of ``export.metric_table``, in its order: each scope's rows (one per
+GPU, process, container's GPU, …, with their label values shown once) are built here, and
+each family's getter reads its samples from them. A family left out (``--disable-metrics``) is
+not built, and a scope that only left-out families read is not walked.
+
 Absent values produce no sample (no NaN, no 0). Rendered bytes are memoized per snapshot and
 format by the store, so concurrent scrapes of one snapshot render once; OpenMetrics is
 negotiated from the Accept header through prometheus-client.
@@ -16,14 +21,17 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from gpustats import __version__
-from gpustats.export.accelerators import container_view
 from gpustats.engine.store import SnapshotStore
+from gpustats.export import metric_table
+from gpustats.export.accelerators import container_view
 from gpustats.export.dcgm import render_dcgm
-from gpustats.export.metric_table import BY_NAME, COUNTER, FAMILIES, GAUGE
+from gpustats.export.metric_table import COUNTER, FAMILIES, GAUGE, INFO, Family, enabled
 from gpustats.export.text import shown
 from gpustats.model.dra import ClaimDevice
-from gpustats.model.snapshot import Snapshot
+from gpustats.model.snapshot import PodStats, Snapshot
+
+
+Row = tuple[object, tuple[str, ...]]        # (what the getters read, shown label values)
 
 
 def _label(value: object) -> str:
@@ -31,46 +39,167 @@ def _label(value: object) -> str:
     return "" if value is None else shown(str(value))
 
 
-class _Families:
-    """Fresh metric families for one collect(), filled by name."""
+def _row(entity: object, labels: Iterable[object]) -> Row:
+    return entity, tuple(_label(v) for v in labels)
 
-    def __init__(self, node_name: str):
-        self._node = shown(node_name)
-        self._families: dict[str, Metric] = {}
-        for f in FAMILIES:
-            labels = ["node_name", *f.labels]
-            if f.kind == COUNTER:
-                metric = CounterMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
-            elif f.kind == GAUGE:
-                metric = GaugeMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
+
+def _device_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(d, (d.identity.index, d.identity.uuid)) for d in snapshot.devices]
+
+
+def _health_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(d.health, (d.identity.index, d.identity.uuid)) for d in snapshot.devices
+            if d.health is not None]
+
+
+def _saturation_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(d.saturation, (d.identity.index, d.identity.uuid)) for d in snapshot.devices
+            if d.saturation is not None]
+
+
+def _mig_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(m, (d.identity.index, d.identity.uuid, m.gpu_instance_id))
+            for d in snapshot.devices for m in d.mig_instances]
+
+
+def _process_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
+    return [_row(p, (p.pid, p.start_time_ticks, gpu_index.get(p.device_uuid), p.device_uuid,
+                     p.gpu_instance_id, p.container_id))
+            for p in snapshot.processes]
+
+
+def _names(pod: PodStats | None) -> tuple[str | None, str | None]:
+    return (pod.name, pod.namespace) if pod is not None else (None, None)
+
+
+def _claim_labels(claim: ClaimDevice | None) -> tuple[str | None, str | None]:
+    return (claim.claim_name, claim.claim_namespace) if claim is not None else (None, None)
+
+
+def _container_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
+    return [_row(a, (c.container_id, c.name, *_names(pod), gpu_index.get(a.device_uuid),
+                     a.device_uuid, a.gpu_instance_id, *_claim_labels(a.claim)))
+            for pod, c in snapshot.containers_with_pods() for a in c.accelerators]
+
+
+def _container_view_rows(snapshot: Snapshot, *_) -> list[Row]:
+    """cAdvisor's view: the device, or a MIG tenant's own instance (acc_id MIG-…)."""
+    devices = {d.identity.uuid: d for d in snapshot.devices}
+    rows = []
+    for pod, c in snapshot.containers_with_pods():
+        for a in c.accelerators:
+            device = devices.get(a.device_uuid)
+            if device is not None:
+                view = container_view(a, device)
+                rows.append(_row(view, ("nvidia", view.model, view.id, c.name, *_names(pod),
+                                        c.cgroup_path, c.container_id)))
+    return rows
+
+
+def _unresolved_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(u, (c.container_id, c.name, *_names(pod), u.claim.claim_name,
+                     u.claim.claim_namespace, u.claim.driver_name, u.claim.pool_name,
+                     u.claim.device_name, u.reason))
+            for pod, c in snapshot.containers_with_pods() for u in c.unresolved_claims]
+
+
+def _pod_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
+    return [_row(a, (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
+                     a.device_uuid, *_claim_labels(a.claim)))
+            for pod in snapshot.pods for a in pod.accelerators]
+
+
+def _source_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(state, (state.source,)) for state in snapshot.status.sources]
+
+
+def _error_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(error, error[:2]) for error in snapshot.status.collection_errors]
+
+
+# Each scope's rows, built once per collect() and only when an enabled family reads them.
+ROWS: dict[str, Callable[[Snapshot, dict[str, int]], list[Row]]] = {
+    metric_table.NODE: lambda snapshot, _: [(snapshot, ())],
+    metric_table.DEVICE: _device_rows,
+    metric_table.HEALTH: _health_rows,
+    metric_table.SATURATION: _saturation_rows,
+    metric_table.MIG_INSTANCE: _mig_rows,
+    metric_table.GPU_PROCESS: _process_rows,
+    metric_table.CONTAINER_GPU: _container_gpu_rows,
+    metric_table.CONTAINER_VIEW: _container_view_rows,
+    metric_table.UNRESOLVED: _unresolved_rows,
+    metric_table.POD_GPU: _pod_gpu_rows,
+    metric_table.SOURCE_STATE: _source_rows,
+    metric_table.ERROR_COUNT: _error_rows,
+}
+
+
+def _metric(f: Family) -> Metric:
+    labels = ["node_name", *f.labels]
+    if f.kind == COUNTER:
+        return CounterMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
+    if f.kind == GAUGE:
+        return GaugeMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
+    return InfoMetricFamily(f.name, f.help, labels=labels)
+
+
+def _number(value: float | int | None) -> float | None:
+    """The sample value, or None for no sample: absent, NaN and infinite values give none."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def _fill(metric: Metric, f: Family, node: str, rows: list[Row]) -> None:
+    """``metric``'s samples from the family's getter over its scope's rows."""
+    if f.samples is None:
+        get = f.value
+        for entity, labels in rows:
+            value = _number(get(entity))
+            if value is not None:
+                metric.add_metric([node, *labels], value)
+        return
+    info = f.kind == INFO
+    for entity, labels in rows:
+        for extra, raw in f.samples(entity):
+            values = [node, *labels, *(_label(v) for v in extra)]
+            if info:
+                metric.add_metric(values, {})
             else:
-                metric = InfoMetricFamily(f.name, f.help, labels=labels)
-            self._families[f.name] = metric
-
-    def add(self, name: str, labels: Iterable[object], value: float | int | None) -> None:
-        if value is None:
-            return
-        value = float(value)
-        if math.isnan(value) or math.isinf(value):
-            return
-        values = [self._node, *(_label(v) for v in labels)]
-        assert len(values) == len(BY_NAME[name].labels) + 1, name
-        self._families[name].add_metric(values, value)
-
-    def info(self, name: str, labels: Iterable[object], extra: dict[str, str] | None = None) -> None:
-        values = [self._node, *(_label(v) for v in labels)]
-        self._families[name].add_metric(values, extra or {})
-
-    def all(self) -> list[Metric]:
-        return [m for m in self._families.values() if m.samples]
+                value = _number(raw)
+                if value is not None:
+                    metric.add_metric(values, value)
 
 
-class SnapshotCollector:
-    """``collect()`` builds every family from the snapshot ``get_snapshot`` returns."""
+def families(snapshot: Snapshot, node_name: str,
+             table: tuple[Family, ...] = FAMILIES) -> list[Metric]:
+    """The families of ``table`` that have samples in this snapshot, in table order; a scope
+    no family of ``table`` reads is not walked."""
+    node = shown(node_name)
+    gpu_index = {d.identity.uuid: d.identity.index for d in snapshot.devices}
+    rows: dict[str, list[Row]] = {}
+    out = []
+    for f in table:
+        scope_rows = rows.get(f.scope)
+        if scope_rows is None:
+            scope_rows = rows[f.scope] = ROWS[f.scope](snapshot, gpu_index)
+        metric = _metric(f)
+        _fill(metric, f, node, scope_rows)
+        if metric.samples:
+            out.append(metric)
+    return out
 
-    def __init__(self, get_snapshot: Callable[[], Snapshot | None], node_name: str | None = None):
+
+class PrometheusView:
+    """A prometheus-client collector: ``collect()`` builds the table's families (all, or those
+    of the groups left enabled) from the snapshot ``get_snapshot`` returns."""
+
+    def __init__(self, get_snapshot: Callable[[], Snapshot | None], node_name: str | None = None,
+                 table: tuple[Family, ...] = FAMILIES):
         self._get_snapshot = get_snapshot
         self._node_name = node_name
+        self._table = table
 
     def describe(self) -> list[Metric]:
         return []         # nothing is collected at registration
@@ -79,158 +208,26 @@ class SnapshotCollector:
         snapshot = self._get_snapshot()
         if snapshot is None:
             return []
-        out = _Families(self._node_name or snapshot.node.node_name)
-        out.info("gpustats_build", [__version__])
-        gpu_index = {d.identity.uuid: d.identity.index for d in snapshot.devices}
-        _devices(out, snapshot)
-        _processes(out, snapshot, gpu_index)
-        _containers(out, snapshot, gpu_index)
-        _daemon(out, snapshot)
-        return out.all()
-
-
-def _devices(out: _Families, snapshot: Snapshot) -> None:
-    for d in snapshot.devices:
-        ident = d.identity
-        g = (ident.index, ident.uuid)
-        out.info("gpustats_node_gpu", [*g, ident.name, "nvidia", ident.pci_bus_id,
-                                       ident.minor_number])
-        out.add("gpustats_node_gpu_lost", g, 1 if d.lost else 0)
-        out.add("gpustats_node_gpu_watts", g, d.power_watts)
-        out.add("gpustats_node_gpu_joules", g, d.energy_joules)
-        out.add("gpustats_node_gpu_idle_watts", g, d.idle_power_watts)
-        out.add("gpustats_node_gpu_active_watts", g, d.active_power_watts)
-        out.add("gpustats_node_gpu_active_joules", g, d.active_energy_joules)
-        out.add("gpustats_node_gpu_unattributed_watts", g, d.unattributed_power_watts)
-        out.add("gpustats_node_gpu_unattributed_joules", g, d.unattributed_energy_joules)
-        out.add("gpustats_node_gpu_power_limit_watts", g, d.power_limit_watts)
-        out.add("gpustats_node_gpu_temperature_celsius", g, d.temperature_celsius)
-        out.add("gpustats_node_gpu_memory_used_bytes", g, d.memory_used_bytes)
-        out.add("gpustats_node_gpu_memory_total_bytes", g, ident.memory_total_bytes)
-        out.add("gpustats_node_gpu_duty_cycle_ratio", g,
-                d.duty_cycle_percent / 100.0 if d.duty_cycle_percent is not None else None)
-        if d.sharing_mode is not None:
-            out.info("gpustats_node_gpu_sharing_mode", [*g, d.sharing_mode])
-        if d.health is not None:
-            out.add("gpustats_node_gpu_healthy", g, 1 if d.health.healthy else 0)
-            out.add("gpustats_node_gpu_xid_errors", g, d.health.xid_error_count)
-            for c in d.health.conditions:
-                out.add("gpustats_node_gpu_condition", [*g, c.type, c.status, c.reason], 1)
-        s = d.saturation
-        if s is not None:
-            for reason, ratio in s.throttle_violation_ratios or ():
-                out.add("gpustats_node_gpu_throttle_violation_ratio", [*g, reason], ratio)
-            for reason, ratio in s.throttle_reason_ratios or ():
-                out.add("gpustats_node_gpu_throttle_reason_ratio", [*g, reason], ratio)
-            out.add("gpustats_node_gpu_memory_used_ratio", [*g, "avg"], s.memory_used_ratio_avg)
-            out.add("gpustats_node_gpu_memory_used_ratio", [*g, "max"], s.memory_used_ratio_max)
-            out.add("gpustats_node_gpu_memory_pressure_ratio", g, s.memory_pressure_ratio)
-            out.add("gpustats_node_gpu_sm_active_ratio", g, s.sm_active_avg)
-            out.add("gpustats_node_gpu_sm_occupancy_ratio", g, s.sm_occupancy_avg)
-            out.add("gpustats_node_gpu_dram_active_ratio", g, s.dram_active_avg)
-            out.add("gpustats_node_gpu_pcie_bytes_per_second", [*g, "tx"], s.pcie_tx_bytes_avg)
-            out.add("gpustats_node_gpu_pcie_bytes_per_second", [*g, "rx"], s.pcie_rx_bytes_avg)
-            out.add("gpustats_node_gpu_nvlink_bytes_per_second", [*g, "tx"],
-                    s.nvlink_tx_bytes_avg)
-            out.add("gpustats_node_gpu_nvlink_bytes_per_second", [*g, "rx"],
-                    s.nvlink_rx_bytes_avg)
-        for m in d.mig_instances:
-            mg = (*g, m.gpu_instance_id)
-            out.info("gpustats_node_gpu_mig_instance", [*mg, m.uuid, m.profile])
-            out.add("gpustats_node_gpu_mig_memory_used_bytes", mg, m.memory_used_bytes)
-            out.add("gpustats_node_gpu_mig_activity_ratio", mg, m.activity_ratio)
-            out.add("gpustats_node_gpu_mig_watts", mg, m.attributed_power_watts)
-            out.add("gpustats_node_gpu_mig_joules", mg, m.attributed_energy_joules)
-
-
-def _processes(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
-    for p in snapshot.processes:
-        labels = (p.pid, p.start_time_ticks, gpu_index.get(p.device_uuid), p.device_uuid,
-                  p.gpu_instance_id, p.container_id)
-        if p.share_method is not None:
-            # Its own series: the counters' identity must not change when the method does.
-            out.add("gpustats_process_gpu_share_method", (*labels, p.share_method), 1)
-        out.add("gpustats_process_gpu_watts", labels, p.attributed_power_watts)
-        out.add("gpustats_process_gpu_joules", labels, p.attributed_energy_joules)
-        out.add("gpustats_process_gpu_compute_utilization_ratio", labels,
-                p.compute_utilization_percent / 100.0
-                if p.compute_utilization_percent is not None else None)
-        out.add("gpustats_process_gpu_memory_used_bytes", labels, p.memory_used_bytes)
-
-
-def _containers(out: _Families, snapshot: Snapshot, gpu_index: dict[str, int]) -> None:
-    devices = {d.identity.uuid: d for d in snapshot.devices}
-    owners = [(pod.name, pod.namespace, c) for pod in snapshot.pods for c in pod.containers]
-    owners += [(None, None, c) for c in snapshot.containers]
-    for pod_name, namespace, c in owners:
-        for u in c.unresolved_claims:
-            claim = u.claim
-            out.add("gpustats_container_gpu_claim_unresolved",
-                    (c.container_id, c.name, pod_name, namespace, claim.claim_name,
-                     claim.claim_namespace, claim.driver_name, claim.pool_name,
-                     claim.device_name, u.reason), 1)
-        for a in c.accelerators:
-            labels = (c.container_id, c.name, pod_name, namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid, a.gpu_instance_id, *_claim_labels(a.claim))
-            out.add("gpustats_container_gpu_watts", labels, a.attributed_power_watts)
-            out.add("gpustats_container_gpu_joules", labels, a.attributed_energy_joules)
-            out.add("gpustats_container_gpu_memory_used_bytes", labels,
-                    a.process_memory_used_bytes)
-            out.add("gpustats_container_gpu_compute_utilization_ratio", labels,
-                    a.compute_utilization_percent / 100.0
-                    if a.compute_utilization_percent is not None else None)
-            device = devices.get(a.device_uuid)
-            if device is not None:
-                # cAdvisor's view: the device, or a MIG tenant's own instance (acc_id MIG-…).
-                view = container_view(a, device)
-                cadvisor = ("nvidia", view.model, view.id, c.name, pod_name, namespace,
-                            c.cgroup_path, c.container_id)
-                out.add("container_accelerator_duty_cycle", cadvisor, view.duty_cycle_percent)
-                out.add("container_accelerator_memory_used_bytes", cadvisor,
-                        view.memory_used_bytes)
-                out.add("container_accelerator_memory_total_bytes", cadvisor,
-                        view.memory_total_bytes)
-    for pod in snapshot.pods:
-        for a in pod.accelerators:
-            labels = (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
-                      a.device_uuid, *_claim_labels(a.claim))
-            out.add("gpustats_pod_gpu_watts", labels, a.attributed_power_watts)
-            out.add("gpustats_pod_gpu_joules", labels, a.attributed_energy_joules)
-
-
-def _claim_labels(claim: ClaimDevice | None) -> tuple[str | None, str | None]:
-    return (claim.claim_name, claim.claim_namespace) if claim is not None else (None, None)
-
-
-def _daemon(out: _Families, snapshot: Snapshot) -> None:
-    status = snapshot.status
-    for source, reason, count in status.collection_errors:
-        out.add("gpustats_collection_errors", (source, reason), count)
-    for state in status.sources:
-        out.add("gpustats_source_last_success_timestamp_seconds", (state.source,),
-                state.last_success_time)
-        out.add("gpustats_source_failing", (state.source,), 1 if state.state == "failing" else 0)
-    out.add("gpustats_tick_duration_seconds", (), status.tick_duration_seconds)
-    out.add("gpustats_last_tick_timestamp_seconds", (), snapshot.taken_at)
-    out.add("gpustats_nvml_loaded", (), 1 if status.nvml_loaded else 0)
-    out.add("gpustats_gpus_on_pci_bus", (), status.gpus_on_pci_bus)
-    out.add("gpustats_nvml_calls_last_tick", (), status.nvml_calls_last_tick)
-    out.add("gpustats_snapshot_sequence", (), snapshot.sequence)
+        return families(snapshot, self._node_name or snapshot.node.node_name, self._table)
 
 
 _OPENMETRICS_EOF = b"# EOF\n"
 
 
 def render(snapshot: Snapshot, accept: str | None, dcgm_compat: bool = False,
-           dcgm_hostname_label: str = "Hostname") -> tuple[bytes, str]:
+           dcgm_hostname_label: str = "Hostname",
+           disabled_groups: Iterable[str] = ()) -> tuple[bytes, str]:
     """The exposition of one snapshot in the format the Accept header negotiates; with
     ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``), their
-    node label named ``dcgm_hostname_label``."""
+    node label named ``dcgm_hostname_label``. The families of ``disabled_groups``
+    (of ``metric_table.GROUPS``) are not built."""
+    disabled = frozenset(disabled_groups)
     encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: snapshot))
+    registry.register(PrometheusView(lambda: snapshot,
+                                     table=enabled(disabled) if disabled else FAMILIES))
     body = encoder(registry)
-    if dcgm_compat:
+    if dcgm_compat and metric_table.DCGM not in disabled:
         dcgm = render_dcgm(snapshot, hostname_label=dcgm_hostname_label)
         if body.endswith(_OPENMETRICS_EOF):
             body = body[:-len(_OPENMETRICS_EOF)] + dcgm + _OPENMETRICS_EOF
@@ -239,21 +236,23 @@ def render(snapshot: Snapshot, accept: str | None, dcgm_compat: bool = False,
     return body, content_type
 
 
-class MetricsRenderer:
-    """``renderer(accept) -> (body, content type)``, rendered once per snapshot and format."""
+class MetricsBodies:
+    """The /metrics body of the latest snapshot in the format an Accept header negotiates:
+    ``bodies(accept) -> (body, content type)``, rendered once per snapshot and format."""
 
     def __init__(self, store: SnapshotStore, dcgm_compat: bool = False,
-                 dcgm_hostname_label: str = "Hostname"):
+                 dcgm_hostname_label: str = "Hostname", disabled_groups: Iterable[str] = ()):
         self._store = store
         self._dcgm_compat = dcgm_compat
         self._dcgm_hostname_label = dcgm_hostname_label
+        self._disabled_groups = frozenset(disabled_groups)
 
     def negotiate(self, accept: str | None
                   ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
         """(memo key, body builder, content type) of the format the Accept header asks for."""
         _, content_type = choose_encoder(accept or "")
         build = lambda s: render(s, accept, self._dcgm_compat,  # noqa: E731
-                                 self._dcgm_hostname_label)[0]
+                                 self._dcgm_hostname_label, self._disabled_groups)[0]
         return ("metrics", content_type), build, content_type
 
     def __call__(self, accept: str | None) -> tuple[bytes, str]:

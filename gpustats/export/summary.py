@@ -250,6 +250,10 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
     return out
 
 
+def _named(pod: PodStats) -> bool:
+    return bool(pod.name and pod.namespace)
+
+
 def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
                  strict: bool = False) -> dict[str, Any]:
     """The summary; ``strict``: only the keys of the kubelet's v1alpha1 types."""
@@ -267,10 +271,9 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
     # A pod no source names stays out of pods[]: consumers key pods by namespace/name, so two
     # nameless pods would overwrite each other. Its containers are listed at the top level
     # with the pod's UID until a name source names the pod.
-    named = [p for p in snapshot.pods if p.name and p.namespace]
-    loose = [(c, p.uid) for p in snapshot.pods if not (p.name and p.namespace)
-             for c in p.containers]
-    loose += [(c, c.pod_uid) for c in snapshot.containers]
+    named = [p for p in snapshot.pods if _named(p)]
+    loose = [(c, p.uid if p is not None else c.pod_uid)
+             for p, c in snapshot.containers_with_pods() if p is None or not _named(p)]
     out: dict[str, Any] = {
         "node": node_out,
         "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full, strict=strict)

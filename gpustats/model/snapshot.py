@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from gpustats.model.containers import ContainerUsage
 from gpustats.model.device import DeviceIdentity, DeviceReading
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
@@ -139,3 +141,12 @@ class Snapshot:
     pods: tuple[PodStats, ...] = ()
     containers: tuple[ContainerStats, ...] = ()   # outside Kubernetes pods
     status: DaemonStatus = DaemonStatus()
+
+    def containers_with_pods(self) -> Iterator[tuple[PodStats | None, ContainerStats]]:
+        """Every container with the pod it runs in: the pods' containers in pod order, then
+        the containers outside pods (pod ``None``)."""
+        for pod in self.pods:
+            for container in pod.containers:
+                yield pod, container
+        for container in self.containers:
+            yield None, container

@@ -1,0 +1,105 @@
+"""The table-driven exposition: every family from its getter, byte for byte, and the
+--disable-metrics groups that leave families out unbuilt."""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from gpustats.config import METRIC_GROUPS
+from gpustats.export import metric_table, prometheus
+from gpustats.export.metric_table import FAMILIES, GROUPS
+from gpustats.export.prometheus import render
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
+from gpustats.model.sources import SourceState
+from tests.snapshots import T, sample_snapshot
+
+GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
+
+
+def every_family_snapshot():
+    """The sample snapshot with what it lacks for a sample in every family: the GPM and NVLink
+    window figures, a container holding an unresolved claim, and the sources' states."""
+    s = sample_snapshot()
+    a = s.devices[0]
+    sat = dataclasses.replace(a.saturation, sm_occupancy_avg=0.25, dram_active_avg=0.5,
+                              nvlink_tx_bytes_avg=1e9, nvlink_rx_bytes_avg=2e9)
+    devices = (dataclasses.replace(a, saturation=sat),) + s.devices[1:]
+    claim = ClaimDevice("gpu-claim", "ml", "gpu.nvidia.com", "node-1", "gpu-7")
+    pod = s.pods[0]
+    held = dataclasses.replace(pod.containers[0],
+                               unresolved_claims=(UnresolvedClaim(claim, "no CDI spec"),))
+    pod = dataclasses.replace(pod, containers=(held,) + pod.containers[1:])
+    sources = (SourceState("nvml", "ok", T - 60, last_success_time=T),
+               SourceState("pod_resources", "failing", T - 5, last_success_time=T - 30,
+                           last_error_reason="timeout"))
+    return dataclasses.replace(s, devices=devices, pods=(pod,) + s.pods[1:],
+                               status=dataclasses.replace(s.status, sources=sources))
+
+
+def _text(snapshot, disabled=()):
+    return render(snapshot, None, dcgm_compat=True, disabled_groups=disabled)[0].decode()
+
+
+def _exposed(family):
+    return family.name + ("_info" if family.kind == "info" else "") + \
+        ("_total" if family.kind == "counter" else "")
+
+
+def test_golden_every_family():
+    """Written by the hand-coded exposition before the table drove it: the same bytes."""
+    text = _text(every_family_snapshot())
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    for family in FAMILIES:
+        assert f"# TYPE {_exposed(family)} " in text, family.name
+
+
+def test_every_family_has_a_group_a_scope_and_one_getter():
+    for family in FAMILIES:
+        assert family.group in GROUPS, family.name
+        assert family.scope in prometheus.ROWS, family.name
+        assert (family.value is None) != (family.samples is None), family.name
+    assert {f.group for f in FAMILIES} | {metric_table.DCGM} == set(GROUPS)
+
+
+def test_config_names_the_table_groups():
+    assert METRIC_GROUPS == GROUPS
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_a_disabled_group_leaves_out_its_families_only(group):
+    snapshot = every_family_snapshot()
+    text = _text(snapshot, (group,))
+    for family in FAMILIES:
+        present = f"# TYPE {_exposed(family)} " in text
+        assert present == (family.group != group), family.name
+    assert ("DCGM_FI_" in text) == (group != metric_table.DCGM)
+
+
+def test_a_disabled_group_is_not_built(monkeypatch):
+    """Not filtered after the fact: the scope rows only the group reads are never walked."""
+    walked = []
+    real = prometheus.ROWS[metric_table.GPU_PROCESS]
+    monkeypatch.setitem(prometheus.ROWS, metric_table.GPU_PROCESS,
+                        lambda *args: walked.append(1) or real(*args))
+    snapshot = every_family_snapshot()
+    _text(snapshot, ("process",))
+    assert walked == []
+    _text(snapshot)
+    assert walked == [1]
+
+
+def test_series_per_process():
+    """What ``process`` costs: a process with every figure known gives 5 series (pid 4242 in
+    the sample), one with some unknown fewer; without the group, none and nothing else less."""
+    s = every_family_snapshot()
+    full, without = _text(s).splitlines(), _text(s, ("process",)).splitlines()
+    per_pid = [sum(1 for line in full if line.startswith("gpustats_process_")
+                   and f'pid="{p.pid}"' in line) for p in s.processes]
+    assert per_pid == [5, 3, 4]
+    assert [line for line in full if not line.startswith(("gpustats_process_", "# HELP "
+                                                          "gpustats_process_", "# TYPE "
+                                                          "gpustats_process_"))] == without
