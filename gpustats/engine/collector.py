@@ -53,8 +53,9 @@ class ActivitySource(Protocol):
     def activity(self) -> dict[tuple[str, int], float] | None: ...
 
 
-class Collector:
-    """Builds and publishes a Snapshot per tick. A failing source leaves its part empty."""
+class Housekeeper:
+    """The housekeeping tick: turns each round of readings into one published Snapshot.
+    A failing source leaves its part empty."""
 
     def __init__(self, *, node_name: str, node: NodeSource, gpus: DeviceSource,
                  errors: ErrorTotals, store: SnapshotStore, energy: EnergyAccountant,

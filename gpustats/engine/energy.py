@@ -40,7 +40,10 @@ IDLE_HOLD_TICKS = 3
 
 
 @dataclass
-class _DeviceState:
+class _EnergyBaseline:
+    """What one GPU's accounting carries to its next tick: the last counter, power and time
+    (the start of the next tick's energy) and the idle being learned."""
+
     counter_mj: int | None = None
     power_watts: float | None = None
     monotonic: float | None = None
@@ -55,7 +58,7 @@ class EnergyAccountant:
         self._counters = counters
         self._boot_id = boot_id
         self._wall = wall
-        self._state: dict[str, _DeviceState] = {}
+        self._state: dict[str, _EnergyBaseline] = {}
 
     def account(self, reading: DeviceReading,
                 mig_activity: Mapping[int, float] | None = None) -> DeviceAttribution | None:
@@ -115,12 +118,12 @@ class EnergyAccountant:
             mig_activity=mig_activity or {},
         ))
 
-    def _first_tick(self, reading: DeviceReading) -> tuple[_DeviceState, float | None]:
+    def _first_tick(self, reading: DeviceReading) -> tuple[_EnergyBaseline, float | None]:
         """Start from what was learned before (an earlier run, or before the GPU was lost);
         the energy of the gap when the counter ran on plausibly (device counter only)."""
         uuid = reading.identity.uuid
         record = self._counters.device(uuid)
-        state = _DeviceState()
+        state = _EnergyBaseline()
         if record is None:
             return state, None
         state.learned_idle_watts = record.idle_watts
@@ -142,7 +145,7 @@ class EnergyAccountant:
                  now_mj, elapsed)
         return state, None
 
-    def _idle(self, uuid: str, state: _DeviceState, power: float | None) -> float | None:
+    def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None) -> float | None:
         configured = self._configured_idle(uuid)
         if configured is not None:
             return configured
@@ -154,7 +157,7 @@ class EnergyAccountant:
             return state.learned_idle_watts
         return max(state.recent_watts) if state.recent_watts else None
 
-    def _remember(self, reading: DeviceReading, state: _DeviceState) -> None:
+    def _remember(self, reading: DeviceReading, state: _EnergyBaseline) -> None:
         ident = reading.identity
         self._counters.update_device(
             ident.uuid, idle_watts=state.learned_idle_watts,
