@@ -53,8 +53,8 @@ def test_a_failing_source_gives_a_partial_snapshot(caplog):
     counters = EnergyCounters()
     store = SnapshotStore()
     housekeeper = Housekeeper(node_name="n", node=Node(), gpus=BrokenGpus(), errors=Errors(),
-                          store=store, energy=EnergyAccountant(lambda u: None, counters),
-                          counters=counters)
+                              store=store, energy=EnergyAccountant(lambda u: None, counters),
+                              counters=counters)
     snapshot = housekeeper.tick()
     assert snapshot.devices == () and store.latest() is snapshot
     assert any("GPU sweep failed" in r.getMessage() for r in caplog.records)

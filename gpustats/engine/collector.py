@@ -104,6 +104,8 @@ class Housekeeper:
                 lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid)), None)
             if attribution is not None:
                 attributions[uuid] = attribution
+        # A GPU gone from the sweep starts afresh when it is back, as a lost one does.
+        self._energy.forget_missing({r.identity.uuid for r in readings})
         starts = self._starts(readings)
         mapped = None
         if self._containers is not None and (readings or gpu_status.gpus_on_pci_bus):

@@ -11,9 +11,10 @@ GPU UUID across restarts. Until a GPU has that many readings and nothing was lea
 the highest reading so far stands in (the first tick's power: nothing above it is known to be
 active yet).
 
-After a restart, or when a lost GPU is back, when the hardware counter is continuous with the
-last reading (same boot, not below it, and no more than the board could have drawn in between),
-the energy of the gap is added to the device counter; attributed counters never invent it.
+After a restart, or when a lost GPU (or one gone from the sweep) is back, when the hardware
+counter is continuous with the last reading (same boot, not below it, and no more than the
+board could have drawn in between), the energy of the gap is added to the device counter;
+attributed counters never invent it.
 Counters are advanced by the energy ledger (``gpustats.engine.ledger``), from what
 ``account`` returns.
 """
@@ -168,5 +169,8 @@ class EnergyAccountant:
             minor_number=ident.minor_number)
 
     def forget_missing(self, present_uuids: set[str]) -> None:
+        """Drop the baselines of GPUs not in this tick's sweep (gone from the driver's list,
+        or NVML away); each starts afresh when it is back, as a lost GPU does. What they
+        learned stays in the counters' GPU records."""
         for uuid in set(self._state) - present_uuids:
             del self._state[uuid]
