@@ -119,10 +119,6 @@ class EnergyCounters:
                     continue
                 dirty.add(key)
 
-    def touch(self, key: Key) -> float:
-        """Keep a counter alive (and create it at 0) without adding energy."""
-        return self.advance(key, None)
-
     def retained(self, owner: Owner) -> bool:
         """Some counter of this owner is kept (it existed within the retention)."""
         return owner in self._seen
@@ -394,11 +390,6 @@ def parse_state_document(document: object) -> tuple[dict[Key, float], dict[Owner
     return loaded, seen, devices, sequence
 
 
-def parse_counters_document(document: object) -> dict[Key, float]:
-    """Just the counters of a state file (``ValueError`` as ``parse_state_document``)."""
-    return parse_state_document(document)[0]
-
-
 def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str, DeviceRecord]]:
     if not isinstance(entry, dict):
         raise ValueError("not a JSON object")
@@ -420,5 +411,5 @@ def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str,
 
 
 __all__ = ["DeviceRecord", "EnergyCounters", "NewerStateVersion", "SCHEMA_VERSION",
-           "check_version", "owner_of", "parse_counters_document", "parse_state_document",
+           "check_version", "owner_of", "parse_state_document",
            "parse_journal_entry"]
