@@ -321,9 +321,9 @@ def settle_garbage_collector() -> None:
     scans, and the youngest generation is collected after 10,000 net allocations instead of
     700. A tick's garbage is acyclic (frozen dataclasses and tuples, freed by reference
     counting), but a tick keeps thousands of new objects alive until its snapshot is
-    published: at the default threshold the collector ran about five times a tick, each time
-    walking every young object (3 ms a tick at 330 containers, 40 ms when the oldest
-    generation's turn came). Cycles are still collected, only less often.
+    published: at the default threshold the collector ran several times a tick, each time
+    walking every young object (and the oldest generation now and then). Cycles are still
+    collected, only less often.
     """
     gc.collect()
     gc.freeze()

@@ -289,9 +289,8 @@ class CgroupReader:
         """``usage`` of each (key, cgroup) in ``wanted``, in order.
 
         Every file is read in one pass, then every figure is worked out: the same reads and
-        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick
-        (about 2 % of the tick less at 440 cgroups, in paired runs). The figures of one pass
-        carry one time, taken when its reads are done.
+        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick.
+        The figures of one pass carry one time, taken when its reads are done.
         """
         states, tick = self._states, self._tick
         due = []
