@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench.run import RESULTS
-from gpustats import hostfs
+from gpustats.dir_changes import DirectoryChanges
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroup_tree import list_subdirs
 from gpustats.sources.cgroups import CgroupReader
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=30)
     parser.add_argument("--churn", choices=("containers", "plain"), default="containers")
     args = parser.parse_args(argv)
-    if hostfs.DirectoryChanges().unavailable:
+    if DirectoryChanges().unavailable:
         raise SystemExit("inotify unavailable here")
     with tempfile.TemporaryDirectory(prefix="gpustats-churn-") as tmp:
         root = Path(tmp) / "cgroup"

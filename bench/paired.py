@@ -44,10 +44,12 @@ from gpustats.cli import Daemon, settle_garbage_collector
 from gpustats.config import build_arg_parser, resolve
 daemon = Daemon(resolve(build_arg_parser().parse_args(sys.argv[2:]), {}))
 settle_garbage_collector()
+# Trees from before the housekeeper got its name call it "collector".
+housekeeper = getattr(daemon, "housekeeper", None) or daemon.collector
 print("ready", flush=True)
 for line in sys.stdin:
     start = time.thread_time()
-    daemon.collector.tick()
+    housekeeper.tick()
     print((time.thread_time() - start) * 1000.0, flush=True)
 daemon.close()
 """

@@ -106,11 +106,11 @@ def _field_call_name(name: str, args: tuple) -> str:
 
 
 class PhaseProfile:
-    """Wraps the collector's per-phase guard: CPU per phase label, summed per tick."""
+    """Wraps the housekeeper's per-phase guard: CPU per phase label, summed per tick."""
 
-    def __init__(self, collector) -> None:
+    def __init__(self, housekeeper) -> None:
         self.current: dict[str, float] = defaultdict(float)
-        guard = collector._guard
+        guard = housekeeper._guard
 
         def timed_guard(what, fn, default):
             phase = what.split(" of ")[0]          # "energy accounting of GPU-…" -> one phase
@@ -120,7 +120,7 @@ class PhaseProfile:
             finally:
                 self.current[phase] += time.thread_time() - c0
 
-        collector._guard = timed_guard
+        housekeeper._guard = timed_guard
 
     def take(self) -> dict[str, float]:
         out, self.current = dict(self.current), defaultdict(float)
@@ -150,9 +150,9 @@ def measure(args: argparse.Namespace) -> dict | None:
         argv = _daemon_args(args, str(Path(tmp) / "state"), Path(tmp))
         daemon = Daemon(resolve(build_arg_parser().parse_args(argv), {}))
         settle_garbage_collector()          # as the daemon's main does after building it
-        phases = PhaseProfile(daemon.collector)
+        phases = PhaseProfile(daemon.housekeeper)
         try:
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
             if not snapshot.status.nvml_loaded:
                 why = snapshot.status.nvml_error or (
                     "no NVIDIA GPU on the PCI bus" if not snapshot.status.gpus_on_pci_bus
@@ -162,7 +162,7 @@ def measure(args: argparse.Namespace) -> dict | None:
                 return None
             for _ in range(max(3, args.energy_every)):
                 time.sleep(args.interval)
-                daemon.collector.tick()
+                daemon.housekeeper.tick()
             nvml.reset()
             phases.take()
             cpu, wall, calls, split = [], [], [], defaultdict(list)
@@ -170,7 +170,7 @@ def measure(args: argparse.Namespace) -> dict | None:
                 time.sleep(args.interval)
                 nvml_before = sum(map(sum, nvml.cpu.values()))
                 c0, w0 = time.thread_time(), time.perf_counter()
-                snapshot = daemon.collector.tick()
+                snapshot = daemon.housekeeper.tick()
                 tick_cpu = time.thread_time() - c0
                 wall.append(time.perf_counter() - w0)
                 cpu.append(tick_cpu)

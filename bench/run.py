@@ -89,7 +89,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
     try:
         for _ in range(3):
             time.sleep(TICK_SPACING_SECONDS)
-            daemon.collector.tick()
+            daemon.housekeeper.tick()
         cpu_ms, driver_ms, calls, render_ms = [], [], [], []
         driver = daemon.simulator
         driver.measure_cpu = True
@@ -97,7 +97,7 @@ def measure_ticks(name: str, scenario: dict, workdir: Path, ticks: int,
             time.sleep(TICK_SPACING_SECONDS)
             in_driver = driver.cpu_seconds
             start = time.thread_time()
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
             cpu_ms.append((time.thread_time() - start) * 1000.0)
             driver_ms.append((driver.cpu_seconds - in_driver) * 1000.0)
             calls.append(snapshot.status.nvml_calls_last_tick or 0)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from gpustats import __version__, sdnotify
 from gpustats.config import Config, ConfigError, build_arg_parser, reload_changes, resolve
-from gpustats.engine.collector import Collector
+from gpustats.engine.collector import Housekeeper
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.counters import EnergyCounters
@@ -137,7 +137,7 @@ class Daemon:
                                               kept_files=kept_file_limit())
         procs = ProcReader(self.roots, cgroups.report_unsafe)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
-        self.collector = Collector(
+        self.housekeeper = Housekeeper(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
             gpus=self.gpus,
             errors=self.errors, store=self.store,
@@ -165,7 +165,7 @@ class Daemon:
 
     def _tick(self) -> None:
         """One collection tick; the history records the snapshot it published."""
-        snapshot = self.collector.tick()
+        snapshot = self.housekeeper.tick()
         if self.history is not None:
             self.history.record(snapshot)
 
@@ -174,7 +174,7 @@ class Daemon:
         if not self._announced_ready:
             self._announced_ready = True
             sdnotify.ready()
-            sdnotify.status(f"serving; {self.collector.ticks_completed} tick(s)")
+            sdnotify.status(f"serving; {self.housekeeper.ticks_completed} tick(s)")
         sdnotify.watchdog()
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
@@ -251,9 +251,9 @@ def _setup_logging(level: str) -> None:
 
 def run_once(daemon: Daemon, interval: float = 1.0) -> int:
     """Two ticks ``interval`` apart (rates need two samples), then the summary JSON on stdout."""
-    daemon.collector.tick()
+    daemon.housekeeper.tick()
     time.sleep(interval)
-    snapshot = daemon.collector.tick()
+    snapshot = daemon.housekeeper.tick()
     json.dump(summary_dict(snapshot), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -338,9 +338,9 @@ def settle_garbage_collector() -> None:
     scans, and the youngest generation is collected after 10,000 net allocations instead of
     700. A tick's garbage is acyclic (frozen dataclasses and tuples, freed by reference
     counting), but a tick keeps thousands of new objects alive until its snapshot is
-    published: at the default threshold the collector ran about five times a tick, each time
-    walking every young object (3 ms a tick at 330 containers, 40 ms when the oldest
-    generation's turn came). Cycles are still collected, only less often.
+    published: at the default threshold the collector ran several times a tick, each time
+    walking every young object (and the oldest generation now and then). Cycles are still
+    collected, only less often.
     """
     gc.collect()
     gc.freeze()

@@ -10,7 +10,7 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 1024              # ~10 KB of memory each when all are held open
 HEALTH_CONNECTIONS = 64
 RESERVED_FDS = 64                   # proc and state files, sockets to sources, NVML, logs
-# Cgroup stat files kept open between reads (``hostfs.KeptFiles``): three per container or
+# Cgroup stat files kept open between reads (``kept_files.KeptFiles``): three per container or
 # pod, so 2048 cover about 680 cgroups. Each open kernel file holds about a page of kernel
 # memory (its read buffer), charged to the daemon: at most about 9 MB.
 KEPT_FILES_MAX = 2048

@@ -40,14 +40,14 @@ def test_learned_idle_survives_a_restart_while_busy(daemons, tmp_path):
     scenario(tmp_path, 80)
     daemon, _ = daemons()
     for _ in range(4):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 80.0
     scenario(tmp_path, 300, [4242])
-    daemon.collector.tick()
+    daemon.housekeeper.tick()
     daemon.close()
     restarted, _ = daemons()                         # restart while the GPU is busy
     for _ in range(3):
-        snapshot = restarted.collector.tick()
+        snapshot = restarted.housekeeper.tick()
         time.sleep(0.05)
     assert device(snapshot).idle_power_watts == 80.0     # not today's 300 W
     # The tick's active energy over its length (the energy counter, read at its own time and
@@ -60,16 +60,16 @@ def test_one_zero_watt_reading_does_not_become_the_idle(daemons, tmp_path):
     scenario(tmp_path, 90)
     daemon, _ = daemons()
     for _ in range(4):
-        daemon.collector.tick()
+        daemon.housekeeper.tick()
     scenario(tmp_path, 0)                             # a glitch, one tick long
-    daemon.collector.tick()
+    daemon.housekeeper.tick()
     scenario(tmp_path, 90)
     for _ in range(4):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 90.0
     scenario(tmp_path, 60)                            # a real, sustained lower idle
     for _ in range(4):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 60.0
 
 
@@ -84,13 +84,13 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
     daemon, proc = daemons("--idle-power-watts", "100")
     write_stat(proc, 4242, 1000)
     for _ in range(4):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
         time.sleep(0.05)
     first = snapshot.processes[0]
     assert first.start_time_ticks == 1000 and first.attributed_energy_joules > 0
     container_before = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules
     write_stat(proc, 4242, 5000)                      # same PID, a new process
-    snapshot = daemon.collector.tick()
+    snapshot = daemon.housekeeper.tick()
     second = snapshot.processes[0]
     assert second.start_time_ticks == 5000
     assert second.attributed_energy_joules < first.attributed_energy_joules
@@ -111,7 +111,7 @@ def test_cgroup_files_stay_open_between_ticks_and_close_with_the_daemon(tmp_path
     daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
                                str(cgroup), "--proc-root", str(proc))
     for _ in range(3):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
     assert container.usage.memory.usage_bytes == 1048576
     during = open_descriptors() - before
@@ -121,7 +121,7 @@ def test_cgroup_files_stay_open_between_ticks_and_close_with_the_daemon(tmp_path
     memory = next(cgroup.rglob("cri-containerd-*.scope")) / "memory.current"
     memory.write_text("2097152\n")                     # the kernel rewrites it in place
     for _ in range(2):                                 # read every other tick by default
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     (container,) = snapshot.containers or [c for p in snapshot.pods for c in p.containers]
     assert container.usage.memory.usage_bytes == 2097152
     daemon.close()

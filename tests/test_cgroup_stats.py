@@ -65,16 +65,14 @@ def test_memory_working_set_v1_and_v2():
     assert missing.working_set_bytes is None and missing.rss_bytes is None   # absent, not 0
 
 
-def test_cpu_rate_from_two_samples_and_forgetting():
+def test_cpu_rate_from_two_samples_of_each_key():
     tracker = CpuRateTracker()
     first = tracker.stats("c", 100.0, 10.0, 1_000_000_000)
     assert first.usage_core_nano_seconds == 1_000_000_000 and first.usage_nano_cores is None
-    tracker.end_tick()
     second = tracker.stats("c", 102.0, 12.0, 2_000_000_000)
     assert second.usage_nano_cores == 500_000_000
-    for _ in range(7):
-        tracker.end_tick()                  # "c" not asked for lately: forgotten
-    assert tracker.stats("c", 104.0, 14.0, 3_000_000_000).usage_nano_cores is None
+    assert tracker.stats("d", 102.0, 12.0, 5).usage_nano_cores is None     # its first sample
+    assert tracker.stats("c", 104.0, 14.0, 1_000).usage_nano_cores is None  # went backwards
     assert tracker.stats("d", 1.0, 1.0, None) is None
 
 

@@ -156,9 +156,10 @@ def test_trees_are_walked_again_only_when_a_directory_comes_or_goes(tmp_path, mo
 
 
 def test_without_inotify_every_discovery_walks(tmp_path, monkeypatch):
-    from gpustats import hostfs
+    from gpustats import dir_changes
 
-    monkeypatch.setattr(hostfs.ctypes, "CDLL", lambda *a, **k: (_ for _ in ()).throw(OSError("x")))
+    monkeypatch.setattr(dir_changes.ctypes, "CDLL",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError("x")))
     root = v1_tree(tmp_path)
     reader = CgroupReader(HostRoots(cgroup=str(root)))
     assert set(reader.discover().containers) == {C1, C2, C3}

@@ -24,7 +24,7 @@ def test_once_prints_the_summary_of_two_ticks(tmp_path):
 
 
 def test_a_failing_source_gives_a_partial_snapshot(caplog):
-    from gpustats.engine.collector import Collector
+    from gpustats.engine.collector import Housekeeper
     from gpustats.engine.counters import EnergyCounters
     from gpustats.engine.energy import EnergyAccountant
     from gpustats.engine.gpus import GpuStatus
@@ -52,9 +52,9 @@ def test_a_failing_source_gives_a_partial_snapshot(caplog):
 
     counters = EnergyCounters()
     store = SnapshotStore()
-    collector = Collector(node_name="n", node=Node(), gpus=BrokenGpus(), errors=Errors(),
-                          store=store, energy=EnergyAccountant(lambda u: None, counters),
-                          counters=counters)
-    snapshot = collector.tick()
+    housekeeper = Housekeeper(node_name="n", node=Node(), gpus=BrokenGpus(), errors=Errors(),
+                              store=store, energy=EnergyAccountant(lambda u: None, counters),
+                              counters=counters)
+    snapshot = housekeeper.tick()
     assert snapshot.devices == () and store.latest() is snapshot
     assert any("GPU sweep failed" in r.getMessage() for r in caplog.records)

@@ -68,10 +68,10 @@ def test_counters_agree_with_the_hardware_within_one_percent(daemon_with):
     scenario = {"devices": [{"uuid": A, "power_watts": powers[0], "utilization_percent": 50}]}
     daemon, path = daemon_with(scenario, "--energy-every", "4", "--idle-power-watts", "60")
     sim = daemon.simulator
-    daemon.collector.tick()
+    daemon.housekeeper.tick()
     # The hardware counter at a tick's read lies between the reads just before and after it.
     start_before = _hardware_mj()
-    start = summary_dict(daemon.collector.tick())["node"]["accelerators"][0]["energyJoules"]
+    start = summary_dict(daemon.housekeeper.tick())["node"]["accelerators"][0]["energyJoules"]
     start_after = _hardware_mj()
     reads = sim.calls_by_function["nvmlDeviceGetFieldValues"]
     singles = sim.calls_by_function["nvmlDeviceGetTotalEnergyConsumption"]
@@ -81,9 +81,9 @@ def test_counters_agree_with_the_hardware_within_one_percent(daemon_with):
         deadline = time.monotonic() + 0.8
         while time.monotonic() < deadline:            # each power level for a few ticks
             time.sleep(0.05)
-            daemon.collector.tick()
+            daemon.housekeeper.tick()
     end_before = _hardware_mj()
-    snapshot = daemon.collector.tick()
+    snapshot = daemon.housekeeper.tick()
     end_after = _hardware_mj()
     # Fields only: the two single calls are this test's own reads just above.
     assert sim.calls_by_function["nvmlDeviceGetTotalEnergyConsumption"] == singles + 2
@@ -102,7 +102,7 @@ def test_energy_field_asked_every_nth_tick(daemon_with):
     sim = daemon.simulator
     for _ in range(20):
         time.sleep(0.002)
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     assert sim.calls_by_function["nvmlDeviceGetTotalEnergyConsumption"] == 4   # ticks 0,5,10,15
     assert summary_dict(snapshot)["node"]["accelerators"][0]["energyJoules"] > 0
 

@@ -55,7 +55,7 @@ def test_not_supported_on_each_field_in_turn(field, make_daemon, caplog):
     daemon, _ = make_daemon({"devices": [device(unsupported=[field])]})
     with caplog.at_level(logging.INFO):
         for _ in range(3):
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
     acc = accelerator(snapshot)
     for key in FIELDS[field]:
         assert key not in acc
@@ -76,7 +76,7 @@ def test_without_a_power_call_power_is_the_energy_counters_rate(make_daemon):
                             "--idle-power-watts", "100")
     import time
     for _ in range(3):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
         time.sleep(0.2)
     acc = accelerator(snapshot)
     assert acc["powerWatts"] == pytest.approx(300, rel=0.1)
@@ -89,7 +89,7 @@ def test_neither_power_nor_energy_leaves_active_and_attributed_energy_absent(mak
     daemon, _ = make_daemon({"devices": [device(unsupported=["power", "energy"])],
                              "processes": [{"pid": 4242, "device": GPU}]})
     for _ in range(3):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     acc = accelerator(snapshot)
     for key in ("powerWatts", "energyJoules", "activePowerWatts", "idlePowerWatts"):
         assert key not in acc
@@ -106,7 +106,7 @@ def test_function_not_found(make_daemon, caplog):
                                                    "nvmlDeviceGetFieldValues"]})
     with caplog.at_level(logging.INFO):
         for _ in range(3):
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
     acc = accelerator(snapshot)
     assert "energyJoules" not in acc and "temperatureCelsius" not in acc
     assert acc["powerWatts"] == 300.0
@@ -118,12 +118,12 @@ def test_function_not_found(make_daemon, caplog):
 def test_init_failing_intermittently_then_loading(make_daemon, caplog):
     daemon, _ = make_daemon({"devices": [device()], "init_failures": 2})
     with caplog.at_level(logging.WARNING):
-        first = daemon.collector.tick()
+        first = daemon.housekeeper.tick()
         assert accelerator(first) is None and not first.status.nvml_loaded
         import time
         for _ in range(20):
             time.sleep(0.02)
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
             if snapshot.status.nvml_loaded:
                 break
     assert snapshot.status.nvml_loaded and accelerator(snapshot)["powerWatts"] == 300.0
@@ -132,15 +132,15 @@ def test_init_failing_intermittently_then_loading(make_daemon, caplog):
 
 def test_gpu_lost_on_one_of_two_keeps_counters(make_daemon, caplog):
     daemon, path = make_daemon({"devices": [device(), device(uuid=GPU2, minor=1)]})
-    daemon.collector.tick()
-    before = daemon.collector.tick()
+    daemon.housekeeper.tick()
+    before = daemon.housekeeper.tick()
     energy_before = accelerator(before, GPU2)["energyJoules"]
     path.write_text(yaml.safe_dump({"devices": [device(), device(uuid=GPU2, minor=1, lost=True)]}))
     import time
     time.sleep(0.25)                                 # past the simulator's reload check
     with caplog.at_level(logging.ERROR):
         for _ in range(3):
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
     lost = accelerator(snapshot, GPU2)
     assert lost["lost"] is True and "powerWatts" not in lost
     assert lost["energyJoules"] >= energy_before                # counter kept, not reset
@@ -154,7 +154,7 @@ def test_process_utilization_not_found_is_idle(make_daemon):
                              "processes": [{"pid": 11, "device": GPU}, {"pid": 12, "device": GPU}]},
                             "--idle-power-watts", "100")
     for _ in range(3):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     procs = {p.pid: p for p in snapshot.processes}
     assert procs[11].share_method == "equal-split"
     assert procs[11].compute_utilization_percent == 0.0

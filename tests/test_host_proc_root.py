@@ -53,7 +53,7 @@ def test_processes_map_to_containers_through_the_proc_root_alone(tmp_path, in_pr
                                str(cgroup), "--proc-root", str(proc), "--idle-power-watts", "100")
     opened.clear()
     for _ in range(3):
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
     by_pid = {p.pid: p for p in snapshot.processes}
     assert {pid: by_pid[pid].container_id for pid in PIDS} == \
         {PIDS[0]: container_id(1), PIDS[1]: container_id(2)}

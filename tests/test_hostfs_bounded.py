@@ -5,10 +5,11 @@ import socket
 
 import pytest
 
+from gpustats.dir_changes import DirectoryChanges, parse_inotify_events
 from gpustats.hostfs import (
-    DEADLINE, NOT_REGULAR, TOO_LARGE, DirectoryChanges, KeptFiles, UnsafeFile,
-    parse_inotify_events, read_int, read_regular, read_text,
+    DEADLINE, NOT_REGULAR, TOO_LARGE, UnsafeFile, read_int, read_regular, read_text,
 )
+from gpustats.kept_files import KeptFiles
 from tests.conftest import open_descriptors
 
 

@@ -13,11 +13,13 @@ RULES = {
     "health": PURE,
     "saturation": PURE,
     "hostfs": set(),
+    "kept_files": {"hostfs"},    # cgroup stat files kept open, read with hostfs's bounds
+    "dir_changes": set(),        # the inotify watch of cgroup directories
     "sdnotify": set(),
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
     "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
     "config": {"documents"},
-    "sources": {"model", "hostfs", "documents"},
+    "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},
     "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},

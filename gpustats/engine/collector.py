@@ -53,8 +53,9 @@ class ActivitySource(Protocol):
     def activity(self) -> dict[tuple[str, int], float] | None: ...
 
 
-class Collector:
-    """Builds and publishes a Snapshot per tick. A failing source leaves its part empty."""
+class Housekeeper:
+    """The housekeeping tick: turns each round of readings into one published Snapshot.
+    A failing source leaves its part empty."""
 
     def __init__(self, *, node_name: str, node: NodeSource, gpus: DeviceSource,
                  errors: ErrorTotals, store: SnapshotStore, energy: EnergyAccountant,
@@ -103,6 +104,8 @@ class Collector:
                 lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid)), None)
             if attribution is not None:
                 attributions[uuid] = attribution
+        # A GPU gone from the sweep starts afresh when it is back, as a lost one does.
+        self._energy.forget_missing({r.identity.uuid for r in readings})
         starts = self._starts(readings)
         mapped = None
         if self._containers is not None and (readings or gpu_status.gpus_on_pci_bus):

@@ -12,10 +12,11 @@ learned idle power, the last raw hardware energy reading (with the boot it was r
 restart can count the energy of the gap), and the identity (to name a GPU lost at start).
 
 Every tick the changes go to the journal before the snapshot is published; every persist
-interval the whole state is compacted (``state_files``). Methods are safe to call from the
-housekeeping thread, a SIGHUP and a shutdown path at once: journal lines and compactions are
-written one at a time (a compaction empties the journal, so a line written while it ran would
-be lost with its changes already marked as written).
+interval the whole state is compacted (``state_files``; the documents' format is
+``state_schema``). Methods are safe to call from the housekeeping thread, a SIGHUP and a
+shutdown path at once: journal lines and compactions are written one at a time (a compaction
+empties the journal, so a line written while it ran would be lost with its changes already
+marked as written).
 """
 
 from __future__ import annotations
@@ -24,17 +25,16 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Callable, Hashable, Iterable
 
-from gpustats.engine.state_files import NewerStateVersion, StateFiles
+from gpustats.engine.state_files import StateFiles
+from gpustats.engine.state_schema import (
+    DeviceRecord, Key, journal_entry, parse_journal_entry, parse_state_document, state_document,
+)
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-
-Key = tuple[Hashable, ...]
 Owner = tuple[Hashable, ...]
 
 
@@ -46,26 +46,6 @@ def owner_of(key: Key) -> Owner:
     if kind == "process":
         return key
     return (kind, key[1])
-
-
-@dataclass(frozen=True)
-class DeviceRecord:
-    """What the daemon remembers of one GPU between runs (every field optional)."""
-
-    idle_watts: float | None = None            # learned idle (only ever decreases)
-    energy_counter_mj: int | None = None       # last raw hardware counter reading
-    boot_id: str | None = None                 # the boot that reading was taken in
-    read_at: float | None = None               # wall time of that reading
-    index: int | None = None
-    pci_bus_id: str | None = None
-    name: str | None = None
-    minor_number: int | None = None
-
-
-_RECORD_FIELDS = tuple(f.name for f in fields(DeviceRecord))
-_RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_id": (str,),
-                 "read_at": (int, float), "index": (int,), "pci_bus_id": (str,),
-                 "name": (str,), "minor_number": (int,)}
 
 
 class EnergyCounters:
@@ -118,10 +98,6 @@ class EnergyCounters:
                 else:
                     continue
                 dirty.add(key)
-
-    def touch(self, key: Key) -> float:
-        """Keep a counter alive (and create it at 0) without adding energy."""
-        return self.advance(key, None)
 
     def retained(self, owner: Owner) -> bool:
         """Some counter of this owner is kept (it existed within the retention)."""
@@ -190,14 +166,10 @@ class EnergyCounters:
             return self._document()
 
     def _document(self) -> dict:
-        return {
-            "version": SCHEMA_VERSION,
-            "saved_at": self._wall(),
-            "journal_sequence": self._sequence,
-            "counters": [{"key": list(k), "joules": v, "updated": self._seen.get(owner_of(k))}
-                         for k, v in self._values.items()],
-            "devices": {u: _record_dict(r) for u, r in self._devices.items()},
-        }
+        seen = self._seen
+        return state_document(self._wall(), self._sequence,
+                              ((k, v, seen.get(owner_of(k))) for k, v in self._values.items()),
+                              self._devices)
 
     def journal(self) -> bool:
         """Append what changed since the last call; call before publishing the tick.
@@ -215,13 +187,10 @@ class EnergyCounters:
                 return True
             self._sequence += 1
             keys, uuids = self._dirty, self._dirty_devices
-            entry = {
-                "sequence": self._sequence,
-                "at": self._wall(),
-                "counters": [[list(k), self._values[k]] for k in keys if k in self._values],
-                "devices": {u: _record_dict(self._devices[u]) for u in uuids
-                            if u in self._devices},
-            }
+            values, records = self._values, self._devices
+            entry = journal_entry(self._sequence, self._wall(),
+                                  ((k, values[k]) for k in keys if k in values),
+                                  {u: records[u] for u in uuids if u in records})
             self._dirty, self._dirty_devices = set(), set()
         if self._files.append(entry):
             return True
@@ -270,7 +239,11 @@ class EnergyCounters:
         devices: dict[str, DeviceRecord] = {}
         sequence = 0
         if parsed is not None:
-            loaded, seen, devices, sequence = parsed
+            loaded, devices = dict(parsed.counters), dict(parsed.devices)
+            sequence = parsed.journal_sequence
+            for key, when in parsed.updated.items():
+                owner = owner_of(key)
+                seen[owner] = max(when, seen.get(owner, 0.0))
         replayed = 0
         for entry in journal:
             try:
@@ -303,122 +276,4 @@ class EnergyCounters:
         return parsed is not None or replayed > 0
 
 
-def check_version(document: object) -> None:
-    """``NewerStateVersion`` for a state written by a newer gpustats; ``ValueError`` if foreign."""
-    if not isinstance(document, dict):
-        raise ValueError("not a JSON object")
-    version = document.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) \
-            and version > SCHEMA_VERSION:
-        raise NewerStateVersion(f"schema version {version}; this gpustats reads "
-                                f"{', '.join(map(str, READABLE_VERSIONS))}")
-    if version not in READABLE_VERSIONS:
-        raise ValueError(f"schema version {version!r}")
-
-
-def _record_dict(record: DeviceRecord) -> dict:
-    # Scalar fields only: read them directly (``asdict`` deep-copies, on every tick's journal).
-    return {name: value for name in _RECORD_FIELDS
-            if (value := getattr(record, name)) is not None}
-
-
-def _joules(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"bad value {value!r:.80}")
-    try:
-        joules = float(value)
-    except OverflowError:
-        raise ValueError(f"bad value {value!r:.80}") from None
-    if not math.isfinite(joules) or joules < 0:
-        raise ValueError(f"bad value {joules!r}")
-    return joules
-
-
-def _key(value: object) -> Key:
-    if not isinstance(value, list) or not value or not isinstance(value[0], str) \
-            or not all(part is None or (isinstance(part, (str, int))
-                                        and not isinstance(part, bool)) for part in value):
-        raise ValueError(f"bad key {value!r:.80}")
-    return tuple(value)
-
-
-def _record(value: object) -> DeviceRecord:
-    if not isinstance(value, dict):
-        raise ValueError(f"bad GPU record {value!r:.80}")
-    known = _RECORD_FIELDS
-    values = {}
-    for name, item in value.items():
-        if name not in known:
-            continue                      # a field a newer minor version added
-        types = _RECORD_TYPES[name]
-        if item is None:
-            continue
-        if isinstance(item, bool) or not isinstance(item, types):
-            raise ValueError(f"bad GPU record field {name}={item!r:.80}")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"bad GPU record field {name}={item!r}")
-        values[name] = item
-    return DeviceRecord(**values)
-
-
-def parse_state_document(document: object) -> tuple[dict[Key, float], dict[Owner, float],
-                                                     dict[str, DeviceRecord], int]:
-    """Counters, owners' last-seen times, GPU records and the journal sequence of a state file.
-
-    ``ValueError`` on anything but a well-formed document of a readable version.
-    """
-    check_version(document)
-    assert isinstance(document, dict)
-    entries = document.get("counters")
-    if not isinstance(entries, list):
-        raise ValueError("no counters list")
-    loaded: dict[Key, float] = {}
-    seen: dict[Owner, float] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise ValueError(f"bad entry {entry!r:.80}")
-        key = _key(entry.get("key"))
-        loaded[key] = _joules(entry.get("joules"))
-        updated = entry.get("updated")
-        if isinstance(updated, (int, float)) and not isinstance(updated, bool) \
-                and math.isfinite(updated):
-            owner = owner_of(key)
-            seen[owner] = max(float(updated), seen.get(owner, 0.0))
-    raw_devices = document.get("devices", {})
-    if not isinstance(raw_devices, dict):
-        raise ValueError("bad devices section")
-    devices = {str(uuid): _record(record) for uuid, record in raw_devices.items()}
-    sequence = document.get("journal_sequence", 0)
-    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
-        raise ValueError(f"bad journal sequence {sequence!r:.80}")
-    return loaded, seen, devices, sequence
-
-
-def parse_counters_document(document: object) -> dict[Key, float]:
-    """Just the counters of a state file (``ValueError`` as ``parse_state_document``)."""
-    return parse_state_document(document)[0]
-
-
-def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str, DeviceRecord]]:
-    if not isinstance(entry, dict):
-        raise ValueError("not a JSON object")
-    sequence = entry.get("sequence")
-    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
-        raise ValueError(f"bad sequence {sequence!r:.80}")
-    raw = entry.get("counters", [])
-    if not isinstance(raw, list):
-        raise ValueError("bad counters")
-    counters = {}
-    for item in raw:
-        if not isinstance(item, list) or len(item) != 2:
-            raise ValueError(f"bad counter {item!r:.80}")
-        counters[_key(item[0])] = _joules(item[1])
-    raw_devices = entry.get("devices", {})
-    if not isinstance(raw_devices, dict):
-        raise ValueError("bad devices")
-    return sequence, counters, {str(u): _record(r) for u, r in raw_devices.items()}
-
-
-__all__ = ["DeviceRecord", "EnergyCounters", "NewerStateVersion", "SCHEMA_VERSION",
-           "check_version", "owner_of", "parse_counters_document", "parse_state_document",
-           "parse_journal_entry"]
+__all__ = ["DeviceRecord", "EnergyCounters", "Key", "Owner", "owner_of"]

@@ -11,9 +11,10 @@ GPU UUID across restarts. Until a GPU has that many readings and nothing was lea
 the highest reading so far stands in (the first tick's power: nothing above it is known to be
 active yet).
 
-After a restart, or when a lost GPU is back, when the hardware counter is continuous with the
-last reading (same boot, not below it, and no more than the board could have drawn in between),
-the energy of the gap is added to the device counter; attributed counters never invent it.
+After a restart, or when a lost GPU (or one gone from the sweep) is back, when the hardware
+counter is continuous with the last reading (same boot, not below it, and no more than the
+board could have drawn in between), the energy of the gap is added to the device counter;
+attributed counters never invent it.
 Counters are advanced by the energy ledger (``gpustats.engine.ledger``), from what
 ``account`` returns.
 """
@@ -40,7 +41,10 @@ IDLE_HOLD_TICKS = 3
 
 
 @dataclass
-class _DeviceState:
+class _EnergyBaseline:
+    """What one GPU's accounting carries to its next tick: the last counter, power and time
+    (the start of the next tick's energy) and the idle being learned."""
+
     counter_mj: int | None = None
     power_watts: float | None = None
     monotonic: float | None = None
@@ -55,7 +59,7 @@ class EnergyAccountant:
         self._counters = counters
         self._boot_id = boot_id
         self._wall = wall
-        self._state: dict[str, _DeviceState] = {}
+        self._state: dict[str, _EnergyBaseline] = {}
 
     def account(self, reading: DeviceReading,
                 mig_activity: Mapping[int, float] | None = None) -> DeviceAttribution | None:
@@ -115,12 +119,12 @@ class EnergyAccountant:
             mig_activity=mig_activity or {},
         ))
 
-    def _first_tick(self, reading: DeviceReading) -> tuple[_DeviceState, float | None]:
+    def _first_tick(self, reading: DeviceReading) -> tuple[_EnergyBaseline, float | None]:
         """Start from what was learned before (an earlier run, or before the GPU was lost);
         the energy of the gap when the counter ran on plausibly (device counter only)."""
         uuid = reading.identity.uuid
         record = self._counters.device(uuid)
-        state = _DeviceState()
+        state = _EnergyBaseline()
         if record is None:
             return state, None
         state.learned_idle_watts = record.idle_watts
@@ -142,7 +146,7 @@ class EnergyAccountant:
                  now_mj, elapsed)
         return state, None
 
-    def _idle(self, uuid: str, state: _DeviceState, power: float | None) -> float | None:
+    def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None) -> float | None:
         configured = self._configured_idle(uuid)
         if configured is not None:
             return configured
@@ -154,7 +158,7 @@ class EnergyAccountant:
             return state.learned_idle_watts
         return max(state.recent_watts) if state.recent_watts else None
 
-    def _remember(self, reading: DeviceReading, state: _DeviceState) -> None:
+    def _remember(self, reading: DeviceReading, state: _EnergyBaseline) -> None:
         ident = reading.identity
         self._counters.update_device(
             ident.uuid, idle_watts=state.learned_idle_watts,
@@ -165,5 +169,8 @@ class EnergyAccountant:
             minor_number=ident.minor_number)
 
     def forget_missing(self, present_uuids: set[str]) -> None:
+        """Drop the baselines of GPUs not in this tick's sweep (gone from the driver's list,
+        or NVML away); each starts afresh when it is back, as a lost GPU does. What they
+        learned stays in the counters' GPU records."""
         for uuid in set(self._state) - present_uuids:
             del self._state[uuid]

@@ -48,7 +48,7 @@ class HealthMonitor:
         self._log_once = LogOnce(log, every_seconds=300.0)
         self.errors = 0
 
-    # ------------------------------------------------------------ called by the collector
+    # ------------------------------------------------------------ called by the housekeeper
 
     def track(self, session: int, uuids: tuple[str, ...]) -> None:
         """The GPUs of NVML session number ``session`` (0: NVML not loaded)."""

@@ -2,10 +2,10 @@
 
 A snapshot builds thousands of records every tick (one per container, accelerator, process,
 CPU and memory figure, …) and frees the previous snapshot's. So a record is a frozen dataclass
-with ``__slots__``: no per-instance ``__dict__``, half the memory, less to allocate and
-free. And since a frozen dataclass's generated ``__init__`` sets each field through
-``object.__setattr__`` (the frozen ``__setattr__`` refuses), ``record`` replaces it with one of
-the same signature that sets each field through its slot directly. Everything else is the
+with ``__slots__``: no per-instance ``__dict__``, less memory to allocate and free. And since
+a frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``
+(the frozen ``__setattr__`` refuses), ``record`` replaces it with one of the same signature
+that sets each field through its slot directly. Everything else is the
 dataclass's own: fields, ``replace``, equality, hashing, ``repr``, and ``FrozenInstanceError``
 on assignment.
 """

@@ -159,29 +159,17 @@ def cpu_rate(before_at: float | None, before_ns: int | None, now_at: float,
 class CpuRateTracker:
     """Turns cumulative CPU ns into ``usageNanoCores`` from the previous sample of each key.
 
-    A key not sampled for ``forget_after_ticks`` ticks is forgotten (its cgroup went away).
+    Keys are never forgotten: its one user samples one key, the node.
     """
 
-    def __init__(self, forget_after_ticks: int = 5) -> None:
+    def __init__(self) -> None:
         self._previous: dict[object, tuple[float, int]] = {}
-        self._last_tick: dict[object, int] = {}
-        self._tick = 0
-        self._forget_after = forget_after_ticks
 
     def stats(self, key: object, now_wall: float, now_mono: float,
               usage_ns: int | None) -> CpuStats | None:
         if usage_ns is None:
             return None
-        self._last_tick[key] = self._tick
         previous = self._previous.get(key)
         rate = cpu_rate(*previous, now_mono, usage_ns) if previous is not None else None
         self._previous[key] = (now_mono, usage_ns)
         return CpuStats(time=now_wall, usage_core_nano_seconds=usage_ns, usage_nano_cores=rate)
-
-    def end_tick(self) -> None:
-        """Forget keys not asked for lately (containers that went away)."""
-        horizon = self._tick - self._forget_after
-        for key in [k for k, t in self._last_tick.items() if t < horizon]:
-            del self._last_tick[key]
-            self._previous.pop(key, None)
-        self._tick += 1

@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Callable, Iterable, Iterator
 
-from gpustats.hostfs import DirectoryChanges
+from gpustats.dir_changes import DirectoryChanges
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
 
 MAX_DEPTH = 12

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from gpustats.hostfs import DirectoryChanges, HostRoots, KeptFiles, UnsafeFile, read_text
+from gpustats.dir_changes import DirectoryChanges
+from gpustats.hostfs import HostRoots, UnsafeFile, read_text
+from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.sources.cgroup_tree import CgroupTree, ListDirs, list_subdirs
@@ -142,7 +144,7 @@ class CgroupReader:
         """``forget_after_ticks``: what is kept of a cgroup (its last CPU sample, start time,
         limit) lasts this many ticks without a read; more than the ticks between its reads.
         ``kept_files``: how many of the files read every few ticks (CPU, memory, devices) may
-        stay open between reads (``hostfs.KeptFiles``); the rest are opened for each read.
+        stay open between reads (``kept_files.KeptFiles``); the rest are opened for each read.
         ``list_dirs``: how a cgroup directory's subdirectories are listed."""
         self._roots = roots
         self._files = KeptFiles(kept_files)
@@ -287,9 +289,8 @@ class CgroupReader:
         """``usage`` of each (key, cgroup) in ``wanted``, in order.
 
         Every file is read in one pass, then every figure is worked out: the same reads and
-        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick
-        (about 2 % of the tick less at 440 cgroups, in paired runs). The figures of one pass
-        carry one time, taken when its reads are done.
+        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick.
+        The figures of one pass carry one time, taken when its reads are done.
         """
         states, tick = self._states, self._tick
         due = []

@@ -56,8 +56,8 @@ def test_the_sweep_batches_on_this_driver(real_daemon):
     """The driver answers nvmlDeviceGetFieldValues, and power and energy come through it."""
     import pynvml
 
-    real_daemon.collector.tick()
-    real_daemon.collector.tick()
+    real_daemon.housekeeper.tick()
+    real_daemon.housekeeper.tick()
     sweeper = real_daemon.gpus._sweeper
     querier = sweeper._q
     for device in real_daemon.store.latest().devices:

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_identity_memory_power_agree_with_nvidia_smi(real_daemon):
-    real_daemon.collector.tick()
-    snapshot = real_daemon.collector.tick()
+    real_daemon.housekeeper.tick()
+    snapshot = real_daemon.housekeeper.tick()
     rows = nvidia_smi("uuid,name,memory.total,memory.used,power.draw,pci.bus_id,index")
     smi = {r[0]: r for r in rows}
     assert len(snapshot.devices) == len(rows)
@@ -82,7 +82,7 @@ def test_overhead_of_one_second_ticks(real_daemon, tmp_path):
 
     def ticking():
         while not stop.is_set():
-            real_daemon.collector.tick()
+            real_daemon.housekeeper.tick()
             stop.wait(1.0)
 
     thread = threading.Thread(target=ticking)
@@ -201,7 +201,7 @@ def test_workload_in_a_cgroup_is_attributed_to_its_container(containers, tmp_pat
         time.sleep(8)              # CUDA start-up, then the process shows in NVML's list
         snapshot = None
         for _ in range(10):
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
             time.sleep(1)
         energy = _container_energy(snapshot, cid)
         device = snapshot.devices[0]
@@ -222,12 +222,12 @@ def test_two_duty_cycles_split_in_their_ratio(containers, tmp_path):
     daemon = _daemon_on(tmp_path, containers.root, idle)
     try:
         time.sleep(8)
-        snapshot = daemon.collector.tick()
+        snapshot = daemon.housekeeper.tick()
         start_busy, start_light = _container_energy(snapshot, busy), _container_energy(snapshot,
                                                                                        light)
         for _ in range(20):
             time.sleep(1)
-            snapshot = daemon.collector.tick()
+            snapshot = daemon.housekeeper.tick()
         a = _container_energy(snapshot, busy) - start_busy
         b = _container_energy(snapshot, light) - start_light
         share = a / (a + b) if a + b > 0 else None

@@ -1,12 +1,12 @@
 """The energy counter read every N ticks, power integrated in between (``--energy-every``).
 
-On some drivers one energy-counter read costs milliseconds of CPU (3.2 ms per call seen on an
-H100), more than the rest of a GPU's sweep. Between two reads the reported counter is the last
-hardware value plus the trapezoid of the power samples since; at each read the hardware value
-takes over again, so the error never exceeds one interval's integration error and does not
-accumulate. The reported counter never goes backwards within one hardware count (an estimate
-that ran ahead holds flat until the hardware passes it); a hardware counter that went
-backwards (driver reload) is passed through, so the engine still sees the reset.
+On some drivers one energy-counter read costs milliseconds of CPU, more than the rest of a
+GPU's sweep. Between two reads the reported counter is the last hardware value plus the
+trapezoid of the power samples since; at each read the hardware value takes over again, so the
+error never exceeds one interval's integration error and does not accumulate. The reported
+counter never goes backwards within one hardware count (an estimate that ran ahead holds flat
+until the hardware passes it); a hardware counter that went backwards (driver reload) is passed
+through, so the engine still sees the reset.
 """
 
 from __future__ import annotations

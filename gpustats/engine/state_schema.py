@@ -1,0 +1,190 @@
+"""The energy state's on-disk documents: a snapshot of the whole state and a journal line of
+what changed, built from and parsed back into plain values.
+
+A snapshot is ``{"version", "saved_at", "journal_sequence", "counters": [{"key", "joules",
+"updated"}], "devices": {uuid: record}}``; a journal line is ``{"sequence", "at",
+"counters": [[key, joules]], "devices": {uuid: record}}``. Keys are stored as lists (the
+counter's tuple), GPU records as objects of their set fields. Parsing trusts nothing: anything
+but a well-formed document of a readable version is a ``ValueError``, and one from a newer
+gpustats a ``NewerStateVersion``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Hashable, Iterable, Mapping
+
+from gpustats.engine.state_files import NewerStateVersion
+
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+Key = tuple[Hashable, ...]
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """What the daemon remembers of one GPU between runs (every field optional)."""
+
+    idle_watts: float | None = None            # learned idle (only ever decreases)
+    energy_counter_mj: int | None = None       # last raw hardware counter reading
+    boot_id: str | None = None                 # the boot that reading was taken in
+    read_at: float | None = None               # wall time of that reading
+    index: int | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+    minor_number: int | None = None
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(DeviceRecord))
+_RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_id": (str,),
+                 "read_at": (int, float), "index": (int,), "pci_bus_id": (str,),
+                 "name": (str,), "minor_number": (int,)}
+
+
+@dataclass(frozen=True)
+class StateDocument:
+    """A parsed snapshot: counters, when each was last updated (where the file says), GPU
+    records, and the sequence of the last journal line it holds."""
+
+    counters: dict[Key, float]
+    updated: dict[Key, float]
+    devices: dict[str, DeviceRecord]
+    journal_sequence: int
+
+
+# ------------------------------------------------------------ building
+
+def state_document(saved_at: float, journal_sequence: int,
+                   counters: Iterable[tuple[Key, float, float | None]],
+                   devices: Mapping[str, DeviceRecord]) -> dict:
+    """The snapshot of the whole state, from (key, joules, last updated) and GPU records."""
+    return {
+        "version": SCHEMA_VERSION,
+        "saved_at": saved_at,
+        "journal_sequence": journal_sequence,
+        "counters": [{"key": list(k), "joules": v, "updated": updated}
+                     for k, v, updated in counters],
+        "devices": {u: record_dict(r) for u, r in devices.items()},
+    }
+
+
+def journal_entry(sequence: int, at: float, counters: Iterable[tuple[Key, float]],
+                  devices: Mapping[str, DeviceRecord]) -> dict:
+    """One journal line: the counters and GPU records that changed."""
+    return {
+        "sequence": sequence,
+        "at": at,
+        "counters": [[list(k), v] for k, v in counters],
+        "devices": {u: record_dict(r) for u, r in devices.items()},
+    }
+
+
+def record_dict(record: DeviceRecord) -> dict:
+    """A GPU record's set fields."""
+    # Scalar fields only: read them directly (``asdict`` deep-copies, on every tick's journal).
+    return {name: value for name in _RECORD_FIELDS
+            if (value := getattr(record, name)) is not None}
+
+
+# ------------------------------------------------------------ parsing
+
+def check_version(document: object) -> None:
+    """``NewerStateVersion`` for a state written by a newer gpustats; ``ValueError`` if foreign."""
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    version = document.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) \
+            and version > SCHEMA_VERSION:
+        raise NewerStateVersion(f"schema version {version}; this gpustats reads "
+                                f"{', '.join(map(str, READABLE_VERSIONS))}")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"schema version {version!r}")
+
+
+def parse_state_document(document: object) -> StateDocument:
+    """A snapshot's contents; ``ValueError`` on anything but a well-formed document of a
+    readable version."""
+    check_version(document)
+    assert isinstance(document, dict)
+    entries = document.get("counters")
+    if not isinstance(entries, list):
+        raise ValueError("no counters list")
+    loaded: dict[Key, float] = {}
+    updated: dict[Key, float] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValueError(f"bad entry {entry!r:.80}")
+        key = _key(entry.get("key"))
+        loaded[key] = _joules(entry.get("joules"))
+        when = entry.get("updated")
+        if isinstance(when, (int, float)) and not isinstance(when, bool) \
+                and math.isfinite(when):
+            updated[key] = float(when)
+    raw_devices = document.get("devices", {})
+    if not isinstance(raw_devices, dict):
+        raise ValueError("bad devices section")
+    devices = {str(uuid): _record(record) for uuid, record in raw_devices.items()}
+    sequence = document.get("journal_sequence", 0)
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
+        raise ValueError(f"bad journal sequence {sequence!r:.80}")
+    return StateDocument(loaded, updated, devices, sequence)
+
+
+def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str, DeviceRecord]]:
+    """A journal line's sequence, counters and GPU records; ``ValueError`` if malformed."""
+    if not isinstance(entry, dict):
+        raise ValueError("not a JSON object")
+    sequence = entry.get("sequence")
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
+        raise ValueError(f"bad sequence {sequence!r:.80}")
+    raw = entry.get("counters", [])
+    if not isinstance(raw, list):
+        raise ValueError("bad counters")
+    counters = {}
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 2:
+            raise ValueError(f"bad counter {item!r:.80}")
+        counters[_key(item[0])] = _joules(item[1])
+    raw_devices = entry.get("devices", {})
+    if not isinstance(raw_devices, dict):
+        raise ValueError("bad devices")
+    return sequence, counters, {str(u): _record(r) for u, r in raw_devices.items()}
+
+
+def _joules(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"bad value {value!r:.80}")
+    try:
+        joules = float(value)
+    except OverflowError:
+        raise ValueError(f"bad value {value!r:.80}") from None
+    if not math.isfinite(joules) or joules < 0:
+        raise ValueError(f"bad value {joules!r}")
+    return joules
+
+
+def _key(value: object) -> Key:
+    if not isinstance(value, list) or not value or not isinstance(value[0], str) \
+            or not all(part is None or (isinstance(part, (str, int))
+                                        and not isinstance(part, bool)) for part in value):
+        raise ValueError(f"bad key {value!r:.80}")
+    return tuple(value)
+
+
+def _record(value: object) -> DeviceRecord:
+    if not isinstance(value, dict):
+        raise ValueError(f"bad GPU record {value!r:.80}")
+    values = {}
+    for name, item in value.items():
+        if name not in _RECORD_TYPES:
+            continue                      # a field a newer minor version added
+        if item is None:
+            continue
+        if isinstance(item, bool) or not isinstance(item, _RECORD_TYPES[name]):
+            raise ValueError(f"bad GPU record field {name}={item!r:.80}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"bad GPU record field {name}={item!r}")
+        values[name] = item
+    return DeviceRecord(**values)

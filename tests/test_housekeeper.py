@@ -1,0 +1,79 @@
+"""The housekeeping tick over scripted GPU readings: what it keeps of a GPU that went away."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpustats.engine.collector import Housekeeper
+from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.energy import EnergyAccountant
+from gpustats.engine.gpus import GpuStatus
+from gpustats.engine.store import SnapshotStore
+from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
+from tests.clock import Clock
+
+GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+
+
+class ScriptedGpus:
+    """Hands out the readings it is given, one tuple per tick."""
+
+    def __init__(self):
+        self.next: tuple[DeviceReading, ...] = ()
+
+    def readings(self):
+        return self.next
+
+    def status(self):
+        return GpuStatus(1, True, None, None, None)
+
+
+class Node:
+    boot_time = 1.0
+
+    def read(self):
+        return None, None
+
+
+class NoErrors:
+    def states(self):
+        return ()
+
+    def totals(self):
+        return ()
+
+
+def busy(at: float, counter_mj: int) -> DeviceReading:
+    return DeviceReading(DeviceIdentity(0, GPU), at, power_watts=300.0, power_limit_watts=400.0,
+                         energy_counter_millijoules=counter_mj,
+                         processes=(ProcessReading(pid=7),))
+
+
+def test_a_gpu_that_vanished_and_came_back_bills_nobody_for_the_time_it_was_gone():
+    """Its accounting starts afresh, as for a lost GPU: the energy of the time it was gone
+    goes to its device counter alone (the hardware counter ran on continuously), never to the
+    process running when it is back. Its counters are kept throughout."""
+    wall = Clock(1000.0)
+    counters = EnergyCounters(wall=wall)
+    gpus = ScriptedGpus()
+    housekeeper = Housekeeper(
+        node_name="n", node=Node(), gpus=gpus, errors=NoErrors(), store=SnapshotStore(),
+        energy=EnergyAccountant(lambda uuid: 100.0, counters, boot_id="boot-1", wall=wall),
+        counters=counters, wall=wall, monotonic=wall)
+    gpus.next = (busy(0.0, 0),)
+    housekeeper.tick()
+    wall.now += 1.0
+    gpus.next = (busy(1.0, 300_000),)
+    before = housekeeper.tick()
+    assert before.processes[0].attributed_energy_joules == pytest.approx(200.0)
+    wall.now += 1.0
+    gpus.next = ()                                    # gone from the driver's list
+    housekeeper.tick()
+    wall.now += 99.0
+    gpus.next = (busy(101.0, 300_000 + 30_000_000),)  # 100 s at 300 W later
+    back = housekeeper.tick()
+    assert back.processes[0].attributed_energy_joules == pytest.approx(200.0)
+    assert back.devices[0].energy_joules == pytest.approx(300.0 + 30_000.0)
+    wall.now += 1.0
+    gpus.next = (busy(102.0, 300_000 + 30_300_000),)  # and from there on, billed as before
+    assert housekeeper.tick().processes[0].attributed_energy_joules == pytest.approx(400.0)
