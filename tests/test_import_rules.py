@@ -28,7 +28,9 @@ RULES = {
     "__init__": set(),
 }
 THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.", "flask": "web",
-                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm")}
+                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm"),
+                      "requests": "sources.dcgm", "urllib3": "sources.dcgm",
+                      "psutil": ("sources.node", "sources.psutil_root")}
 
 
 def _layer(module: str) -> str:
