@@ -83,6 +83,7 @@ class Exporter:
         self.location = None             # sent as Location: (a redirect, with a 3xx status)
         self.drip_seconds = 0.0          # > 0: the body goes out one byte at a time
         self.endless = False             # the body never ends: 64 KiB blocks until refused
+        self.chunked = False             # Transfer-Encoding: chunked, as Go's net/http sends
         self.sent = 0                    # body bytes written
         self.requests = 0
         self.peers = set()               # client (address, port): one per connection
@@ -108,6 +109,16 @@ class Exporter:
                 self.send_header("Content-Type", "text/plain")
                 if exporter.location:
                     self.send_header("Location", exporter.location)
+                if exporter.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    body = exporter.body
+                    for i in range(0, len(body), 700):
+                        piece = body[i:i + 700]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
+                    exporter.sent += len(body)
+                    return
                 if not exporter.drip_seconds and not exporter.endless:
                     self.send_header("Content-Length", str(len(exporter.body)))
                     self.end_headers()
@@ -312,3 +323,13 @@ def test_proxy_variables_are_not_followed(exporter, monkeypatch):
     monkeypatch.delenv("no_proxy", raising=False)
     client = DcgmExporterClient(exporter.url, cache_seconds=0)
     assert client.activity() == parse_dcgm_activity(GOOD)
+
+
+def test_a_chunked_body_is_read_whole_and_the_connection_kept(keep_alive_exporter):
+    keep_alive_exporter.chunked = True
+    keep_alive_exporter.body = GOOD.encode() + b"# filler\n" * 5000
+    client = DcgmExporterClient(keep_alive_exporter.url, cache_seconds=0)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    assert len(keep_alive_exporter.peers) == 1
+    client.close()
