@@ -333,3 +333,22 @@ def test_a_chunked_body_is_read_whole_and_the_connection_kept(keep_alive_exporte
     assert client.activity() == parse_dcgm_activity(GOOD)
     assert len(keep_alive_exporter.peers) == 1
     client.close()
+
+
+def test_a_slow_connect_and_slow_headers_share_one_deadline(exporter, caplog, monkeypatch):
+    import urllib3.util.connection as connection
+    real = connection.create_connection
+
+    def slow_connect(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(connection, "create_connection", slow_connect)
+    exporter.delay = 3.0
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=1.2)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    # 1.2 s in all; waiting 1.2 s for the headers after a 1 s connect would be 2.2 s.
+    assert time.monotonic() - started < 1.9
+    assert "did not answer within 1.2 s" in caplog.text

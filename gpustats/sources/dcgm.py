@@ -178,8 +178,10 @@ class DcgmExporterClient:
             return remaining
 
         try:
-            response = self._session.get(self._url, timeout=left(), stream=True,
-                                         allow_redirects=False)
+            # ``total``: connect and the wait for the headers share what is left (a plain
+            # number would give each of them all of it).
+            response = self._session.get(self._url, timeout=urllib3.Timeout(total=left()),
+                                         stream=True, allow_redirects=False)
         except requests.Timeout:
             raise _Deadline() from None
         try:
