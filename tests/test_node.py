@@ -1,9 +1,13 @@
 """Node CPU and memory from a fake /proc: the kubelet's arithmetic, rates between readings."""
 
+import math
 import os
+import tempfile
 
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpustats.hostfs import HostRoots
 from gpustats.sources.errors import CollectionErrors
@@ -78,3 +82,28 @@ def test_missing_btime_or_cpu_line_is_absent_not_zero(tmp_path):
     reader = NodeReader(HostRoots(proc=str(tmp_path)))
     cpu, memory = reader.read()
     assert cpu is None and reader.boot_time is None and memory is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.sampled_from(["cpu ", "cpu  ", "btime ", "cpu0 ", "intr "]).flatmap(
+        lambda head: st.lists(st.one_of(st.integers(-10, 10**15).map(str),
+                                        st.sampled_from(["nan", "inf", "-inf", "1e308", "x",
+                                                         "1.5", ""])),
+                              max_size=12).map(lambda v: head + " ".join(v))),
+    st.text(max_size=30)), max_size=6))
+def test_any_stat_file_gives_numbers_or_absence(lines):
+    """Whatever <proc>/stat holds, busy ticks are an integer and the boot time finite, or
+    absent; the reader never raises."""
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "stat"), "w", encoding="utf-8", errors="replace") as f:
+            f.write("\n".join(lines) + "\n")
+        previous = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = root
+        try:
+            reader = NodeReader(HostRoots(proc=root))
+            cpu, _ = reader.read()
+        finally:
+            psutil.PROCFS_PATH = previous
+    assert cpu is None or isinstance(cpu.usage_core_nano_seconds, int)
+    assert reader.boot_time is None or math.isfinite(reader.boot_time)

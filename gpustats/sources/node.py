@@ -9,6 +9,7 @@ from ``vmstat``; ``psutil.virtual_memory()`` has none of the three (its ``inacti
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Callable, Iterable, Iterator
@@ -35,10 +36,13 @@ def busy_ticks(times: object, ticks_per_second: int = _CLOCK_TICKS) -> int:
     psutil divides the kernel's tick counts by the tick rate; multiplying back and rounding
     gives the kernel's integers exactly (a float holds a tick count to well under half a
     tick), so rates are as exact as reading the ticks by hand. Fields an older kernel does
-    not have (psutil leaves them out) count as none.
+    not have (psutil leaves them out) count as none. ``ValueError`` on a value that is not a
+    finite number (psutil's ``float()`` takes ``nan`` and ``inf`` from a hostile file).
     """
-    return sum(round(getattr(times, name) * ticks_per_second)
-               for name in BUSY_FIELDS if hasattr(times, name))
+    seconds = [getattr(times, name) for name in BUSY_FIELDS if hasattr(times, name)]
+    if not all(math.isfinite(s) for s in seconds):
+        raise ValueError("CPU times that are not finite numbers")
+    return sum(round(s * ticks_per_second) for s in seconds)
 
 
 def _lines_starting(text: str, prefix: str) -> Iterator[str]:
@@ -178,4 +182,6 @@ class NodeReader:
             boot = psutil.boot_time()
         except (OSError, ValueError, IndexError, RuntimeError):
             pass       # no (or a malformed) btime line: psutil raises RuntimeError for none
+        if boot is not None and not math.isfinite(boot):
+            boot = None
         return busy, boot
