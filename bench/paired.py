@@ -30,6 +30,7 @@ from bench.scenarios import fake_host, node_scenario, write_scenario
 # name: (GPUs, MIG instances per GPU, processes, containers)
 SCALES = {
     "8gpu-300c": (8, 0, 64, 300),
+    "8gpu-1000c": (8, 0, 64, 1000),
     "8gpu-7mig-300c": (8, 7, 64, 300),
     "8gpu-3000c": (8, 0, 64, 3000),
 }

@@ -88,6 +88,9 @@ def fake_host(root, containers: int, pids: list[int], pods_of: int = 3) -> tuple
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "cgroup"), "w") as f:
             f.write(f"0::{paths[n % len(paths)]}\n")
+        with open(os.path.join(d, "stat"), "w") as f:     # proc(5); field 22: start ticks
+            f.write(f"{pid} (python3) S 1 {pid} {pid} 0 -1 4194560 "
+                    + " ".join(["0"] * 12) + f" {1000 + n} " + " ".join(["0"] * 30) + "\n")
     for name in ("stat", "meminfo", "vmstat"):
         with open(f"/proc/{name}") as src, open(os.path.join(proc, name), "w") as dst:
             dst.write(src.read())

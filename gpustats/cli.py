@@ -52,6 +52,7 @@ from gpustats.sources.nvml.sweep import DeviceSweeper
 from gpustats.serving import Interrupt, ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
 from gpustats.sources.pci import PciGpu, PciScanner
+from gpustats.sources.psutil_root import use_proc_root
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
@@ -102,6 +103,7 @@ class Daemon:
         self._adjust_config = adjust_config or (lambda c: c)
         self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
                                cgroup=config.cgroup_root)
+        use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
         self.errors = CollectionErrors()
         self.store = SnapshotStore()
         self.simulator = None
@@ -137,6 +139,8 @@ class Daemon:
                                               kept_files=kept_file_limit())
         procs = ProcReader(self.roots, cgroups.report_unsafe)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
+        self.dcgm = DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors) \
+            if config.dcgm_exporter_url else None
         self.housekeeper = Housekeeper(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
             gpus=self.gpus,
@@ -154,8 +158,7 @@ class Daemon:
                 if self.cdi_specs is not None else None,
                 names=(KubeletLogNames(config.log_root, errors=self.errors),)
                 if config.log_root else (), usage_every_ticks=usage_every),
-            mig_activity_source=DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors)
-            if config.dcgm_exporter_url else None,
+            mig_activity_source=self.dcgm,
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)
         self.history = History(config.history_duration) if config.history_duration else None
@@ -238,6 +241,8 @@ class Daemon:
         self.gpus.close()
         if self.housekeeping.stopped:
             self.cgroups.close()      # a tick still running after the budget may read them
+            if self.dcgm is not None:
+                self.dcgm.close()
         if self.simulator is not None:
             self.simulator.uninstall()
 

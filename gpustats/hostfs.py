@@ -70,6 +70,20 @@ def read_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES,
         os.close(fd)
 
 
+def require_regular(path: str, *, max_bytes: int = MAX_FILE_BYTES) -> None:
+    """``UnsafeFile`` unless ``path`` is a regular file of at most ``max_bytes`` (by its size).
+
+    For files a library opens itself (psutil, with a plain blocking ``open``): a FIFO must not
+    be opened at all and a huge file not read. Kernel files report 0 or 4096 bytes, so the
+    size only catches what is certainly too large. ``OSError`` when it cannot be looked at.
+    """
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeFile(path, NOT_REGULAR, "not a regular file")
+    if info.st_size > max_bytes:
+        raise UnsafeFile(path, TOO_LARGE, f"larger than {max_bytes} bytes")
+
+
 def open_regular(path: str) -> int:
     """A descriptor of ``path``, opened non-blocking; ``UnsafeFile`` if not a regular file."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)

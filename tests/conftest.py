@@ -122,10 +122,13 @@ def start_daemon(tmp_path):
 def in_process_daemon(tmp_path):
     """Daemons built in this process from flags (state in ``tmp_path``, no kubelet or runtime
     socket unless given), for tests that drive ticks by hand; closed at teardown."""
+    import psutil
+
     from gpustats.cli import Daemon
     from gpustats.config import build_arg_parser, resolve
 
     made = []
+    proc_root = psutil.PROCFS_PATH       # a daemon points psutil at its --proc-root
 
     def _make(*args: str):
         argv = ["--state-dir", str(tmp_path / "state"),
@@ -137,6 +140,7 @@ def in_process_daemon(tmp_path):
     yield _make
     for daemon in made:
         daemon.close()
+    psutil.PROCFS_PATH = proc_root
 
 
 def open_descriptors() -> set[str]:

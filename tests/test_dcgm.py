@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpustats.sources import dcgm
 from gpustats.sources.dcgm import DcgmExporterClient, parse_dcgm_activity
 from tests.clock import Clock
 
@@ -75,13 +76,19 @@ def test_parser_never_raises_other_than_value_error(text):
 
 
 class Exporter:
-    def __init__(self):
+    def __init__(self, keep_alive: bool = False):
         self.body = GOOD.encode()
         self.delay = 0.0
         self.status = 200
+        self.location = None             # sent as Location: (a redirect, with a 3xx status)
         self.drip_seconds = 0.0          # > 0: the body goes out one byte at a time
+        self.endless = False             # the body never ends: 64 KiB blocks until refused
+        self.chunked = False             # Transfer-Encoding: chunked, as Go's net/http sends
+        self.sent = 0                    # body bytes written
         self.requests = 0
+        self.peers = set()               # client (address, port): one per connection
         handler = self._handler()
+        handler.protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -96,13 +103,40 @@ class Exporter:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 exporter.requests += 1
+                exporter.peers.add(self.client_address)
                 time.sleep(exporter.delay)
                 self.send_response(exporter.status)
                 self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                if not exporter.drip_seconds:
-                    self.wfile.write(exporter.body)
+                if exporter.location:
+                    self.send_header("Location", exporter.location)
+                if exporter.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    body = exporter.body
+                    for i in range(0, len(body), 700):
+                        piece = body[i:i + 700]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
+                    exporter.sent += len(body)
                     return
+                if not exporter.drip_seconds and not exporter.endless:
+                    self.send_header("Content-Length", str(len(exporter.body)))
+                    self.end_headers()
+                    self.wfile.write(exporter.body)
+                    exporter.sent += len(exporter.body)
+                    return
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                if exporter.endless:
+                    block = b"# filler line, never an activity series\n" * 1600
+                    try:
+                        while True:
+                            self.wfile.write(block)
+                            exporter.sent += len(block)
+                    except OSError:
+                        return          # the client stopped reading and hung up
+
                 for i in range(len(exporter.body)):
                     try:
                         self.wfile.write(exporter.body[i:i + 1])
@@ -124,6 +158,13 @@ class Exporter:
 @pytest.fixture
 def exporter():
     e = Exporter()
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def keep_alive_exporter():
+    e = Exporter(keep_alive=True)
     yield e
     e.close()
 
@@ -237,3 +278,77 @@ def test_failures_count_and_mark_the_source(exporter):
     assert client.activity() == parse_dcgm_activity(GOOD)
     (state,) = errors.states()
     assert state.state == "ok" and state.last_success_time is not None
+
+
+def test_an_endless_body_is_cut_off_past_the_cap(exporter, caplog, monkeypatch):
+    monkeypatch.setattr(dcgm, "MAX_BODY_BYTES", 1 << 20)
+    exporter.endless = True
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=5.0)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    assert time.monotonic() - started < 4.0          # stopped at the cap, not at the deadline
+    assert "answered garbage (body larger than 1048576 bytes)" in caplog.text
+    # The client stopped reading: what the server got out is the cap plus what the socket
+    # buffers held, nowhere near the 5 s of loopback throughput it would be otherwise.
+    assert exporter.sent < 64 * (1 << 20)
+
+
+def test_a_redirect_is_refused_not_followed(exporter, caplog):
+    exporter.status = 302
+    exporter.location = "http://127.0.0.1:1/elsewhere"
+    exporter.body = b""
+    client = DcgmExporterClient(exporter.url, cache_seconds=0)
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    assert exporter.requests == 1
+    assert "unreachable (HTTP 302 redirect to 'http://127.0.0.1:1/elsewhere' not followed)" \
+        in caplog.text
+
+
+def test_one_connection_is_kept_alive_across_scrapes(keep_alive_exporter):
+    client = DcgmExporterClient(keep_alive_exporter.url, cache_seconds=0)
+    for _ in range(3):
+        assert client.activity() == parse_dcgm_activity(GOOD)
+    assert keep_alive_exporter.requests == 3
+    assert len(keep_alive_exporter.peers) == 1
+    client.close()
+
+
+def test_proxy_variables_are_not_followed(exporter, monkeypatch):
+    # The exporter is the node's own: a cluster-wide HTTP proxy must not be asked for it.
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = DcgmExporterClient(exporter.url, cache_seconds=0)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+
+
+def test_a_chunked_body_is_read_whole_and_the_connection_kept(keep_alive_exporter):
+    keep_alive_exporter.chunked = True
+    keep_alive_exporter.body = GOOD.encode() + b"# filler\n" * 5000
+    client = DcgmExporterClient(keep_alive_exporter.url, cache_seconds=0)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    assert len(keep_alive_exporter.peers) == 1
+    client.close()
+
+
+def test_a_slow_connect_and_slow_headers_share_one_deadline(exporter, caplog, monkeypatch):
+    import urllib3.util.connection as connection
+    real = connection.create_connection
+
+    def slow_connect(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(connection, "create_connection", slow_connect)
+    exporter.delay = 3.0
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, timeout_seconds=1.2)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    # 1.2 s in all; waiting 1.2 s for the headers after a 1 s connect would be 2.2 s.
+    assert time.monotonic() - started < 1.9
+    assert "did not answer within 1.2 s" in caplog.text

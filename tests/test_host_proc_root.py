@@ -6,6 +6,7 @@ machine running the tests can have them: a process mapped to its container can o
 been read from the fake tree, and every file the daemon opens is recorded besides.
 """
 
+import builtins
 import os
 
 import pytest
@@ -28,15 +29,17 @@ def _stat_line(pid: int, start: int) -> str:
 def opened(monkeypatch):
     """Every path the process opens, lists or stats from here on."""
     paths = []
-    for name in ("open", "scandir", "listdir", "stat", "lstat"):
-        real = getattr(os, name)
+    # builtins.open too: psutil opens procfs files with it, not with os.open.
+    for module, name in ((os, "open"), (os, "scandir"), (os, "listdir"), (os, "stat"),
+                         (os, "lstat"), (builtins, "open")):
+        real = getattr(module, name)
 
         def recording(path=".", *args, _real=real, **kwargs):
             if isinstance(path, (str, bytes, os.PathLike)):
                 paths.append(os.fsdecode(path))
             return _real(path, *args, **kwargs)
 
-        monkeypatch.setattr(os, name, recording)
+        monkeypatch.setattr(module, name, recording)
     return paths
 
 
@@ -64,5 +67,22 @@ def test_processes_map_to_containers_through_the_proc_root_alone(tmp_path, in_pr
                if any(a.device_uuid == GPU for a in c.accelerators)}
     assert on_gpu == {container_id(1), container_id(2)}
     assert any(p.startswith(f"{proc}/{PIDS[0]}/") for p in opened)       # the hook sees reads
+    assert f"{proc}/stat" in opened                                       # psutil's too
     host_proc = [p for p in opened if p == "/proc" or p.startswith("/proc/")]
     assert host_proc == []
+
+
+def test_node_cpu_and_boot_time_come_from_the_proc_root(tmp_path, in_process_daemon, opened):
+    """psutil, pointed at --proc-root at start-up, reads the fake tree's /proc/stat."""
+    cgroup, proc = build(tmp_path / "host", {})
+    (proc / "stat").write_text("cpu  300 0 200 9000 0 0 0 0 0 0\nbtime 1111111111\n")
+    write_scenario(tmp_path / "s.yaml", {"devices": [{"uuid": GPU, "minor": 0}]})
+    daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
+                               str(cgroup), "--proc-root", str(proc))
+    opened.clear()
+    node = daemon.housekeeper.tick().node
+    assert node.start_time == 1111111111.0
+    from gpustats.sources.node import _CLOCK_TICKS as HZ
+    assert node.cpu.usage_core_nano_seconds == 500 * 1_000_000_000 // HZ
+    assert f"{proc}/stat" in opened
+    assert [p for p in opened if p == "/proc" or p.startswith("/proc/")] == []

@@ -32,7 +32,9 @@ RULES = {
     "__init__": set(),
 }
 THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.", "flask": "web",
-                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm")}
+                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm"),
+                      "requests": "sources.dcgm", "urllib3": "sources.dcgm",
+                      "psutil": ("sources.node", "sources.psutil_root")}
 
 
 def _owned_by(module: str, owner: str) -> bool:

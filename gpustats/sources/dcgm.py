@@ -8,15 +8,15 @@ instance, falling back per instance to ``DCGM_FI_PROF_SM_ACTIVE``. Series are ke
 time; a down, slow or garbage exporter yields ``None``, is counted and logged when it starts
 failing and when it recovers. Falling back to GPM or an equal split is the caller's job.
 
-One fetch never takes longer than ``timeout_seconds`` in all, connect and body together: the
-socket timeout is set to what is left of that deadline before every receive, so an exporter
-that drips a byte at a time is cut off at the deadline (not per chunk), and the body is capped
-at ``MAX_BODY_BYTES``.
+Fetched with ``requests`` through one session kept across scrapes. One fetch never takes
+longer than ``timeout_seconds`` in all, connect and body together: the socket timeout is set to
+what is left of that deadline before every receive, so an exporter that drips a byte at a time
+is cut off at the deadline (not per chunk); the body is streamed and reading stops past
+``MAX_BODY_BYTES``; redirects are refused.
 """
 
 from __future__ import annotations
 
-import http.client
 import logging
 import math
 import socket
@@ -25,6 +25,8 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
+import requests
+import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpustats.sources.errors import CollectionErrors, LogOnce
@@ -103,6 +105,23 @@ class _Deadline(Exception):
     pass
 
 
+class _Refused(Exception):
+    """An answer that is not the exposition: an HTTP error status or a redirect."""
+
+
+def _session() -> requests.Session:
+    """A session that behaves the same whatever the environment says.
+
+    No proxy, ``.netrc`` or CA-bundle variables from the environment (``trust_env``): the
+    exporter is the node's own, reached as configured. The body is asked for unencoded, so
+    the size cap counts the bytes that are parsed (no gzip bomb).
+    """
+    session = requests.Session()
+    session.trust_env = False
+    session.headers.update({"Accept": "text/plain", "Accept-Encoding": "identity"})
+    return session
+
+
 class DcgmExporterClient:
     def __init__(self, url: str, *, timeout_seconds: float = 1.0, cache_seconds: float = 2.0,
                  failure_backoff_seconds: float = 10.0, errors: CollectionErrors | None = None,
@@ -111,13 +130,13 @@ class DcgmExporterClient:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self._url = url
-        self._parts = parts
         self._timeout = timeout_seconds
         self._cache_seconds = cache_seconds
         self._backoff_seconds = max(cache_seconds, failure_backoff_seconds)
         self._errors = errors or CollectionErrors()
         self._clock = clock
         self._lock = threading.Lock()
+        self._session = _session()       # one connection pool, kept alive across scrapes
         self._cached: Activity | None = None
         self._next_fetch: float | None = None
         self._log_once = LogOnce(log, every_seconds=300.0)
@@ -138,8 +157,18 @@ class DcgmExporterClient:
         finally:
             self._lock.release()
 
+    def close(self) -> None:
+        """Let go of the kept-alive connection."""
+        self._session.close()
+
     def _read_body(self) -> str:
-        """GET the URL within one total deadline (wall time, whatever the server's pace)."""
+        """GET the URL within one total deadline (wall time, whatever the server's pace).
+
+        Redirects are not followed (the exporter's URL is configured, not discovered). The
+        body is streamed and reading stops at the cap. Before every receive the socket's
+        timeout is set to what is left of the deadline, so neither a silent nor a dripping
+        server holds the tick past it.
+        """
         deadline = time.monotonic() + self._timeout
 
         def left() -> float:
@@ -148,35 +177,40 @@ class DcgmExporterClient:
                 raise _Deadline()
             return remaining
 
-        parts = self._parts
-        kind = http.client.HTTPSConnection if parts.scheme == "https" else \
-            http.client.HTTPConnection
-        conn = kind(parts.hostname, parts.port, timeout=left())
-        response = None
         try:
-            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            conn.request("GET", path, headers={"Accept": "text/plain"})
-            sock = conn.sock           # the response keeps reading it after the connection
-            sock.settimeout(left())    # lets go of it (Connection: close)
-            response = conn.getresponse()
-            if response.status >= 400:
-                raise http.client.HTTPException(f"HTTP {response.status} {response.reason}")
+            # ``total``: connect and the wait for the headers share what is left (a plain
+            # number would give each of them all of it).
+            response = self._session.get(self._url, timeout=urllib3.Timeout(total=left()),
+                                         stream=True, allow_redirects=False)
+        except requests.Timeout:
+            raise _Deadline() from None
+        try:
+            if response.is_redirect:
+                raise _Refused(f"HTTP {response.status_code} redirect to "
+                               f"{response.headers.get('Location', '?')!r} not followed")
+            if response.status_code >= 300:
+                raise _Refused(f"HTTP {response.status_code} {response.reason}")
+            raw = response.raw
+            sock = getattr(raw.connection, "sock", None)
             chunks, size = [], 0
             while True:
-                sock.settimeout(left())
-                chunk = response.read1(65536)
+                remaining = left()
+                if sock is not None:
+                    sock.settimeout(remaining)
+                chunk = raw.read1(65536)
                 if not chunk:
+                    raw.release_conn()        # read to the end: kept alive for the next scrape
                     break
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
                     raise ValueError(f"body larger than {MAX_BODY_BYTES} bytes")
                 chunks.append(chunk)
-        except (socket.timeout, TimeoutError):
+        except (socket.timeout, TimeoutError, urllib3.exceptions.TimeoutError):
             raise _Deadline() from None
+        except urllib3.exceptions.HTTPError as exc:     # the body broke off, say
+            raise OSError(str(exc)) from None
         finally:
-            if response is not None:
-                response.close()
-            conn.close()
+            response.close()      # an unread rest is not drained: the connection is dropped
         return b"".join(chunks).decode("utf-8", errors="replace")
 
     def _fetch(self) -> Activity | None:
@@ -187,7 +221,7 @@ class DcgmExporterClient:
             self._errors.failed(SOURCE, "timeout", f"dcgm-exporter {self._url} did not answer "
                                 f"within {self._timeout:.1f} s; MIG activity falls back")
             return None
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, requests.RequestException, _Refused) as exc:
             self._errors.failed(SOURCE, "down", f"dcgm-exporter {self._url} unreachable "
                                 f"({exc or type(exc).__name__}); MIG activity falls back")
             return None

@@ -1,42 +1,48 @@
-"""Node CPU and memory in the kubelet's terms, from ``<proc>/stat``, ``meminfo`` and ``vmstat``."""
+"""Node CPU and memory in the kubelet's terms, from ``<proc>/stat``, ``meminfo`` and ``vmstat``.
+
+CPU times and the boot time come through psutil (which reads ``<proc>/stat``; see
+``psutil_root`` for how it is pointed at ``--proc-root``). Memory is parsed here: the kubelet's
+working set needs ``Inactive(file)`` and its RSS ``AnonPages``, and the page fault counters come
+from ``vmstat``; ``psutil.virtual_memory()`` has none of the three (its ``inactive`` is
+``Inactive``, file and anonymous pages together).
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Callable, Iterable, Iterator
 
-from gpustats.hostfs import HostRoots, UnsafeFile, read_text
+import psutil
+
+from gpustats.hostfs import HostRoots, UnsafeFile, read_text, require_regular
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.sources.cgroup_stats import CpuRateTracker
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.psutil_root import require_proc_root
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def parse_proc_stat(text: str) -> tuple[int | None, int | None]:
-    """``(busy CPU jiffies across all CPUs, boot time epoch seconds)`` from /proc/stat.
+# psutil's system-wide CPU times (seconds, from the ``cpu`` line of <proc>/stat) that are
+# busy: idle and iowait are not, and guest time is already inside user and nice.
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
 
-    Only the ``cpu`` and ``btime`` lines are looked at (the file also holds a line per CPU
-    and an ``intr`` line of thousands of counters)."""
-    busy = boot = None
-    cpu = next(_lines_starting(text, "cpu "), None)
-    if cpu is not None:
-        try:
-            values = [int(v) for v in cpu.split()]
-        except ValueError:
-            values = []
-        if len(values) >= 4:        # a truncated line has no idle column to subtract
-            # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
-            # already counted in user/nice, idle and iowait are not busy.
-            busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)
-    btime = next(_lines_starting(text, "btime "), None)
-    if btime is not None:
-        try:
-            boot = int(btime.split()[0])
-        except (IndexError, ValueError):
-            pass
-    return busy, boot
+
+def busy_ticks(times: object, ticks_per_second: int = _CLOCK_TICKS) -> int:
+    """Busy CPU clock ticks across all CPUs, from ``psutil.cpu_times()``.
+
+    psutil divides the kernel's tick counts by the tick rate; multiplying back and rounding
+    gives the kernel's integers exactly (a float holds a tick count to well under half a
+    tick), so rates are as exact as reading the ticks by hand. Fields an older kernel does
+    not have (psutil leaves them out) count as none. ``ValueError`` on a value that is not a
+    finite number (psutil's ``float()`` takes ``nan`` and ``inf`` from a hostile file).
+    """
+    seconds = [getattr(times, name) for name in BUSY_FIELDS if hasattr(times, name)]
+    if not all(math.isfinite(s) for s in seconds):
+        raise ValueError("CPU times that are not finite numbers")
+    return sum(round(s * ticks_per_second) for s in seconds)
 
 
 def _lines_starting(text: str, prefix: str) -> Iterator[str]:
@@ -108,11 +114,14 @@ def memory_from_meminfo(meminfo: dict[str, int], vmstat: dict[str, int], now: fl
 
 
 class NodeReader:
-    """Reads node CPU/memory; ``usageNanoCores`` comes from this reading and the previous one."""
+    """Reads node CPU/memory; ``usageNanoCores`` comes from this reading and the previous one.
+
+    ``ValueError`` when psutil does not read ``roots.proc`` (see ``psutil_root``)."""
 
     def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
+        require_proc_root(roots.proc)
         self._roots = roots
         self._errors = errors
         self._unsafe: list[UnsafeFile] = []
@@ -138,14 +147,12 @@ class NodeReader:
         now = self._wall()
         cpu = None
         report = self._unsafe.append
-        stat = read_text(self._roots.proc_path("stat"), report)
-        if stat is not None:
-            busy, boot = parse_proc_stat(stat)
-            if boot is not None:
-                self.boot_time = float(boot)
-            if busy is not None:
-                cpu = self._cpu.stats("node", now, self._monotonic(),
-                                      busy * 1_000_000_000 // _CLOCK_TICKS)
+        busy, boot = self._cpu_and_boot(report)
+        if boot is not None:
+            self.boot_time = boot
+        if busy is not None:
+            cpu = self._cpu.stats("node", now, self._monotonic(),
+                                  busy * 1_000_000_000 // _CLOCK_TICKS)
         meminfo = read_text(self._roots.proc_path("meminfo"), report)
         memory = None
         if meminfo is not None:
@@ -153,3 +160,28 @@ class NodeReader:
             memory = memory_from_meminfo(parse_key_values(meminfo, MEMINFO_KEYS),
                                          parse_key_values(vmstat, VMSTAT_KEYS), now)
         return cpu, memory
+
+    def _cpu_and_boot(self, report: Callable[[UnsafeFile], None]) -> tuple[int | None,
+                                                                            float | None]:
+        """Busy ticks and boot time (epoch seconds) from <proc>/stat; ``None`` for each that
+        cannot be read. psutil opens the file with a blocking ``open``, so it is looked at
+        first: a FIFO or a huge file in a fake or hostile tree is reported, not read."""
+        try:
+            require_regular(self._roots.proc_path("stat"))
+        except UnsafeFile as exc:
+            report(exc)
+            return None, None
+        except OSError:
+            return None, None
+        busy = boot = None
+        try:
+            busy = busy_ticks(psutil.cpu_times())
+        except (OSError, ValueError, TypeError):
+            pass       # gone, or a cpu line psutil cannot split into this kernel's columns
+        try:
+            boot = psutil.boot_time()
+        except (OSError, ValueError, IndexError, RuntimeError):
+            pass       # no (or a malformed) btime line: psutil raises RuntimeError for none
+        if boot is not None and not math.isfinite(boot):
+            boot = None
+        return busy, boot

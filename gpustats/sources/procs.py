@@ -35,6 +35,13 @@ def parse_start_time(stat_text: str) -> int:
 
     The command name (field 2) may hold spaces and parentheses, so fields are counted after
     its last ``)``. ``ValueError`` on anything else.
+
+    Parsed here rather than taken from psutil: ``Process.create_time()`` is epoch seconds
+    (ticks / HZ + the boot time, re-read from <proc>/stat on each call), and counters are
+    keyed by the ticks; getting them back needs a second boot-time read, and the kernel's
+    boot time follows the wall clock (steps, slewing across a second): each second it moves
+    is HZ ticks off the key. Through psutil the 1,000-container tick also took 6.9 % longer
+    (bench.paired, README "Host facts and HTTP through their libraries").
     """
     _, sep, rest = stat_text.rpartition(")")
     if not sep:
