@@ -32,7 +32,7 @@ from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
-from gpustats.fdlimit import kept_file_limit
+from gpustats.fdlimit import kept_file_shares
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
@@ -128,11 +128,13 @@ class Daemon:
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
+        kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
                                               forget_after_ticks=usage_every + 4,
-                                              kept_files=kept_file_limit())
-        procs = ProcReader(self.roots, cgroups.report_unsafe)
+                                              kept_files=kept_cgroup_files)
+        self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
+                                        kept_files=kept_proc_files)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.collector = Collector(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
@@ -140,7 +142,7 @@ class Daemon:
             errors=self.errors, store=self.store,
             energy=EnergyAccountant(lambda uuid: self.config.idle_power_watts.for_uuid(uuid),
                                     self.counters, boot_id=read_boot_id(self.roots)),
-            counters=self.counters, persister=self.persister, process_start=procs.start_time,
+            counters=self.counters, persister=self.persister, process_starts=procs.start_times,
             containers=ContainerTracker(
                 cgroups, procs, self.counters,
                 pod_resources=PodResourcesClient(config.pod_resources_socket, errors=self.errors)
@@ -235,6 +237,7 @@ class Daemon:
         self.gpus.close()
         if self.housekeeping.stopped:
             self.cgroups.close()      # a tick still running after the budget may read them
+            self.procs.close()
         if self.simulator is not None:
             self.simulator.uninstall()
 
