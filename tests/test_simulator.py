@@ -206,7 +206,7 @@ def test_an_event_wait_blocks_instead_of_polling(simulate):
     sim._maybe_reload = lambda: looks.append(1) or check()
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(es, 400)
-    assert len(looks) <= 2                    # on the call, and once the wait timed out
+    assert len(looks) <= 3       # on the call and once it timed out (polling: every 50 ms)
     pynvml.nvmlEventSetFree(es)
 
 
