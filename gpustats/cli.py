@@ -33,7 +33,7 @@ from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsBodies
 from gpustats.export.summary import summary_dict
-from gpustats.fdlimit import kept_file_limit
+from gpustats.fdlimit import kept_file_shares
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
@@ -133,11 +133,13 @@ class Daemon:
         self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
+        kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
                                               forget_after_ticks=usage_every + 4,
-                                              kept_files=kept_file_limit())
-        procs = ProcReader(self.roots, cgroups.report_unsafe)
+                                              kept_files=kept_cgroup_files)
+        self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
+                                        kept_files=kept_proc_files)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.dcgm = DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors) \
             if config.dcgm_exporter_url else None
@@ -147,7 +149,7 @@ class Daemon:
             errors=self.errors, store=self.store,
             energy=EnergyAccountant(lambda uuid: self.config.idle_power_watts.for_uuid(uuid),
                                     self.counters, boot_id=read_boot_id(self.roots)),
-            counters=self.counters, persister=self.persister, process_start=procs.start_time,
+            counters=self.counters, persister=self.persister, process_starts=procs.start_times,
             containers=ContainerTracker(
                 cgroups, procs, self.counters,
                 pod_resources=PodResourcesClient(config.pod_resources_socket, errors=self.errors)
@@ -243,6 +245,7 @@ class Daemon:
             self.cgroups.close()      # a tick still running after the budget may read them
             if self.dcgm is not None:
                 self.dcgm.close()
+            self.procs.close()
         if self.simulator is not None:
             self.simulator.uninstall()
 

@@ -14,6 +14,8 @@ RESERVED_FDS = 64                   # proc and state files, sockets to sources, 
 # pod, so 2048 cover about 680 cgroups. Each open kernel file holds about a page of kernel
 # memory (its read buffer), charged to the daemon: at most about 9 MB.
 KEPT_FILES_MAX = 2048
+# ``/proc/<pid>/stat`` of GPU processes kept open between ticks (their start times).
+KEPT_PROC_FILES_MAX = 128
 
 
 def _raise_soft_limit(need: int) -> int | None:
@@ -49,3 +51,12 @@ def kept_file_limit(wanted: int = KEPT_FILES_MAX) -> int:
     if soft is None:
         return wanted
     return max(0, min(wanted, soft - others))
+
+
+def kept_file_shares() -> tuple[int, int]:
+    """(cgroup files, process stat files) that may stay open: ``kept_file_limit`` for both,
+    shared in proportion to what each wants."""
+    wanted = KEPT_FILES_MAX + KEPT_PROC_FILES_MAX
+    kept = kept_file_limit(wanted)
+    procs = kept * KEPT_PROC_FILES_MAX // wanted
+    return kept - procs, procs

@@ -32,6 +32,9 @@ class KeptFiles:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def __contains__(self, path: str) -> bool:
+        return path in self._kept
+
     def read_bytes(self, path: str | None, group: str, report: Reporter | None = None, *,
                    max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
         """As ``read_text``, through a kept descriptor, undecoded."""

@@ -12,7 +12,6 @@ from tests.conftest import open_descriptors
 from tests.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-RELOAD_SECONDS = 0.25          # the simulator looks at its scenario file every 0.2 s
 
 
 @pytest.fixture
@@ -25,11 +24,13 @@ def daemons(tmp_path, in_process_daemon):
     return _make
 
 
-def scenario(tmp_path, watts, processes=()):
+def scenario(tmp_path, watts, processes=(), daemon=None):
+    """Writes the scenario; a running daemon's simulator reads it before the next tick."""
     write_scenario(tmp_path / "s.yaml", {
         "devices": [{"uuid": GPU, "minor": 0, "power_watts": watts}],
         "processes": [{"pid": pid, "device": GPU} for pid in processes]})
-    time.sleep(RELOAD_SECONDS)
+    if daemon is not None:
+        assert daemon.simulator.reload()
 
 
 def device(snapshot):
@@ -42,7 +43,7 @@ def test_learned_idle_survives_a_restart_while_busy(daemons, tmp_path):
     for _ in range(4):
         snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 80.0
-    scenario(tmp_path, 300, [4242])
+    scenario(tmp_path, 300, [4242], daemon)
     daemon.housekeeper.tick()
     daemon.close()
     restarted, _ = daemons()                         # restart while the GPU is busy
@@ -61,13 +62,13 @@ def test_one_zero_watt_reading_does_not_become_the_idle(daemons, tmp_path):
     daemon, _ = daemons()
     for _ in range(4):
         daemon.housekeeper.tick()
-    scenario(tmp_path, 0)                             # a glitch, one tick long
+    scenario(tmp_path, 0, daemon=daemon)              # a glitch, one tick long
     daemon.housekeeper.tick()
-    scenario(tmp_path, 90)
+    scenario(tmp_path, 90, daemon=daemon)
     for _ in range(4):
         snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 90.0
-    scenario(tmp_path, 60)                            # a real, sustained lower idle
+    scenario(tmp_path, 60, daemon=daemon)             # a real, sustained lower idle
     for _ in range(4):
         snapshot = daemon.housekeeper.tick()
     assert device(snapshot).idle_power_watts == 60.0

@@ -4,7 +4,6 @@ daemon with the events the daemon handles today (``bench/chaos.py`` has them all
 from __future__ import annotations
 
 import json
-import time
 
 import pynvml
 import pytest
@@ -43,7 +42,7 @@ def test_the_simulator_traces_its_loads_and_energy_reads(tmp_path):
         field = pynvml.nvmlDeviceGetFieldValues(
             handle, [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
         write_scenario(path, dict(scenario, trace_tag="second"))
-        time.sleep(0.3)                           # the simulator looks every 0.2 s
+        assert sim.reload()
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         pynvml.nvmlShutdown()
     finally:

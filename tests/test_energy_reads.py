@@ -135,8 +135,7 @@ def test_hardware_reads_stop_the_integration_error_from_accumulating(tmp_path):
         for tick in range(1, 61):
             if tick % 5 == 0:
                 scenario["devices"][0]["power_watts"] += 50
-                path.write_text(yaml.safe_dump(scenario))
-                time.sleep(0.21)                      # past the simulator's reload check
+                path.write_text(yaml.safe_dump(scenario))    # seen once the clock moves
             clock.now += 10.0
             (reading,) = sweeper.sweep()
         hardware = _hardware_mj()

@@ -5,7 +5,6 @@ change event, else at the slow cadence, and when a process names an instance the
 every instance's memory is read each tick, idle ones too.
 """
 
-import time
 
 import pynvml
 import pytest
@@ -49,7 +48,7 @@ class Sim:
     def rewrite(self, data):
         """A new scenario, seen by the simulated driver from its next call on."""
         write_scenario(self.path, data)
-        time.sleep(0.25)            # the simulator looks at the file at most every 0.2 s
+        assert self.sim.reload()
 
     def calls(self, name):
         return self.sim.calls_by_function[name]

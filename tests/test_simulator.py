@@ -1,6 +1,7 @@
 """The simulator below pynvml, exercised through pynvml's public wrappers."""
 
 import ctypes
+import threading
 import time
 
 import pynvml
@@ -79,8 +80,7 @@ def test_energy_integrates_power_over_time_and_resets(simulate):
     assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == 2_000_000     # 200 W × 10 s
     path.write_text(yaml.safe_dump({"devices": [{"uuid": A, "power_watts": 100}],
                                     "driver_reloads": 1}))
-    time.sleep(0.25)
-    pynvml.nvmlDeviceGetCount()                                                 # reload
+    assert sim.reload()
     clock.now += 5
     assert pynvml.nvmlDeviceGetTotalEnergyConsumption(h) == 500_000             # restarted at 0
 
@@ -120,10 +120,10 @@ def test_edit_changes_next_reading_and_bad_edit_keeps_previous(simulate, caplog)
     sim, path = simulate({"devices": [{"uuid": A, "power_watts": 100}]})
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     path.write_text(yaml.safe_dump({"devices": [{"uuid": A, "power_watts": 250}]}))
-    time.sleep(0.25)
+    assert sim.reload()
     assert pynvml.nvmlDeviceGetPowerUsage(h) == 250000
     path.write_text("devices: [ {uuid: ")
-    time.sleep(0.25)
+    assert not sim.reload()
     assert pynvml.nvmlDeviceGetPowerUsage(h) == 250000
     assert any("keeping the previous scenario" in r.getMessage() for r in caplog.records)
 
@@ -220,6 +220,71 @@ def test_events_once_then_timeout(simulate):
     pynvml.nvmlEventSetFree(es)
 
 
+def _xid_set(index=0):
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    es = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, es)
+    return es
+
+
+def test_an_event_wait_blocks_instead_of_polling(simulate):
+    """A driver blocks in nvmlEventSetWait; the simulator used to wake 20 times a second to
+    look at its scenario, the largest share of an idle daemon's CPU."""
+    sim, _ = simulate({"devices": [{"uuid": A}]})
+    es = _xid_set()
+    looks = []
+    check = sim._maybe_reload
+    sim._maybe_reload = lambda: looks.append(1) or check()
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 400)
+    assert len(looks) <= 3       # on the call and once it timed out (polling: every 50 ms)
+    pynvml.nvmlEventSetFree(es)
+
+
+def test_a_reload_wakes_a_blocked_event_wait(simulate):
+    sim, path = simulate({"devices": [{"uuid": A}]})
+    es = _xid_set()
+    outcome = []
+
+    def wait():
+        started = time.monotonic()
+        try:
+            pynvml.nvmlEventSetWait_v2(es, 10_000)
+        except pynvml.NVMLError as exc:
+            outcome.append((type(exc), time.monotonic() - started))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.05)                                       # the waiter is blocked by now
+    write_scenario(path, {"devices": [{"uuid": A, "lost": True}]})
+    assert sim.reload()
+    waiter.join(5)
+    assert outcome and outcome[0][0] is pynvml.NVMLError_GpuIsLost
+    assert outcome[0][1] < 5                               # woken, not timed out
+    pynvml.nvmlEventSetFree(es)
+
+
+def test_a_scheduled_xid_ends_a_long_wait_when_due(simulate):
+    simulate({"devices": [{"uuid": A}],
+              "xid_events": [{"device": A, "xid": 31, "after_seconds": 0.3}]})
+    es = _xid_set()
+    started = time.monotonic()
+    event = pynvml.nvmlEventSetWait_v2(es, 10_000)
+    assert event.eventData == 31
+    assert time.monotonic() - started < 5
+    pynvml.nvmlEventSetFree(es)
+
+
+def test_reload_checks_follow_the_injected_clock(simulate):
+    clock = Clock()
+    sim, path = simulate({"devices": [{"uuid": A, "power_watts": 100}]}, monotonic=clock)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    write_scenario(path, {"devices": [{"uuid": A, "power_watts": 250}]})
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 100000     # the clock has not moved
+    clock.now += 0.2
+    assert pynvml.nvmlDeviceGetPowerUsage(h) == 250000
+
+
 def test_gpm_metrics(simulate):
     clock = Clock()
     simulate({"devices": [{"uuid": A, "gpm": {"sm_active_percent": 55,
@@ -286,7 +351,7 @@ def test_mig_reconfiguration_destroys_creates_and_tells_event_sets_that_asked(si
     mig["mig_instances"] = [{"gpu_instance_id": 1, "uuid": "MIG-1"},
                             {"gpu_instance_id": 5, "uuid": "MIG-5", "profile": "1g.10gb"}]
     write_scenario(path, {"devices": [mig, {"uuid": B}]})
-    time.sleep(0.25)
+    assert sim.reload()
     event = pynvml.nvmlEventSetWait_v2(mig_set, 0)
     assert event.eventType == pynvml.nvmlEventMigConfigChange
     assert pynvml.nvmlDeviceGetUUID(event.device) == A

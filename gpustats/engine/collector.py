@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from gpustats.attribution import mig_activity
 from gpustats.engine.containers import ContainerTracker, ContainerView
@@ -64,7 +64,8 @@ class Housekeeper:
                  mig_activity_source: ActivitySource | None = None,
                  health: HealthMonitor | None = None, saturation_window: float = 60.0,
                  memory_pressure_threshold: float = 0.9,
-                 process_start: Callable[[int], int | None] = lambda pid: None,
+                 process_starts: Callable[[Iterable[int]], Mapping[int, int | None]] =
+                 dict.fromkeys,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic):
         self._node_name = node_name
@@ -79,7 +80,7 @@ class Housekeeper:
         self._containers = containers
         self._mig_activity_source = mig_activity_source
         self._health = health
-        self._process_start = process_start
+        self._process_starts = process_starts
         self._saturation_window = saturation_window
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
@@ -234,15 +235,9 @@ class Housekeeper:
 
     def _starts(self, readings: tuple[DeviceReading, ...]) -> dict[tuple[str, int], int | None]:
         """Each listed process's start time: with its PID, what its counter is keyed by."""
-        starts: dict[tuple[str, int], int | None] = {}
-        by_pid: dict[int, int | None] = {}
-        for reading in readings:
-            uuid = reading.identity.uuid
-            for p in reading.processes:
-                if p.pid not in by_pid:
-                    by_pid[p.pid] = self._process_start(p.pid)
-                starts[(uuid, p.pid)] = by_pid[p.pid]
-        return starts
+        by_pid = self._process_starts([p.pid for r in readings for p in r.processes])
+        return {(r.identity.uuid, p.pid): by_pid.get(p.pid) for r in readings
+                for p in r.processes}
 
     def _process_stats(self, readings: tuple[DeviceReading, ...],
                        attributions: dict[str, DeviceAttribution],

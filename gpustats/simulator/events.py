@@ -95,7 +95,9 @@ class EventCalls:
         return None, None, next_due
 
     def _event_wait(self, event_set, data_ptr, timeout_ms) -> int:
-        # Called with the lock held by _wrap; it is released while sleeping.
+        """Blocks, as the driver does, until an event is there or the timeout passes: woken by a
+        scenario reload (a lost GPU, a queued MIG change) or when the next XID falls due."""
+        # Called with the lock held by _wrap; waiting on _wake releases it.
         registered = self._event_sets.get(event_set)
         if registered is None:
             return INVALID_ARGUMENT
@@ -114,7 +116,7 @@ class EventCalls:
                     self._fill_event(data_ptr, device, EVENT_MIG_CONFIG_CHANGE, 0)
                     return SUCCESS
                 continue
-            key, event, _ = self._due_event(registered)
+            key, event, next_due = self._due_event(registered)
             if event is not None:
                 self._delivered.add(key)
                 self._fill_event(data_ptr, self._scenario.device(event.device),
@@ -123,11 +125,9 @@ class EventCalls:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return TIMEOUT
-            self._lock.release()
-            try:
-                time.sleep(min(remaining, 0.05))
-            finally:
-                self._lock.acquire()
+            # The due time is on the simulator's clock; an injected clock that does not move
+            # with real time only makes this wake, look again and wait out the deadline.
+            self._wake.wait(remaining if next_due is None else min(remaining, next_due))
             self._maybe_reload()
 
     def _fill_event(self, data_ptr, device, event_type: int, event_data: int) -> None:

@@ -6,7 +6,9 @@ patterns, error mapping — run exactly as on a real host. A symbol the fake lac
 ``NVMLError_FunctionNotFound``; a callback returning 3 as ``NVMLError_NotSupported``.
 Behaviour follows the driver's contract (refcounted init, INSUFFICIENT_SIZE on short buffers,
 NOT_FOUND from process utilization when no sample is newer than the timestamp, events delivered
-once then TIMEOUT). The scenario (see ``scenario.py``) is re-read when its file changes.
+once then TIMEOUT). The scenario (see ``scenario.py``) is re-read when its file changes: checked
+on a call at most every ``_RELOAD_CHECK_SECONDS`` of the simulator's clock, or at once by
+``reload()``.
 """
 
 from __future__ import annotations
@@ -54,9 +56,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._monotonic = monotonic
         self._wall = wall
         self._lock = threading.Lock()
+        # Event waits block on this (with the lock); a reload or a queued event wakes them.
+        self._wake = threading.Condition(self._lock)
         self._scenario = load_scenario(scenario_path)
         self._file_stamp = self._stamp()
-        self._next_reload_check = time.monotonic() + _RELOAD_CHECK_SECONDS
+        self._next_reload_check = monotonic() + _RELOAD_CHECK_SECONDS
         self._installed_at = monotonic()
         self._refcount = 0
         self._init_attempts = 0
@@ -118,20 +122,30 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return None
         return (st.st_mtime, st.st_size)
 
+    def reload(self) -> bool:
+        """Look at the scenario file now, not at the next timed check; True if it was reloaded."""
+        with self._lock:
+            self._next_reload_check = self._monotonic() + _RELOAD_CHECK_SECONDS
+            return self._reload_if_changed()
+
     def _maybe_reload(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         if now < self._next_reload_check:
             return
         self._next_reload_check = now + _RELOAD_CHECK_SECONDS
+        self._reload_if_changed()
+
+    def _reload_if_changed(self) -> bool:
+        """Called with the lock held."""
         stamp = self._stamp()
         if stamp == self._file_stamp or stamp is None:
-            return
+            return False
         self._file_stamp = stamp
         try:
             scenario = load_scenario(self._path)
         except ValueError as exc:
             log.warning("simulator: keeping the previous scenario: %s", exc)
-            return
+            return False
         self._advance()
         if scenario.driver_reloads > self._scenario.driver_reloads:
             self._reset_counters(scenario)
@@ -142,6 +156,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._scenario = scenario
         log.info("simulator: scenario %s reloaded", self._path)
         self._trace("scenario")
+        self._wake.notify_all()              # a lost GPU or a queued MIG change for event waits
+        return True
 
     def _trace(self, event: str, **fields) -> None:
         write_trace(self._scenario.trace_file, self._wall(), event, self._scenario.trace_tag,

@@ -4,8 +4,10 @@ and when it started (a PID and its start time name one process; PIDs are reused)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from gpustats.hostfs import HostRoots, Reporter, read_text
+from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
 
@@ -81,20 +83,54 @@ def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
     return None
 
 
+def _start_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_start_time(text)
+    except ValueError:
+        return None
+
+
 class ProcReader:
-    def __init__(self, roots: HostRoots, report: Reporter | None = None):
+    """``kept_files``: how many ``stat`` files of the processes asked for tick after tick may
+    stay open between reads (``start_times``)."""
+
+    def __init__(self, roots: HostRoots, report: Reporter | None = None, *,
+                 kept_files: int = 0):
         self._roots = roots
         self._report = report          # a refused file (FIFO, huge) in a fake or hostile tree
+        self._stats = KeptFiles(kept_files)
 
     def start_time(self, pid: int) -> int | None:
         """The process's start time in clock ticks; ``None`` when gone or unreadable."""
-        text = read_text(self._roots.proc_path(str(pid), "stat"), self._report, max_bytes=65536)
-        if text is None:
-            return None
-        try:
-            return parse_start_time(text)
-        except ValueError:
-            return None
+        return _start_or_none(read_text(self._roots.proc_path(str(pid), "stat"), self._report,
+                                        max_bytes=65536))
+
+    def start_times(self, pids: Iterable[int]) -> dict[int, int | None]:
+        """``start_time`` of each PID, for one tick.
+
+        Each ``stat`` file stays open while its PID is asked for tick after tick, and is
+        re-read with ``pread``. A kept file names one process, not a PID: once that process
+        has ended (and been reaped) it answers ESRCH, also after the PID was reused, and the
+        PID's file is then opened afresh. Files of PIDs not asked for are closed.
+        """
+        out: dict[int, int | None] = {}
+        for pid in pids:
+            if pid in out:
+                continue
+            name = str(pid)
+            path = self._roots.proc_path(name, "stat")
+            was_kept = path in self._stats
+            text = self._stats.read_text(path, name, self._report, max_bytes=65536)
+            if text is None and was_kept:
+                text = self._stats.read_text(path, name, self._report, max_bytes=65536)
+            out[pid] = _start_or_none(text)
+        self._stats.keep_only({str(pid) for pid in out})
+        return out
+
+    def close(self) -> None:
+        self._stats.close()
 
     def container_of(self, pid: int) -> ProcessContainer | None:
         """``None`` when the process is gone or not in a container."""
