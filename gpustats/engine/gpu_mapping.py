@@ -41,6 +41,8 @@ class ProcSource(Protocol):
 
 
 class AllocationSource(Protocol):
+    generation: int            # changes whenever ``allocations`` lists anew
+
     def allocations(self) -> tuple[PodDeviceAllocation, ...] | None: ...
 
 
@@ -86,6 +88,15 @@ class _Resolved(NamedTuple):
     # (owner, key, claim, device-plugin replica)
     resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None, int | None]]
     unresolved: list[tuple[tuple[str, str, str], ClaimDevice, str]]
+
+
+class _ResolutionMemo(NamedTuple):
+    """The last listing's resolution, and what it holds for."""
+
+    listing: int                       # the allocation source's generation it was listed in
+    has_claims: bool                   # a DRA claim is among the allocations
+    valid_for: tuple                   # GPUs' signature, CDI devices' generation (or None)
+    answer: _Resolved
 
 
 class MappedTick(NamedTuple):
@@ -154,8 +165,7 @@ class GpuMapper:
         self._procs = procs
         self._pod_resources = pod_resources
         self._claim_source = claims
-        # The last listing's resolution: (listing, has claims, valid for, answer).
-        self._resolved: tuple | None = None
+        self._resolved: _ResolutionMemo | None = None     # the last listing's resolution
         self._joined: _Joined | None = None       # the last join, while it holds
         # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
         # layout), then the runtime's CRI labels.
@@ -326,13 +336,14 @@ class GpuMapper:
                              devices: GpuIndex) -> "_Resolved":
         """Each allocation's GPU key, and the claims left unresolved.
 
-        The answer stands while the kubelet's listing (kept between its calls), this node's
+        The answer stands while the kubelet's listing (its source's generation), this node's
         GPUs and the CDI devices stay the same and every claim was resolved; a tick with an
         unresolved claim works them out again (its spec may appear any tick).
         """
         memo = self._resolved
-        if memo is not None and memo[0] is allocations:
-            has_claims = memo[1]
+        listing = self._pod_resources.generation
+        if memo is not None and memo.listing == listing:
+            has_claims = memo.has_claims
         else:
             has_claims = self._claim_source is not None and \
                 any(a.claim is not None for a in allocations)
@@ -340,8 +351,8 @@ class GpuMapper:
             self._claim_source.begin_tick()      # CDI specs looked at again, every tick
         valid_for = (devices.signature(),
                      self._claim_source.generation if has_claims else None)
-        if memo is not None and memo[0] is allocations and memo[2] == valid_for:
-            return memo[3]
+        if memo is not None and memo.listing == listing and memo.valid_for == valid_for:
+            return memo.answer
         holders: dict[str, set[tuple[str, str, str]]] = {}
         resolved: list[tuple[tuple[str, str, str], GpuKey, ClaimDevice | None,
                              int | None]] = []
@@ -364,7 +375,8 @@ class GpuMapper:
             holders.setdefault(key[0], set()).add(owner)
             resolved.append((owner, key, None, allocation.device.replica))
         answer = _Resolved(holders, resolved, unresolved)
-        self._resolved = (allocations, has_claims, valid_for, answer) if not unresolved else None
+        self._resolved = _ResolutionMemo(listing, has_claims, valid_for, answer) \
+            if not unresolved else None
         return answer
 
     # ------------------------------------------------------------ snapshot parts
