@@ -80,6 +80,20 @@ class _Joined:
     replicas: dict[str, dict["GpuKey", set[int]]] = field(default_factory=dict)
     through_users: bool = False            # a join made through this tick's GPU users
 
+    def hold(self, cid: str, key: "GpuKey", claim: ClaimDevice | None,
+             replica: int | None) -> None:
+        """The container holds the GPU key by an allocation (of a claim, or a replica)."""
+        self.keys.setdefault(cid, []).append(
+            (key, REASON_POD_RESOURCES if claim is None else REASON_DRA))
+        if replica is not None:
+            self.replicas.setdefault(cid, {}).setdefault(key, set()).add(replica)
+        if claim is not None:
+            held = self.claims.setdefault(cid, {})
+            # One claim per container and GPU key is shown: the first by claim name.
+            if key not in held or (held[key] is not claim
+                                   and claim_order(claim) < claim_order(held[key])):
+                held[key] = claim
+
 
 class _Resolved(NamedTuple):
     """The pod-resources allocations resolved to GPU keys (see ``_resolve_allocations``)."""
@@ -305,31 +319,11 @@ class GpuMapper:
             if cid is None:
                 # No runtime names: join only when this GPU has one holder and one user.
                 if users is None:
-                    users = {}
-                    for user, keys in mappings.items():
-                        for uuid, _ in keys:
-                            users.setdefault(uuid, set()).add(user)
+                    users = _gpu_users(mappings)
                 joined.through_users = True
-                candidates = users.get(key[0], set())
-                if len(holders.get(key[0], ())) == 1 and len(candidates) == 1:
-                    cid = next(iter(candidates))
-                    identity = containers.get(cid)
-                    if cid not in names and identity is not None:
-                        names[cid] = ContainerNames(pod_name=owner[1], pod_namespace=owner[0],
-                                                    pod_uid=identity.pod_uid,
-                                                    container_name=owner[2])
-            if cid is None or cid not in containers:
-                continue
-            joined.keys.setdefault(cid, []).append(
-                (key, REASON_POD_RESOURCES if claim is None else REASON_DRA))
-            if replica is not None:
-                joined.replicas.setdefault(cid, {}).setdefault(key, set()).add(replica)
-            if claim is not None:
-                held = joined.claims.setdefault(cid, {})
-                # One claim per container and GPU key is shown: the first by claim name.
-                if key not in held or (held[key] is not claim
-                                       and claim_order(claim) < claim_order(held[key])):
-                    held[key] = claim
+                cid = _sole_user(owner, key, holders, users, containers, names)
+            if cid is not None and cid in containers:
+                joined.hold(cid, key, claim, replica)
         return joined
 
     def _resolve_allocations(self, allocations: tuple[PodDeviceAllocation, ...],
@@ -398,6 +392,32 @@ def _pod_uid(identity: ContainerIdentity, names: ContainerNames | None) -> str |
     """The pod a container is shown under: its cgroup's UID, else its names'."""
     return identity.pod_uid or (names.pod_uid if names else None)
 
+
+
+def _gpu_users(mappings: Mapping[str, Mapping[GpuKey, set[str]]]) -> dict[str, set[str]]:
+    """GPU UUID -> the containers mapped to it so far this tick."""
+    users: dict[str, set[str]] = {}
+    for user, keys in mappings.items():
+        for uuid, _ in keys:
+            users.setdefault(uuid, set()).add(user)
+    return users
+
+
+def _sole_user(owner: tuple[str, str, str], key: GpuKey,
+               holders: Mapping[str, set[tuple[str, str, str]]], users: Mapping[str, set[str]],
+               containers: Mapping[str, ContainerIdentity],
+               names: dict[str, ContainerNames]) -> str | None:
+    """The container an allocation joins without runtime names: the GPU's one user, when the
+    allocation's owner is its one holder; a container so joined is named by the allocation."""
+    candidates = users.get(key[0], set())
+    if len(holders.get(key[0], ())) != 1 or len(candidates) != 1:
+        return None
+    cid = next(iter(candidates))
+    identity = containers.get(cid)
+    if cid not in names and identity is not None:
+        names[cid] = ContainerNames(pod_name=owner[1], pod_namespace=owner[0],
+                                    pod_uid=identity.pod_uid, container_name=owner[2])
+    return cid
 
 
 def claim_order(claim: ClaimDevice) -> tuple[str, str, str]:

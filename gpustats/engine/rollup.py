@@ -26,6 +26,27 @@ class ContainerView:
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
+@dataclass
+class _TickParts:
+    """What building one tick's containers and pods reads, and what it gathers per pod."""
+
+    mapped: MappedTick
+    settled: Settled
+    memory_known: dict[str, bool]
+    by_container: dict[str, list[ProcessStats]]
+    pod_gpus: dict[str, set[str]] = field(default_factory=dict)
+    pod_claims: dict[str, dict[str, ClaimDevice]] = field(default_factory=dict)
+
+    def note_pod_gpu(self, uid: str, uuid: str, claim: ClaimDevice | None) -> None:
+        """A container of the pod holds the GPU (by the claim): one claim per pod and GPU is
+        shown, the first by claim name."""
+        self.pod_gpus.setdefault(uid, set()).add(uuid)
+        if claim is not None:
+            first = self.pod_claims.setdefault(uid, {}).get(uuid)
+            if first is None or (first is not claim and claim_order(claim) < claim_order(first)):
+                self.pod_claims[uid][uuid] = claim
+
+
 class Rollup:
     """Builds each tick's containers and pods; remembers what outlives a tick (entries that
     may hold a counter, the pod each was shown under, pods' last names)."""
@@ -44,56 +65,57 @@ class Rollup:
     def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
               usage: Mapping[object, ContainerUsage]) -> ContainerView:
         """Containers and pods with the usage read and the figures the ledger settled."""
-        names, claims = mapped.names, mapped.claims
-        pid_to_container = mapped.pid_to_container
-        by_container: dict[str, list[ProcessStats]] = {}
-        for p in processes:
-            cid = pid_to_container.get((p.device_uuid, p.pid))
-            if cid is not None:
-                by_container.setdefault(cid, []).append(p)
-        shown = mapped.shown
-        memory_known = _process_memory_known(mapped.devices)
+        parts = _TickParts(mapped, settled, _process_memory_known(mapped.devices),
+                           _processes_by_container(processes, mapped.pid_to_container))
+        entries = self._remember_entries(mapped.holdings.held)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
-        pod_gpus: dict[str, set[str]] = {}
-        pod_claims: dict[str, dict[str, ClaimDevice]] = {}
-        entries = self._remember_entries(mapped.holdings.held)
-        for cid, identity, n, pod_uid in shown:
-            accelerators = []
-            held = claims.by_key.get(cid, {})
-            replicas = claims.replicas.get(cid, {})
-            keys = mapped.mappings.get(cid)
-            before = entries.get(cid)
-            if before is not None and (keys is None or not before.issubset(keys)):
-                # Entries not mapped this tick (the GPU lost, its processes unknown): listed
-                # with their totals while their counters exist.
-                keys = {**{k: () for k in before}, **(keys or {})}
-            for key, reasons in (_by_gpu_key(keys) if keys else ()):
-                # A claim on the parent GPU also covers instances it was folded into.
-                claim = held.get(key) or held.get((key[0], None))
-                acc = self._accelerator(cid, key, reasons, mapped.devices, memory_known,
-                                        by_container.get(cid, ()), settled, claim,
-                                        replicas.get(key) or replicas.get((key[0], None)))
-                if not reasons and acc.attributed_energy_joules is None:
-                    continue              # held before, but no counter of it is kept
-                accelerators.append(acc)
-                if pod_uid is not None:
-                    pod_gpus.setdefault(pod_uid, set()).add(key[0])
-                if pod_uid is not None and claim is not None:
-                    first = pod_claims.setdefault(pod_uid, {}).get(key[0])
-                    if first is None or (first is not claim
-                                         and claim_order(claim) < claim_order(first)):
-                        pod_claims[pod_uid][key[0]] = claim
+        for cid, identity, n, pod_uid in mapped.shown:
+            accelerators = self._container_accelerators(parts, cid, pod_uid, entries.get(cid))
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime,
                 cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
-                pod_uid=identity.pod_uid, usage=usage[cid], accelerators=tuple(accelerators),
-                unresolved_claims=tuple(claims.unresolved.get(cid, ())))
+                pod_uid=identity.pod_uid, usage=usage[cid], accelerators=accelerators,
+                unresolved_claims=tuple(mapped.claims.unresolved.get(cid, ())))
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
                 loose.append(stats)
+        self._keep_pods(mapped, entries, stats_by_pod)
+        return ContainerView(self._pods(parts, stats_by_pod, usage), tuple(loose),
+                             mapped.pid_to_container)
+
+    def _container_accelerators(self, parts: "_TickParts", cid: str, pod_uid: str | None,
+                                before: set[GpuKey] | None) -> tuple[ContainerAccelerator, ...]:
+        """A container's GPU entries (noted for its pod): those mapped this tick, and those it
+        held before while their counters exist."""
+        mapped = parts.mapped
+        held = mapped.claims.by_key.get(cid, {})
+        replicas = mapped.claims.replicas.get(cid, {})
+        keys = mapped.mappings.get(cid)
+        if before is not None and (keys is None or not before.issubset(keys)):
+            # Entries not mapped this tick (the GPU lost, its processes unknown): listed
+            # with their totals while their counters exist.
+            keys = {**{k: () for k in before}, **(keys or {})}
+        accelerators = []
+        for key, reasons in (_by_gpu_key(keys) if keys else ()):
+            # A claim on the parent GPU also covers instances it was folded into.
+            claim = held.get(key) or held.get((key[0], None))
+            acc = self._accelerator(cid, key, reasons, mapped.devices, parts.memory_known,
+                                    parts.by_container.get(cid, ()), parts.settled, claim,
+                                    replicas.get(key) or replicas.get((key[0], None)))
+            if not reasons and acc.attributed_energy_joules is None:
+                continue              # held before, but no counter of it is kept
+            accelerators.append(acc)
+            if pod_uid is not None:
+                parts.note_pod_gpu(pod_uid, key[0], claim)
+        return tuple(accelerators)
+
+    def _keep_pods(self, mapped: MappedTick, entries: dict[str, set[GpuKey]],
+                   stats_by_pod: dict[str, list[ContainerStats]]) -> None:
+        """Pods served though none of their containers is shown; gone containers forgotten
+        once their counters are."""
         # A pod is served while it exists: also while none of its containers does (its only
         # app container restarting, the sandbox alive), by its cgroup.
         for uid in mapped.pods:
@@ -110,6 +132,11 @@ class Rollup:
             else:
                 del entries[cid]
                 pod_of.pop(cid, None)
+
+    def _pods(self, parts: "_TickParts", stats_by_pod: dict[str, list[ContainerStats]],
+              usage: Mapping[object, ContainerUsage]) -> tuple[PodStats, ...]:
+        """Each served pod, named by a container of it (else by its last known names)."""
+        names = parts.mapped.names
         pod_history: dict[str, dict[str, float]] = {}
         for key, total in self._counters.items("pod"):
             pod_history.setdefault(key[1], {})[key[2]] = total
@@ -124,12 +151,12 @@ class Rollup:
             pod_stats.append(PodStats(
                 uid=uid, name=name, namespace=namespace,
                 usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
-                accelerators=self._pod_accelerators(uid, pod_gpus.get(uid, ()), settled,
-                                                    pod_history.get(uid, {}),
-                                                    pod_claims.get(uid, {}))))
+                accelerators=self._pod_accelerators(uid, parts.pod_gpus.get(uid, ()),
+                                                    parts.settled, pod_history.get(uid, {}),
+                                                    parts.pod_claims.get(uid, {}))))
         for gone in known_names.keys() - stats_by_pod.keys():
             del known_names[gone]
-        return ContainerView(tuple(pod_stats), tuple(loose), pid_to_container)
+        return tuple(pod_stats)
 
     def _remember_entries(self, held: Mapping[ContainerKey, str | None]) -> dict[str, set[GpuKey]]:
         """Each container's GPU entries that may hold a counter: those it held this tick or
@@ -212,3 +239,14 @@ def _process_memory_known(devices: GpuIndex) -> dict[str, bool]:
     """Per GPU: NVML listed its processes (and so their memory) this tick."""
     return {uuid: not r.lost and "processes" not in r.unsupported_fields
             for uuid, r in devices.by_uuid.items()}
+
+
+def _processes_by_container(processes: Iterable[ProcessStats],
+                            pid_to_container: Mapping[tuple[str, int], str]
+                            ) -> dict[str, list[ProcessStats]]:
+    by_container: dict[str, list[ProcessStats]] = {}
+    for p in processes:
+        cid = pid_to_container.get((p.device_uuid, p.pid))
+        if cid is not None:
+            by_container.setdefault(cid, []).append(p)
+    return by_container
