@@ -70,8 +70,11 @@ class Rollup:
         entries = self._remember_entries(mapped.holdings.held)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
+        mappings = mapped.mappings
         for cid, identity, n, pod_uid in mapped.shown:
-            accelerators = self._container_accelerators(parts, cid, pod_uid, entries.get(cid))
+            before = entries.get(cid)
+            accelerators = () if before is None and cid not in mappings else \
+                self._container_accelerators(parts, cid, pod_uid, before)    # holds a GPU
             stats = ContainerStats(
                 container_id=cid, name=n.container_name if n else None,
                 runtime=identity.runtime,
