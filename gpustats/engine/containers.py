@@ -24,6 +24,8 @@ __all__ = ["ContainerTracker", "ContainerView"]
 
 
 class ContainerTracker:
+    """Each tick's containers and pods: mapped to GPUs, their usage read, rolled up."""
+
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
                  runtime: NamesSource | None = None, claims: ClaimSource | None = None,
