@@ -51,12 +51,24 @@ class FakeProcs:
         return ProcessContainer(parse_cgroup_path(path), CgroupRef((("", path),)))
 
 
-@dataclass
 class FakeAllocations:
-    result: tuple
+    """A kubelet listing; setting ``result`` lists anew (a new generation)."""
+
+    def __init__(self, result: tuple):
+        self.generation = 0
+        self.result = result
+
+    @property
+    def result(self) -> tuple:
+        return self._result
+
+    @result.setter
+    def result(self, value: tuple) -> None:
+        self._result = value
+        self.generation += 1
 
     def allocations(self):
-        return self.result
+        return self._result
 
 
 @dataclass

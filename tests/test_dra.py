@@ -1,6 +1,7 @@
 """DRA claim devices: pod-resources decoding (current and older kubelets), resolution to GPU
 keys through CDI and MIG capability minors, and the container tracker's attribution."""
 
+import dataclasses
 import logging
 from concurrent import futures
 
@@ -305,6 +306,33 @@ def test_resolution_kept_while_listing_gpus_and_specs_stay_the_same():
     view = tracker.tick(gpus, {}, ())
     assert view.pods[0].containers[0].unresolved_claims == ()
     assert {a.device_uuid for a in view.pods[0].containers[0].accelerators} == {GPU0, GPU1}
+
+
+def test_resolution_keyed_by_the_listing_generation_not_the_objects_handed():
+    """A source that hands an equal copy of the same listing each tick (its generation the
+    same) is resolved once; a new generation is resolved again."""
+    specs = FakeSpecs(dict(SPECS))
+    resolver = ClaimResolver(specs, FakeCaps(CAPS))
+    asked = []
+    real_resolve = resolver.resolve
+    resolver.resolve = lambda c, devices: asked.append(c) or real_resolve(c, devices)
+
+    class CopyingListing(FakeAllocations):
+        def allocations(self):
+            return tuple(dataclasses.replace(a) for a in self.result)
+
+    listing = CopyingListing((claim_alloc("p", "a", claim()),))
+    tracker = ContainerTracker(FakeCgroups({A: ident(A)}), FakeProcs({}), EnergyCounters(),
+                               pod_resources=listing, runtime=FakeNames(
+                                   {A: ContainerNames("p", "ml", UID, "a")}), claims=resolver)
+    gpus = (reading(GPU0, 0), reading(GPU1, 1))
+    for _ in range(3):
+        view = tracker.tick(gpus, {}, ())
+        assert [a.device_uuid for a in view.pods[0].containers[0].accelerators] == [GPU0]
+    assert len(asked) == 1
+    listing.result = listing.result                         # the kubelet listed again
+    tracker.tick(gpus, {}, ())
+    assert len(asked) == 2
 
 
 def test_join_kept_while_names_stay_and_redone_when_they_change(resolver):

@@ -95,9 +95,24 @@ def test_list_maps_nvidia_devices_only(serve):
                                       ("serve", "infer", "a", MIG, None),
                                       ("serve", "infer", "a", GPU, 3)}
     assert all(a.resource_name.startswith("nvidia.com/") for a in allocations)
+    generation = client.generation
     client.allocations()
     client.allocations()
     assert lister.calls == 1                  # cached
+    assert client.generation == generation    # the same listing, kept
+
+
+def test_each_listing_received_is_a_new_generation(serve):
+    lister = Lister()
+    path = serve(lister, api_grpc.add_PodResourcesListerServicer_to_server)
+    now = [0.0]
+    client = PodResourcesClient(path, timeout_seconds=1.0, cache_seconds=10,
+                                monotonic=lambda: now[0])
+    client.allocations()
+    first = client.generation
+    now[0] = 11.0
+    client.allocations()
+    assert lister.calls == 2 and client.generation == first + 1
 
 
 def test_hanging_server_returns_within_budget(serve, caplog):

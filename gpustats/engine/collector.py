@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Protocol
 
 from gpustats.attribution import mig_activity
-from gpustats.engine.containers import ContainerTracker, ContainerView
+from gpustats.engine.containers import ContainerTracker
+from gpustats.engine.rollup import ContainerView
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus

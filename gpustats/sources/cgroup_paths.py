@@ -37,6 +37,22 @@ class CgroupPathInfo:
     pod_path: str | None           # the path up to and including the pod component
 
 
+def _pod_uid(component: str) -> str | None:
+    """The pod UID a ``pod<uid>`` (or systemd ``kubepods-...-pod<uid>.slice``) component names."""
+    if not (component.startswith("pod") or component.startswith("kubepods")):
+        return None
+    pod = _POD.search(component)
+    return pod.group("uid").replace("_", "-") if pod is not None else None
+
+
+def _runtime(prefix: str | None, parents: list[str]) -> str | None:
+    """The runtime a container component's prefix names (a bare ID under ``docker/``: docker)."""
+    runtime = _RUNTIMES.get(prefix) if prefix else None
+    if runtime is None and parents and parents[-1] == "docker":
+        runtime = "docker"
+    return runtime
+
+
 def _qos(component: str) -> str | None:
     for qos in QOS_CLASSES:
         if component == qos or component.startswith(f"kubepods-{qos}") \
@@ -57,31 +73,24 @@ def parse_cgroup_path(path: str) -> CgroupPathInfo | None:
     for position, component in enumerate(components):
         if component.endswith(".mount"):
             return None
-        if component == "kubepods" or component.startswith("kubepods"):
+        if component.startswith("kubepods"):
             in_kubepods = True
         if in_kubepods and pod_uid is None:
-            q = _qos(component)
-            if q is not None:
-                qos = q
-            pod = _POD.search(component)
-            if pod is not None and (component.startswith("pod")
-                                    or component.startswith("kubepods")):
-                pod_uid = pod.group("uid").replace("_", "-")
+            qos = _qos(component) or qos
+            pod_uid = _pod_uid(component)
+            if pod_uid is not None:
                 pod_path = "/" + "/".join(components[:position + 1])
                 continue
         if _CONMON.match(component):
             return None
         match = _CONTAINER.match(component)
         if match is not None:
-            prefix = match.group("prefix")
-            runtime = _RUNTIMES.get(prefix) if prefix else None
-            if runtime is None and position > 0 and components[position - 1] == "docker":
-                runtime = "docker"
             if pod_uid is not None and qos is None:
                 qos = "guaranteed"
             return CgroupPathInfo(
-                container_id=match.group("id"), runtime=runtime, pod_uid=pod_uid,
-                qos_class=qos if pod_uid else None,
+                container_id=match.group("id"),
+                runtime=_runtime(match.group("prefix"), components[:position]),
+                pod_uid=pod_uid, qos_class=qos if pod_uid else None,
                 container_path="/" + "/".join(components[:position + 1]),
                 pod_path=pod_path)
     if pod_uid is not None:

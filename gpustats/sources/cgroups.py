@@ -286,12 +286,8 @@ class CgroupReader:
         return self.usages(((key, ref),))[0]
 
     def usages(self, wanted: Iterable[tuple[object, CgroupRef]]) -> list[ContainerUsage]:
-        """``usage`` of each (key, cgroup) in ``wanted``, in order.
-
-        Every file is read in one pass, then every figure is worked out: the same reads and
-        figures as one cgroup at a time, in two short loops over hundreds of cgroups a tick.
-        The figures of one pass carry one time, taken when its reads are done.
-        """
+        """``usage`` of each (key, cgroup) in ``wanted``, in order; each cgroup's figures carry
+        the time taken when its files were read."""
         states, tick = self._states, self._tick
         due = []
         for key, ref in wanted:
@@ -303,26 +299,23 @@ class CgroupReader:
                 state.files = _UsageFiles.of(ref, self._file)
             due.append(state)
         kept, report = self._files, self.report_unsafe
-        raw = []
+        out = []
         for state in due:
             files = state.files
-            cpu = None
+            cpu_ns = None
             if files.cpuacct is not None:
-                cpu = kept.read_int(*files.cpuacct, report)
-            if cpu is None and files.cpu_stat is not None:
+                cpu_ns = kept.read_int(*files.cpuacct, report)
+            if cpu_ns is None and files.cpu_stat is not None:
                 text = kept.read_text(*files.cpu_stat, report)
                 usec = cpu_stat_usage_usec(text) if text is not None else None
-                cpu = usec * 1000 if usec is not None else None
+                cpu_ns = usec * 1000 if usec is not None else None
             usage = stat = None
             if files.memory_usage is not None:
                 usage = kept.read_int(*files.memory_usage, report)
                 # v1: either file gives figures; v2: memory.stat only beside memory.current.
                 if usage is not None or not files.v2_memory:
                     stat = kept.read_text(*files.memory_stat, report)
-            raw.append((cpu, usage, stat))
-        now, mono = self._wall(), self._monotonic()
-        out = []
-        for state, (cpu_ns, usage, stat) in zip(due, raw):
+            now, mono = self._wall(), self._monotonic()
             cpu = None
             if cpu_ns is not None:
                 rate = cpu_rate(state.cpu_read_at, state.cpu_ns, mono, cpu_ns)

@@ -73,8 +73,9 @@ def _instance_id(value: int | None) -> int | None:
 
 
 @dataclass
-class _DeviceState:
-    """What the sweep remembers about one device between ticks."""
+class _SweepMemory:
+    """What the sweep remembers about one device between ticks (slow reads, MIG layout, samples
+    seen): the NVML side, apart from the energy accountant's per-device figures."""
 
     ticks: int = 0
     last_sample_timestamp_us: int = 0          # newest sample seen from any process
@@ -110,7 +111,7 @@ class DeviceSweeper:
         self._detail_every = detail_every
         self._violation_every = violation_every
         self._pcie_every = pcie_every
-        self._state: dict[int, _DeviceState] = {}
+        self._state: dict[int, _SweepMemory] = {}
         self._gpm = GpmSampler(self._q, monotonic)
         self._energy = DeferredEnergy(energy_every)
         self._mig_events = MigConfigEvents(self._q)
@@ -134,7 +135,7 @@ class DeviceSweeper:
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
-            state = self._state.setdefault(device.index, _DeviceState())
+            state = self._state.setdefault(device.index, _SweepMemory())
             try:
                 readings.append(self._read(device, device.identity, state,
                                            device.identity.uuid in mig_changed))
@@ -150,7 +151,7 @@ class DeviceSweeper:
             self._mig_events.open(self._session.devices)   # once MIG is seen on a GPU
         return tuple(readings)
 
-    def _read(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState,
+    def _read(self, device: DeviceHandle, ident: DeviceIdentity, state: _SweepMemory,
               mig_changed: bool) -> DeviceReading:
         q, h, uuid = self._q, device.handle, ident.uuid
         tick = state.ticks
@@ -158,6 +159,34 @@ class DeviceSweeper:
         energy_due = self._energy.due(uuid, tick)
         values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY) if energy_due
                                 else fields.EVERY_TICK)
+        power_w, energy_mj, read_at = self._power_and_energy(uuid, h, values, energy_due)
+        memory = self._memory(uuid, h)
+        util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
+        temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
+                             pynvml.NVML_TEMPERATURE_GPU)
+        reasons = q.read(uuid, "clocks_event_reasons",
+                         pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        self._every_few_ticks(device, ident, state, values, slow, mig_changed)
+        processes = self._processes(uuid, h)
+        mps = self._mps(uuid, h, state, processes, slow) if processes else None
+        samples = None
+        if not state.mig_enabled:
+            samples = self._samples(uuid, h, state, processes) if processes else ()
+        gpm = self._gpm.device(uuid, h)
+        if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
+            state.pcie = self._pcie(uuid, h)
+        mig = self._mig_readings(ident, h, state, processes) if state.mig_enabled else ()
+        return _device_reading(
+            ident, state, values, memory=memory, util=util, read_at=read_at, power_w=power_w,
+            energy_mj=energy_mj, temperature=temperature, reasons=reasons, mig=mig,
+            processes=processes, mps=mps, samples=samples, gpm=gpm,
+            unsupported=q.unsupported_fields(uuid))
+
+    def _power_and_energy(self, uuid: str, h: Any, values: fields.FieldValues,
+                          energy_due: bool) -> tuple[float | None, float | None, float]:
+        """(power W, energy counter mJ, the counter's time): the counter read when due, else
+        estimated from power (the energy reads' schedule)."""
+        q = self._q
         read_at = self._field_time(values, "energy")   # the counter's time: delta / dt exact
         power_mw = fields.value(values, "power")
         if power_mw is None:
@@ -171,12 +200,14 @@ class DeviceSweeper:
                 read_at = self._monotonic()
             if hardware is not None:
                 energy_mj = self._energy.hardware(uuid, int(hardware), read_at, power_w)
-        memory = self._memory(uuid, h)
-        util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
-        temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
-                             pynvml.NVML_TEMPERATURE_GPU)
-        reasons = q.read(uuid, "clocks_event_reasons",
-                         pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        return power_w, energy_mj, read_at
+
+    def _every_few_ticks(self, device: DeviceHandle, ident: DeviceIdentity,
+                         state: _SweepMemory, values: fields.FieldValues, slow: bool,
+                         mig_changed: bool) -> None:
+        """The reads kept in the device's memory between ticks: power limit and MIG layout
+        (slow), field-backed figures, details."""
+        q, h, uuid, tick = self._q, device.handle, ident.uuid, state.ticks
         if slow:
             limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
@@ -188,53 +219,14 @@ class DeviceSweeper:
         if tick % self._detail_every == 0:
             self._details(uuid, h, state)
 
-        processes = self._processes(uuid, h)
-        samples = None
-        mps = self._mps(uuid, h, state, processes, slow) if processes else None
-        if not state.mig_enabled:
-            samples = self._samples(uuid, h, state, processes) if processes else ()
-        gpm = self._gpm.device(uuid, h)
-        if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
-            state.pcie = self._pcie(uuid, h)
-        mig = ()
-        if state.mig_enabled:
-            self._follow_hints(ident, h, state, processes)
-            mig = mig_readings(q, self._gpm, uuid, h, state.mig_instances, processes)
-            state.mig_unreadable = frozenset() if q.is_unsupported(uuid, "mig_memory") else \
-                frozenset(m.gpu_instance_id for m in mig if m.memory_used_bytes is None)
-        reserved = getattr(memory, "reserved", None) if memory is not None else None
-
-        return DeviceReading(
-            identity=ident if memory is None else replace(ident, memory_total_bytes=int(memory.total)),
-            monotonic_seconds=read_at,
-            memory_used_bytes=int(memory.used) if memory is not None else None,
-            utilization_percent=int(util.gpu) if util is not None else None,
-            memory_utilization_percent=int(util.memory) if util is not None else None,
-            power_watts=power_w,
-            energy_counter_millijoules=int(energy_mj) if energy_mj is not None else None,
-            power_limit_watts=state.power_limit_watts,
-            temperature_celsius=int(temperature) if temperature is not None else None,
-            mig_enabled=state.mig_enabled,
-            mig_instances=mig,
-            processes=processes,
-            mps=mps,
-            process_samples=samples,
-            clocks_event_reasons=int(reasons) if reasons is not None else None,
-            violations=state.violations,
-            gpm=gpm,
-            pcie_tx_bytes_per_second=state.pcie[0],
-            pcie_rx_bytes_per_second=state.pcie[1],
-            sm_clock_mhz=state.clocks[0],
-            memory_clock_mhz=state.clocks[1],
-            memory_temperature_celsius=fields.value(values, "memory_temperature"),
-            pcie_replay_count=state.pcie_replay_count,
-            encoder_utilization_percent=state.codec[0],
-            decoder_utilization_percent=state.codec[1],
-            memory_free_bytes=int(memory.free) if memory is not None else None,
-            memory_reserved_bytes=int(reserved) if reserved is not None else None,
-            remapped_rows=state.remapped_rows,
-            unsupported_fields=q.unsupported_fields(uuid),
-        )
+    def _mig_readings(self, ident: DeviceIdentity, h: Any, state: _SweepMemory,
+                      processes) -> tuple:
+        q, uuid = self._q, ident.uuid
+        self._follow_hints(ident, h, state, processes)
+        mig = mig_readings(q, self._gpm, uuid, h, state.mig_instances, processes)
+        state.mig_unreadable = frozenset() if q.is_unsupported(uuid, "mig_memory") else \
+            frozenset(m.gpu_instance_id for m in mig if m.memory_used_bytes is None)
+        return mig
 
     def _field_time(self, values: fields.FieldValues, name: str) -> float:
         """Monotonic time at which the driver took field ``name`` (its CPU timestamp), or now.
@@ -250,7 +242,7 @@ class DeviceSweeper:
         age = self._wall() - found[1] / 1e6
         return now - age if 0.0 <= age <= 1.0 else now
 
-    def _field_backed(self, uuid: str, h: Any, state: _DeviceState, values: fields.FieldValues,
+    def _field_backed(self, uuid: str, h: Any, state: _SweepMemory, values: fields.FieldValues,
                       tick: int, slow: bool) -> None:
         """Violations, PCIe replays and remapped rows: from this tick's fields, else (fields not
         supported) through their own calls at their slower cadence, carried in between."""
@@ -274,7 +266,7 @@ class DeviceSweeper:
                 correctable=int(raw[0]), uncorrectable=int(raw[1]),
                 pending=bool(raw[2]), failure=bool(raw[3])) if raw is not None else None
 
-    def _details(self, uuid: str, h: Any, state: _DeviceState) -> None:
+    def _details(self, uuid: str, h: Any, state: _SweepMemory) -> None:
         """Clocks and encoder/decoder utilization (no field values exist for them)."""
         q = self._q
         sm = q.read(uuid, "sm_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
@@ -287,7 +279,7 @@ class DeviceSweeper:
         state.codec = (int(enc[0]) if enc is not None else None,
                        int(dec[0]) if dec is not None else None)
 
-    def _mps(self, uuid: str, h: Any, state: _DeviceState,
+    def _mps(self, uuid: str, h: Any, state: _SweepMemory,
              processes: tuple[ProcessReading, ...], slow: bool) -> bool | None:
         """Whether MPS clients are present: asked again when the process list changes (a
         process does not become an MPS client during its life) and every slow tick."""
@@ -327,7 +319,7 @@ class DeviceSweeper:
             for p in raw
         )
 
-    def _samples(self, uuid: str, h: Any, state: _DeviceState,
+    def _samples(self, uuid: str, h: Any, state: _SweepMemory,
                  processes: tuple[ProcessReading, ...]) -> tuple[ProcessSample, ...] | None:
         """Each process's samples newer than the last one seen *for that process*.
 
@@ -383,7 +375,7 @@ class DeviceSweeper:
                           pynvml.NVML_PCIE_UTIL_RX_BYTES) if tx is not None else None
         return (tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None)
 
-    def _refresh_mig(self, device: DeviceHandle, ident: DeviceIdentity, state: _DeviceState,
+    def _refresh_mig(self, device: DeviceHandle, ident: DeviceIdentity, state: _SweepMemory,
                      check_layout: bool) -> None:
         """Check MIG mode (one cheap call); read the layout when MIG turned on, and re-read it
         while MIG stays on when ``check_layout``."""
@@ -408,7 +400,7 @@ class DeviceSweeper:
             self._forget_instances(ident.uuid, state.mig_instances)
             state.mig_instances = []
 
-    def _follow_hints(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
+    def _follow_hints(self, ident: DeviceIdentity, h: Any, state: _SweepMemory,
                       processes: tuple[ProcessReading, ...]) -> None:
         """Re-read the layout when a process runs on a GPU instance it lacks, or an instance's
         memory could not be read last tick (its handle may name a destroyed instance). Once for
@@ -427,7 +419,7 @@ class DeviceSweeper:
             self._set_layout(ident, h, state)
         state.mig_hints_checked = hints
 
-    def _set_layout(self, ident: DeviceIdentity, h: Any, state: _DeviceState,
+    def _set_layout(self, ident: DeviceIdentity, h: Any, state: _SweepMemory,
                     first: bool = False) -> None:
         """Read the MIG layout; log what was destroyed and created since the last read."""
         before = state.mig_instances
@@ -448,3 +440,47 @@ class DeviceSweeper:
         """GPM state kept per GPU instance id belongs to the instance that had the id."""
         for m in instances:
             self._gpm.forget_instance(uuid, m.gpu_instance_id)
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _device_reading(ident: DeviceIdentity, state: _SweepMemory, values: fields.FieldValues, *,
+                    memory, util, read_at: float, power_w: float | None,
+                    energy_mj: float | None, temperature, reasons, mig, processes, mps,
+                    samples, gpm, unsupported) -> DeviceReading:
+    """One tick's reading of a device from this tick's reads and the sweep's memory of it."""
+    has_memory = memory is not None
+    reserved = getattr(memory, "reserved", None) if has_memory else None
+    return DeviceReading(
+        identity=replace(ident, memory_total_bytes=int(memory.total)) if has_memory else ident,
+        monotonic_seconds=read_at,
+        memory_used_bytes=int(memory.used) if has_memory else None,
+        utilization_percent=int(util.gpu) if util is not None else None,
+        memory_utilization_percent=int(util.memory) if util is not None else None,
+        power_watts=power_w,
+        energy_counter_millijoules=_int_or_none(energy_mj),
+        power_limit_watts=state.power_limit_watts,
+        temperature_celsius=_int_or_none(temperature),
+        mig_enabled=state.mig_enabled,
+        mig_instances=mig,
+        processes=processes,
+        mps=mps,
+        process_samples=samples,
+        clocks_event_reasons=_int_or_none(reasons),
+        violations=state.violations,
+        gpm=gpm,
+        pcie_tx_bytes_per_second=state.pcie[0],
+        pcie_rx_bytes_per_second=state.pcie[1],
+        sm_clock_mhz=state.clocks[0],
+        memory_clock_mhz=state.clocks[1],
+        memory_temperature_celsius=fields.value(values, "memory_temperature"),
+        pcie_replay_count=state.pcie_replay_count,
+        encoder_utilization_percent=state.codec[0],
+        decoder_utilization_percent=state.codec[1],
+        memory_free_bytes=int(memory.free) if has_memory else None,
+        memory_reserved_bytes=_int_or_none(reserved),
+        remapped_rows=state.remapped_rows,
+        unsupported_fields=unsupported,
+    )

@@ -119,6 +119,7 @@ class PodResourcesClient:
         self._cached_at: float | None = None
         self._last_attempt: float | None = None
         self.calls = 0
+        self.generation = 0      # counts the listings received: the same while one is kept
 
     def allocations(self) -> tuple[PodDeviceAllocation, ...] | None:
         now = self._monotonic()
@@ -129,6 +130,7 @@ class PodResourcesClient:
         response = self._channel.call(_stub, _list)
         if response is not None:
             self._cached = allocations_from_response(response)
+            self.generation += 1
             self._cached_at = now
         return self._fresh(now)
 

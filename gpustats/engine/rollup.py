@@ -1,0 +1,255 @@
+"""The snapshot's containers and pods of one tick: what the mapping found, with the usage read
+and the energy the ledger settled; containers and pods kept while their counters are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, claim_order
+from gpustats.engine.ledger import Settled
+from gpustats.model.containers import ContainerUsage
+from gpustats.model.dra import ClaimDevice
+from gpustats.model.energy_keys import ContainerKey, PodKey
+from gpustats.model.snapshot import (
+    ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
+)
+
+
+@dataclass
+class ContainerView:
+    """One tick's pods, containers in no pod, and which container each GPU process is in."""
+
+    pods: tuple[PodStats, ...] = ()
+    containers: tuple[ContainerStats, ...] = ()
+    pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+@dataclass
+class _TickParts:
+    """What building one tick's containers and pods reads, and what it gathers per pod."""
+
+    mapped: MappedTick
+    settled: Settled
+    memory_known: dict[str, bool]
+    by_container: dict[str, list[ProcessStats]]
+    pod_gpus: dict[str, set[str]] = field(default_factory=dict)
+    pod_claims: dict[str, dict[str, ClaimDevice]] = field(default_factory=dict)
+
+    def note_pod_gpu(self, uid: str, uuid: str, claim: ClaimDevice | None) -> None:
+        """A container of the pod holds the GPU (by the claim): one claim per pod and GPU is
+        shown, the first by claim name."""
+        self.pod_gpus.setdefault(uid, set()).add(uuid)
+        if claim is not None:
+            first = self.pod_claims.setdefault(uid, {}).get(uuid)
+            if first is None or (first is not claim and claim_order(claim) < claim_order(first)):
+                self.pod_claims[uid][uuid] = claim
+
+
+class Rollup:
+    """Builds each tick's containers and pods; remembers what outlives a tick (entries that
+    may hold a counter, the pod each was shown under, pods' last names)."""
+
+    def __init__(self, counters: EnergyCounters):
+        self._counters = counters
+        # Each served pod's last known (name, namespace): kept while none of its containers
+        # is named (all of them restarting).
+        self._pod_names: dict[str, tuple[str | None, str | None]] = {}
+        # Each container's GPU entries that may hold a counter (None until first read from the
+        # counters), and the pod each was shown under: a live container keeps listing an entry
+        # while its counter exists, and a pod is served while a container of it is retained.
+        self._entries: dict[str, set[GpuKey]] | None = None
+        self._pod_of: dict[str, str] = {}
+
+    def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
+              usage: Mapping[object, ContainerUsage]) -> ContainerView:
+        """Containers and pods with the usage read and the figures the ledger settled."""
+        parts = _TickParts(mapped, settled, _process_memory_known(mapped.devices),
+                           _processes_by_container(processes, mapped.pid_to_container))
+        entries = self._remember_entries(mapped.holdings.held)
+        stats_by_pod: dict[str, list[ContainerStats]] = {}
+        loose: list[ContainerStats] = []
+        mappings = mapped.mappings
+        for cid, identity, n, pod_uid in mapped.shown:
+            before = entries.get(cid)
+            accelerators = () if before is None and cid not in mappings else \
+                self._container_accelerators(parts, cid, pod_uid, before)    # holds a GPU
+            stats = ContainerStats(
+                container_id=cid, name=n.container_name if n else None,
+                runtime=identity.runtime,
+                cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
+                pod_uid=identity.pod_uid, usage=usage[cid], accelerators=accelerators,
+                unresolved_claims=tuple(mapped.claims.unresolved.get(cid, ())))
+            if pod_uid is not None:
+                stats_by_pod.setdefault(pod_uid, []).append(stats)
+            else:
+                loose.append(stats)
+        self._keep_pods(mapped, entries, stats_by_pod)
+        return ContainerView(self._pods(parts, stats_by_pod, usage), tuple(loose),
+                             mapped.pid_to_container)
+
+    def _container_accelerators(self, parts: "_TickParts", cid: str, pod_uid: str | None,
+                                before: set[GpuKey] | None) -> tuple[ContainerAccelerator, ...]:
+        """A container's GPU entries (noted for its pod): those mapped this tick, and those it
+        held before while their counters exist."""
+        mapped = parts.mapped
+        held = mapped.claims.by_key.get(cid, {})
+        replicas = mapped.claims.replicas.get(cid, {})
+        keys = mapped.mappings.get(cid)
+        if before is not None and (keys is None or not before.issubset(keys)):
+            # Entries not mapped this tick (the GPU lost, its processes unknown): listed
+            # with their totals while their counters exist.
+            keys = {**{k: () for k in before}, **(keys or {})}
+        accelerators = []
+        for key, reasons in (_by_gpu_key(keys) if keys else ()):
+            # A claim on the parent GPU also covers instances it was folded into.
+            claim = held.get(key) or held.get((key[0], None))
+            acc = self._accelerator(cid, key, reasons, mapped.devices, parts.memory_known,
+                                    parts.by_container.get(cid, ()), parts.settled, claim,
+                                    replicas.get(key) or replicas.get((key[0], None)))
+            if not reasons and acc.attributed_energy_joules is None:
+                continue              # held before, but no counter of it is kept
+            accelerators.append(acc)
+            if pod_uid is not None:
+                parts.note_pod_gpu(pod_uid, key[0], claim)
+        return tuple(accelerators)
+
+    def _keep_pods(self, mapped: MappedTick, entries: dict[str, set[GpuKey]],
+                   stats_by_pod: dict[str, list[ContainerStats]]) -> None:
+        """Pods served though none of their containers is shown; gone containers forgotten
+        once their counters are."""
+        # A pod is served while it exists: also while none of its containers does (its only
+        # app container restarting, the sandbox alive), by its cgroup.
+        for uid in mapped.pods:
+            if uid not in stats_by_pod:
+                stats_by_pod[uid] = []
+        # ... and while a container of it is retained (its counters kept), the pod's cgroup
+        # gone or never found. Containers gone and no longer retained are forgotten.
+        retained, pod_of, live = self._counters.retained, self._pod_of, mapped.containers
+        for cid in [c for c in entries if c not in live]:
+            if retained(("container", cid)):
+                uid = pod_of.get(cid)
+                if uid is not None and uid not in stats_by_pod:
+                    stats_by_pod[uid] = []
+            else:
+                del entries[cid]
+                pod_of.pop(cid, None)
+
+    def _pods(self, parts: "_TickParts", stats_by_pod: dict[str, list[ContainerStats]],
+              usage: Mapping[object, ContainerUsage]) -> tuple[PodStats, ...]:
+        """Each served pod, named by a container of it (else by its last known names)."""
+        names = parts.mapped.names
+        pod_history: dict[str, dict[str, float]] = {}
+        for key, total in self._counters.items("pod"):
+            pod_history.setdefault(key[1], {})[key[2]] = total
+        pod_stats = []
+        known_names = self._pod_names
+        for uid, members in sorted(stats_by_pod.items()):
+            pod_names = next((names[c.container_id] for c in members
+                              if c.container_id in names), None)
+            if pod_names is not None and pod_names.pod_name is not None:
+                known_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
+            name, namespace = known_names.get(uid, (None, None))
+            pod_stats.append(PodStats(
+                uid=uid, name=name, namespace=namespace,
+                usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
+                accelerators=self._pod_accelerators(uid, parts.pod_gpus.get(uid, ()),
+                                                    parts.settled, pod_history.get(uid, {}),
+                                                    parts.pod_claims.get(uid, {}))))
+        for gone in known_names.keys() - stats_by_pod.keys():
+            del known_names[gone]
+        return tuple(pod_stats)
+
+    def _remember_entries(self, held: Mapping[ContainerKey, str | None]) -> dict[str, set[GpuKey]]:
+        """Each container's GPU entries that may hold a counter: those it held this tick or
+        before (read from the counters at the first tick, so a restart keeps them)."""
+        entries = self._entries
+        if entries is None:
+            entries = self._entries = {}
+            for key, _ in self._counters.items("container"):
+                entries.setdefault(key[1], set()).add((key[2], key[3]))
+        pod_of = self._pod_of
+        for key, uid in held.items():
+            cid = key[1]
+            known = entries.get(cid)
+            if known is None:
+                known = entries[cid] = set()
+            known.add((key[2], key[3]))
+            if uid is not None:
+                pod_of[cid] = uid
+        return entries
+
+    def _accelerator(self, cid, key: GpuKey, reasons, devices: GpuIndex,
+                     memory_known: Mapping[str, bool], procs, settled: Settled,
+                     claim: ClaimDevice | None = None, replicas: set[int] | None = None) -> ContainerAccelerator:
+        uuid, gi = key
+        # One pass over this container's processes on this GPU (or GPU instance).
+        # Sums start as sum() does (int 0), so figures keep their types.
+        memory: int | None = 0          # 0: read, and none of theirs
+        utilization: float | None = 0
+        mine = 0
+        for p in procs:
+            if p.device_uuid != uuid or (gi is not None and p.gpu_instance_id != gi):
+                continue
+            mine += 1
+            if memory is not None:
+                memory = None if p.memory_used_bytes is None else memory + p.memory_used_bytes
+            if utilization is not None:
+                u = p.compute_utilization_percent
+                utilization = None if u is None else utilization + u
+        if not memory_known.get(uuid, False):
+            memory = None
+        # The container's share of SM time: MPS clients' percentages can add up past 100.
+        utilization = min(100.0, utilization) if mine and utilization is not None else None
+        watts, total = settled.figures(ContainerKey(cid, uuid, gi), uuid)
+        return ContainerAccelerator(
+            device_uuid=uuid, reasons=tuple(sorted(reasons)) if len(reasons) > 1 else
+            tuple(reasons), gpu_instance_id=gi,
+            mig_profile=devices.profiles.get(key) if gi is not None else None,
+            process_memory_used_bytes=memory, compute_utilization_percent=utilization,
+            attributed_power_watts=watts, attributed_energy_joules=total, claim=claim,
+            replicas=tuple(sorted(replicas)) if replicas else ())
+
+    @staticmethod
+    def _pod_accelerators(uid: str, gpus: Iterable[str], settled: Settled,
+                          history: dict[str, float],
+                          claims: dict[str, ClaimDevice]) -> tuple[PodAccelerator, ...]:
+        """GPUs the pod's containers hold this tick, plus those whose energy it accumulated
+        earlier."""
+        out = {}
+        for uuid in gpus:
+            watts, total = settled.figures(PodKey(uid, uuid), uuid)
+            if total is not None:          # None: never counted (its GPU's processes unknown)
+                out[uuid] = PodAccelerator(uuid, watts, total, claims.get(uuid))
+        for uuid, total in history.items():
+            if uuid not in out:
+                out[uuid] = PodAccelerator(uuid, None, total)
+        return tuple(out[k] for k in sorted(out))
+
+
+_NO_USAGE = ContainerUsage()
+
+
+def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:
+    """A container's GPU keys in GPU order, whole GPUs before their instances."""
+    if len(keys) == 1:
+        return list(keys.items())
+    return sorted(keys.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1))
+
+
+def _process_memory_known(devices: GpuIndex) -> dict[str, bool]:
+    """Per GPU: NVML listed its processes (and so their memory) this tick."""
+    return {uuid: not r.lost and "processes" not in r.unsupported_fields
+            for uuid, r in devices.by_uuid.items()}
+
+
+def _processes_by_container(processes: Iterable[ProcessStats],
+                            pid_to_container: Mapping[tuple[str, int], str]
+                            ) -> dict[str, list[ProcessStats]]:
+    by_container: dict[str, list[ProcessStats]] = {}
+    for p in processes:
+        cid = pid_to_container.get((p.device_uuid, p.pid))
+        if cid is not None:
+            by_container.setdefault(cid, []).append(p)
+    return by_container
