@@ -56,8 +56,9 @@ def test_a_tight_limit_keeps_no_files_open(limits, caplog):
 def test_process_stat_files_share_the_kept_budget_in_proportion(limits):
     limits["limits"] = [1024, 1 << 20]
     assert fdlimit.kept_file_shares() == (fdlimit.KEPT_FILES_MAX, fdlimit.KEPT_PROC_FILES_MAX)
-    limits["limits"] = [1024, 1024 + 64 + 64 + 1088]          # half of what both want
+    wanted = fdlimit.KEPT_FILES_MAX + fdlimit.KEPT_PROC_FILES_MAX
+    limits["limits"] = [1024, 1024 + 64 + 64 + wanted // 2]     # half of what both want
     cgroup, procs = fdlimit.kept_file_shares()
-    assert (cgroup, procs) == (1024, 64)
+    assert (cgroup, procs) == (fdlimit.KEPT_FILES_MAX // 2, fdlimit.KEPT_PROC_FILES_MAX // 2)
     limits["limits"] = [1024, 1024]
     assert fdlimit.kept_file_shares() == (0, 0)
