@@ -192,7 +192,9 @@ class Daemon:
 
     def create_app(self, probes_only: bool = False):
         settings = WebSettings(self.config.housekeeping_interval,
-                               watchdog_intervals=self.config.tick_watchdog_intervals)
+                               watchdog_intervals=self.config.tick_watchdog_intervals,
+                               history_seconds=int(self.history.duration_seconds)
+                               if self.history is not None else 0)
         return create_app(self.store, settings,
                           metrics_renderer=MetricsRenderer(
                               self.store, self.config.dcgm_compat,
