@@ -34,6 +34,7 @@ from gpustats.export.prometheus import MetricsRenderer
 from gpustats.export.summary import summary_dict
 from gpustats.fdlimit import kept_file_limit
 from gpustats.hostfs import HostRoots, read_boot_id
+from gpustats.malloc_arenas import cap_malloc_arenas
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cdi import CdiSpecs
@@ -264,6 +265,7 @@ class _Stop(Interrupt):
 
 def serve(daemon: Daemon, args=None) -> int:
     config = daemon.config
+    cap_malloc_arenas()                  # before the serving and housekeeping threads start
     try:
         listeners = Listeners(daemon.create_app(), config.listen,
                               daemon.create_app(probes_only=True) if config.health_listen

@@ -15,6 +15,7 @@ RULES = {
     "hostfs": set(),
     "sdnotify": set(),
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
+    "malloc_arenas": set(),   # glibc's malloc arenas, capped once before threads start
     "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
     "config": {"documents"},
     "sources": {"model", "hostfs", "documents"},
