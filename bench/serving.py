@@ -185,8 +185,8 @@ def print_serving(report: dict) -> None:
         print(f"  {'case':<18}{'bytes':>9}{'req/s':>9}{'ceiling':>9}{'ratio':>7}"
               f"{'req/cpu-s':>11}{'ceiling':>9}{'ratio':>7}{'errors':>7}")
         for case, row in figures["cases"].items():
-            print(f"  {case:<18}{row['bytes']:>9}{statistics.median(row['rps']):>9}"
-                  f"{statistics.median(row['ceiling_rps']):>9}{row['ratio_to_ceiling']!s:>7}"
+            print(f"  {case:<18}{row['bytes']:>9}{_median(row['rps'])!s:>9}"
+                  f"{_median(row['ceiling_rps'])!s:>9}{row['ratio_to_ceiling']!s:>7}"
                   f"{_median(row['per_cpu_s'])!s:>11}{_median(row['ceiling_per_cpu_s'])!s:>9}"
                   f"{row['cpu_ratio_to_ceiling']!s:>7}{row.get('errors', 0):>7}")
 
