@@ -149,3 +149,15 @@ def test_real_daemon_sends_a_large_body_whole_on_a_kept_connection(start_daemon,
             assert len(body) > SHARED_MIN_BYTES and b"gpu" in body
     finally:
         conn.close()
+
+
+def test_header_parses_are_remembered_for_short_values_only():
+    calls = []
+    lookup = conditional.memoized_per_header(lambda value: calls.append(value) or len(value))
+    for _ in range(3):
+        assert lookup("gzip") == 4
+    long_value = "x" * (conditional.MEMO_MAX_CHARS + 1)
+    for _ in range(2):
+        assert lookup(long_value) == len(long_value)
+    assert calls == ["gzip", long_value, long_value]
+    assert conditional.accepts_gzip("identity;q=0.500, " * 16 + "gzip") is True  # 306 chars

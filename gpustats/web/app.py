@@ -6,7 +6,6 @@ snapshot goes out through ``conditional.respond`` (ETag, 304, gzip, Vary, Cache-
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol
@@ -18,7 +17,7 @@ from gpustats.export.gpus import gpus_json
 from gpustats.export.status import status_json
 from gpustats.export.summary import summary_json
 from gpustats.model.snapshot import Snapshot
-from gpustats.web.conditional import Body, respond
+from gpustats.web.conditional import Body, memoized_per_header, respond
 from gpustats.web.errors import json_error, register_error_handlers
 from gpustats.web.openapi import openapi_document
 
@@ -143,8 +142,7 @@ def metrics_blueprint(store: SnapshotStore, negotiator: MetricsNegotiator | None
     """``/metrics`` in the format the Accept header negotiates; ``None``: metrics off (404)."""
     blueprint = Blueprint("metrics", __name__)
     # Scrapers send one Accept value over and over: negotiated once per value.
-    negotiate = functools.lru_cache(maxsize=64)(negotiator.negotiate) \
-        if negotiator is not None else None
+    negotiate = memoized_per_header(negotiator.negotiate) if negotiator is not None else None
 
     @blueprint.route("/metrics")
     def metrics_view() -> Response:

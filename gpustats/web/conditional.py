@@ -33,10 +33,23 @@ SHARED_MIN_BYTES = 64 * 1024
 _MAX_CODINGS = 32          # Accept-Encoding entries looked at; the rest is ignored
 
 
-@functools.lru_cache(maxsize=256)
-def accepts_gzip(header: str | None) -> bool:
-    """Whether an ``Accept-Encoding`` value allows gzip: ``gzip``/``x-gzip`` with q > 0, or
-    ``*`` with q > 0 when gzip is not named. A malformed q counts as 0."""
+# Header values remembered per parse: clients repeat one value; the bound keeps a stream of
+# distinct long values from pinning memory (longer ones are parsed every time).
+MEMO_ENTRIES = 256
+MEMO_MAX_CHARS = 256
+
+
+def memoized_per_header(parse):
+    """``parse(value)`` remembered for short header values (``MEMO_ENTRIES`` of them)."""
+    cached = functools.lru_cache(maxsize=MEMO_ENTRIES)(parse)
+
+    def lookup(value):
+        return cached(value) if value is None or len(value) <= MEMO_MAX_CHARS else parse(value)
+
+    return lookup
+
+
+def _parse_accepts_gzip(header: str | None) -> bool:
     if not header:
         return False
     gzip_q = star_q = None
@@ -60,6 +73,15 @@ def accepts_gzip(header: str | None) -> bool:
     if gzip_q is not None:
         return gzip_q > 0
     return star_q is not None and star_q > 0
+
+
+_accepts_gzip = memoized_per_header(_parse_accepts_gzip)
+
+
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` value allows gzip: ``gzip``/``x-gzip`` with q > 0, or
+    ``*`` with q > 0 when gzip is not named. A malformed q counts as 0."""
+    return _accepts_gzip(header)
 
 
 def compress(body: bytes) -> bytes:
