@@ -35,6 +35,7 @@ from gpustats.export.prometheus import MetricsBodies
 from gpustats.export.summary import summary_dict
 from gpustats.fdlimit import kept_file_shares
 from gpustats.hostfs import HostRoots, read_boot_id
+from gpustats.malloc_arenas import cap_malloc_arenas
 from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cdi import CdiSpecs
@@ -200,9 +201,11 @@ class Daemon:
 
     def create_app(self, probes_only: bool = False):
         settings = WebSettings(self.config.housekeeping_interval,
-                               watchdog_intervals=self.config.tick_watchdog_intervals)
+                               watchdog_intervals=self.config.tick_watchdog_intervals,
+                               history_seconds=int(self.history.duration_seconds)
+                               if self.history is not None else 0)
         return create_app(self.store, settings,
-                          metrics_renderer=MetricsBodies(
+                          metrics_bodies=MetricsBodies(
                               self.store, self.config.dcgm_compat,
                               self.config.dcgm_hostname_label, self.config.disable_metrics),
                           extra_blueprints=(
@@ -285,6 +288,7 @@ def _shown_host(host: str) -> str:
 def serve(daemon: Daemon, args=None, announce=None) -> int:
     """Serve until SIGTERM or SIGINT; ``announce`` is handed the page's URL once serving."""
     config = daemon.config
+    cap_malloc_arenas()                  # before the serving and housekeeping threads start
     try:
         listeners = Listeners(daemon.create_app(), config.listen,
                               daemon.create_app(probes_only=True) if config.health_listen

@@ -17,6 +17,7 @@ RULES = {
     "dir_changes": set(),        # the inotify watch of cgroup directories
     "sdnotify": set(),
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
+    "malloc_arenas": set(),   # glibc's malloc arenas, capped once before threads start
     "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
     "config": {"documents"},
     "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},

@@ -19,7 +19,8 @@ DURATION = 120
 
 
 def app_for(store, history, duration=DURATION):
-    return create_app(store, WebSettings(5.0), extra_blueprints=(
+    settings = WebSettings(5.0, history_seconds=duration if history is not None else 0)
+    return create_app(store, settings, extra_blueprints=(
         history_blueprint(history),
         ui_blueprint(store, housekeeping_interval=5.0, history_seconds=duration)))
 

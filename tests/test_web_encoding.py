@@ -1,6 +1,7 @@
 """Bodies on the wire: gzip when accepted (compressed once per snapshot and variant), ETag per
-snapshot, 304 on a matching If-None-Match."""
+body, 304 on a matching If-None-Match."""
 
+import dataclasses
 import gzip
 import threading
 
@@ -8,9 +9,9 @@ import pytest
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.prometheus import MetricsBodies
-from gpustats.web import representation
+from gpustats.web import conditional
 from gpustats.web.app import WebSettings, create_app
-from gpustats.web.representation import accepts_gzip
+from gpustats.web.conditional import accepts_gzip
 from tests.snapshots import sample_snapshot
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -34,20 +35,20 @@ def store():
 @pytest.fixture
 def client(store):
     app = create_app(store, WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsBodies(store))
+                     metrics_bodies=MetricsBodies(store))
     return app.test_client()
 
 
 @pytest.fixture
 def compressions(monkeypatch):
     made = []
-    real = representation.compress
+    real = conditional.compress
 
     def counting(body):
         made.append(len(body))
         return real(body)
 
-    monkeypatch.setattr(representation, "compress", counting)
+    monkeypatch.setattr(conditional, "compress", counting)
     return made
 
 
@@ -103,7 +104,7 @@ def test_each_variant_is_compressed_once_per_snapshot(client, store, compression
 
 def test_concurrent_gzip_requests_compress_once(store, compressions):
     app = create_app(store, WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsBodies(store))
+                     metrics_bodies=MetricsBodies(store))
     start = threading.Barrier(8)
     codes = []
 
@@ -124,7 +125,7 @@ def test_concurrent_gzip_requests_compress_once(store, compressions):
 
 @pytest.mark.parametrize("path, accept", VARIANTS)
 @pytest.mark.parametrize("encoding", [None, "gzip"])
-def test_if_none_match_gives_304_until_the_next_snapshot(client, store, path, accept, encoding):
+def test_if_none_match_gives_304_until_the_body_changes(client, store, path, accept, encoding):
     first = _get(client, path, accept, encoding)
     tag = first.headers["ETag"]
     assert tag.startswith('"') and tag.endswith('"')
@@ -134,7 +135,9 @@ def test_if_none_match_gives_304_until_the_next_snapshot(client, store, path, ac
     weak = _get(client, path, accept, encoding, **{"If-None-Match": f'"other", W/{tag}'})
     assert weak.status_code == 304
     assert _get(client, path, accept, encoding, **{"If-None-Match": "*"}).status_code == 304
-    store.publish(sample_snapshot(8))
+    later = sample_snapshot(8, energy_scale=2.0)                # every body differs
+    object.__setattr__(later, "node", dataclasses.replace(later.node, node_name="node-2"))
+    store.publish(later)
     fresh = _get(client, path, accept, encoding, **{"If-None-Match": tag})
     assert fresh.status_code == 200 and fresh.headers["ETag"] != tag
     assert fresh.data
@@ -146,10 +149,16 @@ def test_etag_of_one_coding_does_not_match_the_other(client):
     assert plain.status_code == 200 and "Content-Encoding" not in plain.headers
 
 
-def test_etag_changes_across_restarts_with_the_same_sequence():
-    a, b = sample_snapshot(7), sample_snapshot(7)
-    object.__setattr__(b, "taken_at", a.taken_at + 1.0)
-    assert representation.etag(a, "s") != representation.etag(b, "s")
+def test_etag_names_the_bytes_not_the_sequence():
+    """One snapshot sequence with other bytes (a restart) gets another tag; equal bytes one."""
+    a, b = sample_snapshot(7), sample_snapshot(7, energy_scale=2.0)
+    tags = []
+    for snapshot in (a, b, a):
+        store = SnapshotStore()
+        store.publish(snapshot)
+        client = create_app(store, WebSettings(housekeeping_interval=5.0)).test_client()
+        tags.append(_get(client, "/stats/summary").headers["ETag"])
+    assert tags[0] != tags[1] and tags[0] == tags[2]
 
 
 def test_post_ignores_if_none_match_and_head_has_no_body(client):
@@ -163,7 +172,7 @@ def test_post_ignores_if_none_match_and_head_has_no_body(client):
 
 def test_not_ready_is_a_json_error_whatever_the_encoding():
     app = create_app(SnapshotStore(), WebSettings(housekeeping_interval=5.0),
-                     metrics_renderer=MetricsBodies(SnapshotStore()))
+                     metrics_bodies=MetricsBodies(SnapshotStore()))
     client = app.test_client()
     resp = _get(client, "/stats/summary", encoding="gzip", **{"If-None-Match": "*"})
     assert resp.status_code == 503 and resp.get_json()["error"] == "not_ready"
@@ -193,7 +202,7 @@ def test_real_daemon_serves_gzip_and_304(start_daemon):
         for _ in range(10):                      # both reads within one snapshot
             _, plain_headers, plain = fetch(path)
             status, headers, packed = fetch(path, **{"Accept-Encoding": "gzip"})
-            if headers["ETag"].split("-")[:2] == plain_headers["ETag"].split("-")[:2]:
+            if headers["ETag"] == plain_headers["ETag"][:-1] + '.gz"':
                 break
         assert status == 200 and headers["Content-Encoding"] == "gzip"
         assert gzip.decompress(packed) == plain

@@ -35,18 +35,6 @@ class SnapshotStore:
         snapshot, rendered = current
         return snapshot, self._memo(rendered, key, lambda: build(snapshot))
 
-    def render_variant(self, key: Hashable, build: Callable[[Snapshot], object],
-                       variant: Hashable, derive: Callable[[object], object]
-                       ) -> tuple[Snapshot, object] | None:
-        """A variant of ``key``'s body (e.g. compressed) derived from the body of the *same*
-        snapshot; the body and the variant are each built at most once per snapshot."""
-        current = self._current
-        if current is None:
-            return None
-        snapshot, rendered = current
-        body = self._memo(rendered, key, lambda: build(snapshot))
-        return snapshot, self._memo(rendered, (key, variant), lambda: derive(body))
-
     def _memo(self, rendered: dict[Hashable, object], key: Hashable,
               build: Callable[[], object]) -> object:
         body = rendered.get(key)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from typing import Protocol
@@ -54,7 +53,6 @@ class _Rendered:
         self._lock = threading.Lock()
         self._sequence: int | None = None
         self._bodies: dict[int | None, Body] = {}
-        self._instance = os.urandom(4).hex()   # ETags from an earlier run never match
 
     def body(self, seconds: int | None) -> Body | None:
         sequence = self._history.sequence
@@ -68,8 +66,7 @@ class _Rendered:
                 window = self._history.window(seconds)
                 if window is None:
                     return None
-                body = Body(history_json(window), "application/json",
-                            etag=f"{self._instance}-{window.sequence}-{seconds or 0}")
+                body = Body(history_json(window), "application/json")
                 if window.sequence == sequence and (seconds is None
                                                     or len(self._bodies) < KEPT_PER_TICK):
                     self._bodies[seconds] = body
@@ -80,12 +77,6 @@ def history_blueprint(history: HistorySource | None) -> Blueprint:
     """The history API over ``history``; ``None`` (history off) answers 404."""
     blueprint = Blueprint("history", __name__)
     rendered = _Rendered(history) if history is not None else None
-    if history is not None:
-        def _state_bound(state) -> None:
-            # The OpenAPI document states the bound of ``seconds``.
-            state.app.extensions["gpustats.history_seconds"] = int(history.duration_seconds)
-
-        blueprint.record_once(_state_bound)
 
     @blueprint.route("/api/v1/history")
     def history_view() -> Response:
@@ -95,6 +86,6 @@ def history_blueprint(history: HistorySource | None) -> Blueprint:
         body = rendered.body(seconds)
         if body is None:
             return json_error(503, "not_ready", "no collection tick has completed yet")
-        return respond(request, body, cache_control="no-cache")
+        return respond(request, body)
 
     return blueprint

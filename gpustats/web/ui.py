@@ -22,13 +22,13 @@ ASSETS = {"gpustats.js": "text/javascript; charset=utf-8",
           "gpustats.css": "text/css; charset=utf-8"}
 
 # Scripts and styles come from this origin only; the page asks for nothing elsewhere.
-PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
-                               "form-action 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+PAGE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+                                "form-action 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
 
 _WAITING = (b"<!doctype html><html lang=en><meta charset=utf-8><meta http-equiv=refresh "
             b"content=2><title>gpustats</title><p>Waiting for the first collection tick.</p>")
@@ -53,7 +53,7 @@ def ui_blueprint(store: SnapshotStore, *, housekeeping_interval: float,
                                      trim_blocks=True, lstrip_blocks=True)
     template = environment.from_string(_package_file("templates", "index.html").decode())
     static_context = {
-        "assets": {name: body.etag[:10] for name, body in assets.items()},
+        "assets": {name: body.tag[:10] for name, body in assets.items()},
         "interval": f"{housekeeping_interval:g}",
         "interval_text": _interval_text(housekeeping_interval),
         "history_seconds": int(history_seconds),
@@ -69,8 +69,8 @@ def ui_blueprint(store: SnapshotStore, *, housekeeping_interval: float,
         rendered = store.render("ui.page", build)
         if rendered is None:
             return Response(_WAITING, status=503, content_type="text/html; charset=utf-8",
-                            headers={"Retry-After": "2", **PAGE_HEADERS})
-        return respond(request, rendered[1], cache_control="no-cache", headers=PAGE_HEADERS)
+                            headers=(("Retry-After", "2"), *PAGE_HEADERS))
+        return respond(request, rendered[1], headers=PAGE_HEADERS)
 
     @blueprint.route("/assets/<name>")
     def asset(name: str) -> Response:
@@ -78,6 +78,6 @@ def ui_blueprint(store: SnapshotStore, *, housekeeping_interval: float,
         if body is None:
             return json_error(404, "not_found", f"no asset named {name!r}")
         return respond(request, body, cache_control="public, max-age=86400",
-                       headers={"X-Content-Type-Options": "nosniff"})
+                       headers=(("X-Content-Type-Options", "nosniff"),))
 
     return blueprint
