@@ -178,6 +178,6 @@ def find_tool(name: str) -> str | None:
 @pytest.fixture(scope="session")
 def built_image(tmp_path_factory):
     """The container image, built once per session for every test that needs it (skips where
-    podman cannot build or run it here; tests/image_build.py)."""
-    from tests.image_build import build_or_skip
+    podman cannot build or run it here; tests/support/image_build.py)."""
+    from tests.support.image_build import build_or_skip
     return build_or_skip(tmp_path_factory.mktemp("image"), REPO_ROOT)

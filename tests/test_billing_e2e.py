@@ -14,9 +14,9 @@ import time
 import pytest
 
 from tests.conftest import free_port
-from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.prometheus import PrometheusServer
-from tests.invariants import assert_conservation, assert_never_decreased, counters
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.prometheus import PrometheusServer
+from tests.support.invariants import assert_conservation, assert_never_decreased, counters
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")

@@ -9,7 +9,7 @@ import pytest
 
 from gpustats.export.prometheus import render
 from tests.conftest import open_descriptors
-from tests.fakehost import build, write_scenario
+from tests.support.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 RELOAD_SECONDS = 0.25          # the simulator looks at its scenario file every 0.2 s

@@ -17,7 +17,7 @@ from gpustats.sources.mig_caps import (
     parse_access,
     read_mig_capabilities,
 )
-from tests.clock import Clock
+from tests.support.clock import Clock
 from tests.test_documents import alias_bomb
 
 CLAIM = "4b1c7e1a-5f0e-4d7b-9a52-0c9e2d7f3a11"

@@ -2,7 +2,7 @@
 root, every capability dropped, no new privileges, host network, a tmpfs state dir, a
 simulator scenario mounted. Skips where podman is missing or cannot run a container here.
 
-The build is the session's shared one (the ``built_image`` fixture, tests/image_build.py).
+The build is the session's shared one (the ``built_image`` fixture, tests/support/image_build.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 
 from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.runtime.client import RuntimeNamesClient
-from tests.oci_images import busybox, oci_archive
+from tests.support.oci_images import busybox, oci_archive
 
 IMAGE = "localhost/gpustats-test/busybox:1"
 NAMESPACE, POD, CONTAINER = "ml", "trainer-0", "cuda"

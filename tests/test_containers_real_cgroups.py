@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakehost import metric_value
-from tests.invariants import assert_attributed_watts
+from tests.support.fakehost import metric_value
+from tests.support.invariants import assert_attributed_watts
 
 CGROUP = Path("/sys/fs/cgroup")
 GPU0 = "GPU-00000000-1111-4111-8111-000000000000"

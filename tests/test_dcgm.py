@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpustats.sources import dcgm
 from gpustats.sources.dcgm import DcgmExporterClient, parse_dcgm_activity
-from tests.clock import Clock
+from tests.support.clock import Clock
 
 GOOD = """# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.
 # TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge

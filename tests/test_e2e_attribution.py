@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from tests.fakehost import (
+from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.invariants import assert_attributed_watts
+from tests.support.invariants import assert_attributed_watts
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

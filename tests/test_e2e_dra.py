@@ -15,7 +15,7 @@ from gpustats.sources.podresources import podresources_api_pb2 as api
 from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 from tests.test_cdi import make_caps
 from tests.test_documents import alias_bomb
 from tests.test_dra import old_response

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.fakehost import write_scenario
+from tests.support.fakehost import write_scenario
 
 A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"

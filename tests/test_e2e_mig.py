@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tests.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
-from tests.invariants import counters
+from tests.support.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
+from tests.support.invariants import counters
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GIB = 1024 ** 3

@@ -12,10 +12,10 @@ import pytest
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
-from tests.fakehost import (
+from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.fakehost import build, container_id, write_scenario
+from tests.support.fakehost import build, container_id, write_scenario
 
 GPU = "GPU-cccccccc-3333-4333-8333-cccccccccccc"
 PID_MAX_LIMIT = 1 << 22                     # include/linux/threads.h, 64-bit

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fakehost import build, container_id, write_scenario
+from tests.support.fakehost import build, container_id, write_scenario
 from tests.test_dcgm import Exporter
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehost import build, container_id, containers_by_id, metric_value, pod_uid, \
+from tests.support.fakehost import build, container_id, containers_by_id, metric_value, pod_uid, \
     write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -10,7 +10,7 @@ from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.store import SnapshotStore
 from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
-from tests.clock import Clock
+from tests.support.clock import Clock
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 

@@ -13,7 +13,7 @@ from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.kubelet_logs import (
     KubeletLogNames, parse_any_link, parse_container_link, parse_link_target, parse_pod_dir,
 )
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 
 UID = "5c3e2a10-8f1b-4c1e-9a57-0d8c7c2f9e11"
 CID = "ab" * 32

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import fakeruntime
+from tests.support import fakeruntime
 from tests.conftest import REPO_ROOT
-from tests.fakehost import build, container_id, pod_uid
+from tests.support.fakehost import build, container_id, pod_uid
 
 # pid -> (pod number, container number) and the names the runtime gives them.
 PLACEMENT = {4242: (1, 1), 4243: (2, 2), 5151: (3, 3)}

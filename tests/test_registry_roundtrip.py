@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, free_port, http_get
-from tests.image_build import NO_DEFAULT_ULIMITS, runc_engine
+from tests.support.image_build import NO_DEFAULT_ULIMITS, runc_engine
 
 MANIFESTS = REPO_ROOT / "manifests"
 SHIPPED = "ghcr.io/gpustats/gpustats"

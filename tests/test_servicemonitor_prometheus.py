@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, free_port
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 from tests.test_kubelet_logs import layout
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

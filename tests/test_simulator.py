@@ -9,8 +9,8 @@ import yaml
 
 from gpustats.simulator import SimulatedNvml
 from gpustats.simulator.scenario import load_scenario, parse_scenario
-from tests.clock import Clock
-from tests.fakehost import write_scenario
+from tests.support.clock import Clock
+from tests.support.fakehost import write_scenario
 
 A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpustats.engine.state_files import JOURNAL_FILE, STATE_FILE, decode_journal_line
 from tests.conftest import REPO_ROOT
-from tests.fakehost import build, write_scenario
-from tests.invariants import assert_never_decreased, counters
+from tests.support.fakehost import build, write_scenario
+from tests.support.invariants import assert_never_decreased, counters
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")

@@ -11,7 +11,7 @@ from gpustats.export.prometheus import MetricsBodies
 from gpustats.web import representation
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.representation import accepts_gzip
-from tests.snapshots import sample_snapshot
+from tests.support.snapshots import sample_snapshot
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 # (path, Accept) for every body served from the snapshot

@@ -1,0 +1,11 @@
+"""Shared fakes and helpers for the tests (no test lives here).
+
+- ``clock``: a clock that tests move by hand.
+- ``fakehost``: fake cgroup v2 and /proc trees, scenario files, metric look-ups.
+- ``fakeruntime``: a CRI runtime on a unix socket that names containers.
+- ``invariants``: billing invariants checked on scraped expositions.
+- ``snapshots``: a hand-built snapshot exercising every part of the exposition.
+- ``prometheus``: a real Prometheus server scraping the daemon.
+- ``image_build``, ``oci_images``: the container image and tiny busybox images.
+- ``kubelet_go``: the kubelet's Go types, as a decoder fixture.
+"""
