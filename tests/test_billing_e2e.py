@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import free_port
+from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 from tests.support.prometheus import PrometheusServer
 from tests.support.invariants import assert_conservation, assert_never_decreased, counters

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpustats.export.prometheus import render
-from tests.conftest import open_descriptors
+from tests.support.descriptors import open_descriptors
 from tests.support.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -6,7 +6,7 @@ import os
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroups import CgroupReader, detect_layout
 from gpustats.sources.procs import ProcReader
-from tests.conftest import open_descriptors
+from tests.support.descriptors import open_descriptors
 
 UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
 UID_ = UID.replace("-", "_")

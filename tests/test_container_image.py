@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import free_port, http_get
+from tests.support.daemon import free_port, http_get
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 

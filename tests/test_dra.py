@@ -524,7 +524,7 @@ def test_cdi_spec_dirs_option_forms(tmp_path):
 
 def test_daemonset_mounts_cdi_dirs_read_only():
     import yaml
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
 
     docs = yaml.safe_load_all((REPO_ROOT / "manifests" / "daemonset.yaml").read_text())
     pod = next(d for d in docs if d and d.get("kind") == "DaemonSet")["spec"]["template"]["spec"]

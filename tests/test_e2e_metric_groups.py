@@ -6,7 +6,7 @@ import sys
 import time
 
 from gpustats.export.metric_table import FAMILIES
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 from tests.support.fakehost import build, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -137,7 +137,7 @@ def test_idle_and_trickling_sockets_leave_probes_and_data_answering(start_daemon
 
 
 def test_separate_health_listener(start_daemon, tmp_path):
-    from tests.conftest import free_port
+    from tests.support.daemon import free_port
     health = free_port()
     daemon, _, _ = start(start_daemon, tmp_path, None, None, "--health-listen",
                          f"127.0.0.1:{health}")

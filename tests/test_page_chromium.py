@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tests.support import fakeruntime
-from tests.conftest import REPO_ROOT
 from tests.support.fakehost import build, container_id, pod_uid
+from tests.support.paths import REPO_ROOT
 
 # pid -> (pod number, container number) and the names the runtime gives them.
 PLACEMENT = {4242: (1, 1), 4243: (2, 2), 5151: (3, 3)}

@@ -18,8 +18,9 @@ from concurrent import futures
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, DaemonProcess
+from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusServer
 from tests.test_kubelet_logs import layout
 from tests.test_servicemonitor_prometheus import TARGET_LABELS, operator_job

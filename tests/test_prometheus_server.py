@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import free_port
+from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, write_scenario
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, free_port, http_get
+from tests.support.daemon import free_port, http_get
 from tests.support.image_build import NO_DEFAULT_ULIMITS, runc_engine
+from tests.support.paths import REPO_ROOT
 
 MANIFESTS = REPO_ROOT / "manifests"
 SHIPPED = "ghcr.io/gpustats/gpustats"

@@ -20,8 +20,9 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.paths import REPO_ROOT
 from tests.test_kubelet_logs import layout
 
 GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"

@@ -268,7 +268,7 @@ def test_scenario_validation(tmp_path):
 
 
 def test_examples_parse():
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
     for path in (REPO_ROOT / "examples").glob("*.yaml"):
         assert load_scenario(str(path)).devices
 

@@ -175,7 +175,7 @@ def test_real_daemon_serves_gzip_and_304(start_daemon):
     import urllib.error
     import urllib.request
 
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
 
     daemon = start_daemon("--simulate", str(REPO_ROOT / "examples" / "two-gpus.yaml"),
                           "--housekeeping-interval", "2")

@@ -8,4 +8,7 @@
 - ``prometheus``: a real Prometheus server scraping the daemon.
 - ``image_build``, ``oci_images``: the container image and tiny busybox images.
 - ``kubelet_go``: the kubelet's Go types, as a decoder fixture.
+- ``daemon``: the real daemon in a subprocess, free ports, plain HTTP GETs.
+- ``paths``: the repository root and the test tools.
+- ``descriptors``: this process's open file descriptors, for leak checks.
 """
