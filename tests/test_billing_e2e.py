@@ -15,17 +15,11 @@ import pytest
 
 from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU, device, GPU_B as LOST
 from tests.support.prometheus import PrometheusServer
 from tests.support.invariants import assert_conservation, assert_never_decreased, counters
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
-
-
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300}
-    d.update(extra)
-    return d
 
 
 def start(start_daemon, tmp_path, scenario, cgroup, proc, *extra, port=None):
@@ -322,9 +316,6 @@ def test_container_compute_share_never_exceeds_one(start_daemon, tmp_path):
 
 
 # ------------------------------------------------------------------ issue 12: lost at start
-
-
-LOST = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 
 
 def lost_scenario():

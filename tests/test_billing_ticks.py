@@ -10,8 +10,8 @@ import pytest
 from gpustats.export.prometheus import render
 from tests.support.descriptors import open_descriptors
 from tests.support.fakehost import build, write_scenario
+from tests.support.gpus import GPU_A as GPU
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 RELOAD_SECONDS = 0.25          # the simulator looks at its scenario file every 0.2 s
 
 

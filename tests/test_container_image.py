@@ -14,8 +14,7 @@ import time
 import pytest
 
 from tests.support.daemon import free_port, http_get
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.gpus import GPU_A as GPU
 
 
 @pytest.fixture(scope="module")

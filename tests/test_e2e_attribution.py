@@ -10,18 +10,12 @@ import pytest
 from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
+from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_attributed_watts
 from tests.test_dcgm import Exporter
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "",
         "--idle-power-watts", "100")
-
-
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300}
-    d.update(extra)
-    return d
 
 
 def start(start_daemon, tmp_path, scenario, placement, *extra):

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tests.support.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
+from tests.support.gpus import GPU_A as GPU
 from tests.support.invariants import counters
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GIB = 1024 ** 3
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100",
         "--housekeeping-interval", "0.25")

@@ -6,9 +6,7 @@ import time
 import yaml
 
 from tests.support.fakehost import make_pci_device, metric_value
-
-GPU_A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-GPU_B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+from tests.support.gpus import GPU_A, GPU_B
 
 
 def two_gpus(**overrides_b):

@@ -14,10 +14,10 @@ from gpustats.sources.kubelet_logs import (
     KubeletLogNames, parse_any_link, parse_container_link, parse_link_target, parse_pod_dir,
 )
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU
 
 UID = "5c3e2a10-8f1b-4c1e-9a57-0d8c7c2f9e11"
 CID = "ab" * 32
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 
 
 def layout(root: Path, pods: dict[tuple[str, str, str], dict[str, str]]) -> None:

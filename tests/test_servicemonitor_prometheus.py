@@ -22,10 +22,10 @@ import yaml
 
 from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU
 from tests.support.paths import REPO_ROOT
 from tests.test_kubelet_logs import layout
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 TARGET_LABELS = {"namespace": "gpustats", "service": "gpustats", "pod": "gpustats-x7k2p",
                  "container": "kube-rbac-proxy", "endpoint": "https", "job": "gpustats"}
 _KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label",

@@ -11,9 +11,7 @@ from gpustats.simulator import SimulatedNvml
 from gpustats.simulator.scenario import load_scenario, parse_scenario
 from tests.support.clock import Clock
 from tests.support.fakehost import write_scenario
-
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+from tests.support.gpus import GPU_A as A, GPU_B as B
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpustats.engine.state_files import JOURNAL_FILE, STATE_FILE, decode_journal_line
 from tests.support.fakehost import build, write_scenario
+from tests.support.gpus import GPU_A as GPU
 from tests.support.invariants import assert_never_decreased, counters
 from tests.support.paths import REPO_ROOT
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
 SLOW_FSYNC = Path(__file__).resolve().parent / "slow_fsync"
 

@@ -1,7 +1,8 @@
 """Shared fakes and helpers for the tests (no test lives here).
 
 - ``clock``: a clock that tests move by hand.
-- ``fakehost``: fake cgroup v2 and /proc trees, scenario files, metric look-ups.
+- ``fakehost``: fake cgroup v2, /proc and sysfs trees, scenario files, metric look-ups.
+- ``gpus``: the GPU UUIDs tests share and a scenario device entry to build on.
 - ``fakeruntime``: a CRI runtime on a unix socket that names containers.
 - ``invariants``: billing invariants checked on scraped expositions.
 - ``snapshots``: a hand-built snapshot exercising every part of the exposition.
