@@ -17,19 +17,15 @@ from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 from tests.support.gpus import GPU_A as GPU, device, GPU_B as LOST
 from tests.support.prometheus import PrometheusServer
+from tests.support.simulated import start_simulated
 from tests.support.invariants import assert_conservation, assert_never_decreased, counters
 
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
 
 
 def start(start_daemon, tmp_path, scenario, cgroup, proc, *extra, port=None):
-    path = tmp_path / "s.yaml"
-    if scenario is not None:
-        write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *BASE, *extra, port=port)
-    daemon.wait_ready()
-    return daemon
+    return start_simulated(start_daemon, tmp_path, scenario, (cgroup, proc), *BASE, *extra,
+                           port=port)[0]
 
 
 def scrape(daemon) -> str:

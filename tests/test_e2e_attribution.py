@@ -12,6 +12,7 @@ from tests.support.fakehost import (
 )
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_attributed_watts
+from tests.support.simulated import start_simulated
 from tests.test_dcgm import Exporter
 
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "",
@@ -19,13 +20,8 @@ ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runti
 
 
 def start(start_daemon, tmp_path, scenario, placement, *extra):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *ARGS, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, scenario, build(tmp_path / "host", placement),
+                           *ARGS, *extra)
 
 
 def energy(summary, n):

@@ -10,6 +10,7 @@ import pytest
 from tests.support.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
 from tests.support.gpus import GPU_A as GPU
 from tests.support.invariants import counters
+from tests.support.simulated import start_simulated
 
 GIB = 1024 ** 3
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100",
@@ -30,13 +31,8 @@ def scenario(instances, processes):
 
 
 def start(start_daemon, tmp_path, data, placement, *extra):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, data)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *BASE, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, data, build(tmp_path / "host", placement),
+                           *BASE, *extra)
 
 
 def mig_instances(summary):

@@ -19,6 +19,7 @@ from tests.support.fakehost import (
 from tests.support import gpus
 from tests.support.gpus import GPU_B as GPU
 from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.simulated import start_simulated
 from tests.test_dcgm import Exporter
 
 MIG7, MIG8 = "MIG-bbbbbbbb-2222-4222-8222-000000000007", "MIG-bbbbbbbb-2222-4222-8222-000000000008"
@@ -31,14 +32,8 @@ device = partial(gpus.device, uuid=GPU, memory_total_bytes=80 * GIB)
 
 
 def start(start_daemon, tmp_path, scenario, placement, *extra, runtime_socket=""):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), "--runtime-socket", runtime_socket,
-                          *ARGS, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, scenario, build(tmp_path / "host", placement),
+                           "--runtime-socket", runtime_socket, *ARGS, *extra)
 
 
 # ------------------------------------------------------------------ MIG tenants

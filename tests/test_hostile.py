@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.fakehost import build, container_id, write_scenario
 from tests.support.gpus import GPU_A as GPU, device
+from tests.support.simulated import start_simulated
 from tests.test_dcgm import Exporter
 
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "")
@@ -27,13 +28,10 @@ ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runti
 
 def start(start_daemon, tmp_path, scenario=None, placement=None, *extra, ready=True):
     cgroup, proc = build(tmp_path / "host", placement or {101: (1, 1)})
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario or {"devices": [device()],
-                                      "processes": [{"pid": 101, "device": GPU}]})
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *ARGS, *extra)
-    if ready:
-        daemon.wait_ready()
+    daemon, path = start_simulated(start_daemon, tmp_path,
+                                   scenario or {"devices": [device()],
+                                                "processes": [{"pid": 101, "device": GPU}]},
+                                   (cgroup, proc), *ARGS, *extra, ready=ready)
     return daemon, path, cgroup
 
 

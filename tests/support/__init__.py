@@ -10,6 +10,7 @@
 - ``image_build``, ``oci_images``: the container image and tiny busybox images.
 - ``kubelet_go``: the kubelet's Go types, as a decoder fixture.
 - ``daemon``: the real daemon in a subprocess, free ports, plain HTTP GETs.
+- ``simulated``: the real daemon started on a scenario file over a fake host tree.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
