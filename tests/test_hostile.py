@@ -18,34 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.daemon import timed_get
 from tests.support.fakehost import build, container_id, write_scenario
 from tests.support.gpus import GPU_A as GPU, device
-from tests.support.simulated import start_simulated
+from tests.support.hostile import ARGS, start
 from tests.test_dcgm import Exporter
-
-ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "")
-
-
-def start(start_daemon, tmp_path, scenario=None, placement=None, *extra, ready=True):
-    cgroup, proc = build(tmp_path / "host", placement or {101: (1, 1)})
-    daemon, path = start_simulated(start_daemon, tmp_path,
-                                   scenario or {"devices": [device()],
-                                                "processes": [{"pid": 101, "device": GPU}]},
-                                   (cgroup, proc), *ARGS, *extra, ready=ready)
-    return daemon, path, cgroup
-
-
-def timed_get(port: int, path: str, timeout: float = 1.0) -> tuple[int, float]:
-    """(status, seconds) of one request on a fresh connection; raises on timeout."""
-    began = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status, time.monotonic() - began
-    finally:
-        conn.close()
 
 
 def source(daemon, name: str) -> dict | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -99,3 +100,16 @@ class DaemonProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def timed_get(port: int, path: str, timeout: float = 1.0) -> tuple[int, float]:
+    """(status, seconds) of one request on a fresh connection; raises on timeout."""
+    began = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, time.monotonic() - began
+    finally:
+        conn.close()
