@@ -18,7 +18,7 @@ from gpustats.sources.mig_caps import (
     read_mig_capabilities,
 )
 from tests.support.clock import Clock
-from tests.test_documents import alias_bomb
+from tests.support.documents import alias_bomb
 
 CLAIM = "4b1c7e1a-5f0e-4d7b-9a52-0c9e2d7f3a11"
 GPU = "GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01"
