@@ -14,6 +14,7 @@
 - ``billing``: what the billing end-to-end modules share (start-up, scrape, series value, cgroup v1 host).
 - ``hostile``: what the hostile-input modules share (one busy GPU's daemon on a fake host).
 - ``documents``: hostile YAML documents (an alias bomb).
+- ``browser``: a real headless Chromium (or a skip saying why not).
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
