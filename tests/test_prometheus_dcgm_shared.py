@@ -20,9 +20,9 @@ import yaml
 
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.kubelet_logs import layout
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusServer
-from tests.test_kubelet_logs import layout
 from tests.test_servicemonitor_prometheus import TARGET_LABELS, operator_job
 
 grpc = pytest.importorskip("grpc")

@@ -23,8 +23,8 @@ import yaml
 from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
 from tests.support.gpus import GPU_A as GPU
+from tests.support.kubelet_logs import layout
 from tests.support.paths import REPO_ROOT
-from tests.test_kubelet_logs import layout
 
 TARGET_LABELS = {"namespace": "gpustats", "service": "gpustats", "pod": "gpustats-x7k2p",
                  "container": "kube-rbac-proxy", "endpoint": "https", "job": "gpustats"}

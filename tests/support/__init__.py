@@ -1,7 +1,9 @@
 """Shared fakes and helpers for the tests (no test lives here).
 
 - ``clock``: a clock that tests move by hand.
-- ``fakehost``: fake cgroup v2, /proc and sysfs trees, scenario files, metric look-ups.
+- ``fakehost``: fake cgroup v2, /proc (MIG capabilities too) and sysfs trees, scenario files,
+  metric look-ups.
+- ``kubelet_logs``: the kubelet's log layout as a fake host tree.
 - ``gpus``: the GPU UUIDs tests share and a scenario device entry to build on.
 - ``fakeruntime``: a CRI runtime on a unix socket that names containers.
 - ``invariants``: billing invariants checked on scraped expositions.
