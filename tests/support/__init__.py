@@ -17,6 +17,7 @@
 - ``hostile``: what the hostile-input modules share (one busy GPU's daemon on a fake host).
 - ``documents``: hostile YAML documents (an alias bomb).
 - ``browser``: a real headless Chromium (or a skip saying why not).
+- ``servicemonitor``: the ServiceMonitor rendered as the Prometheus Operator renders it.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
