@@ -7,13 +7,13 @@ import time
 
 import pytest
 
+from tests.support.dcgm_exporter import Exporter
 from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_attributed_watts
 from tests.support.simulated import start_simulated
-from tests.test_dcgm import Exporter
 
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "",
         "--idle-power-watts", "100")

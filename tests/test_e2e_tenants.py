@@ -13,6 +13,7 @@ import pytest
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
+from tests.support.dcgm_exporter import Exporter
 from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
@@ -20,7 +21,6 @@ from tests.support import gpus
 from tests.support.gpus import GPU_B as GPU
 from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 from tests.support.simulated import start_simulated
-from tests.test_dcgm import Exporter
 
 MIG7, MIG8 = "MIG-bbbbbbbb-2222-4222-8222-000000000007", "MIG-bbbbbbbb-2222-4222-8222-000000000008"
 GIB = 1 << 30

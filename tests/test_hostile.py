@@ -19,10 +19,10 @@ import psutil
 import pytest
 
 from tests.support.daemon import timed_get
+from tests.support.dcgm_exporter import Exporter
 from tests.support.fakehost import build, container_id, write_scenario
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.hostile import ARGS, start
-from tests.test_dcgm import Exporter
 
 
 def source(daemon, name: str) -> dict | None:

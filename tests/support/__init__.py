@@ -18,6 +18,7 @@
 - ``documents``: hostile YAML documents (an alias bomb).
 - ``browser``: a real headless Chromium (or a skip saying why not).
 - ``servicemonitor``: the ServiceMonitor rendered as the Prometheus Operator renders it.
+- ``dcgm_exporter``: a fake dcgm-exporter on loopback.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
