@@ -541,7 +541,7 @@ def test_dcgm_compat_series_carry_dra_labels_in_dcgm_exporter_order():
     from dataclasses import replace
 
     from gpustats.export.dcgm import render_dcgm
-    from tests.test_dcgm_export import _one, _snapshot
+    from tests.support.dcgm_snapshot import dcgm_snapshot as _snapshot, one_sample as _one
 
     snapshot = _snapshot()
     full, mig = claim(name="train", share="s-1"), claim(name="embed", namespace="serving",

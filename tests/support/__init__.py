@@ -19,6 +19,7 @@
 - ``browser``: a real headless Chromium (or a skip saying why not).
 - ``servicemonitor``: the ServiceMonitor rendered as the Prometheus Operator renders it.
 - ``dcgm_exporter``: a fake dcgm-exporter on loopback.
+- ``dcgm_snapshot``: a two-GPU snapshot (one in MIG mode) for the dcgm-exporter vocabulary.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
