@@ -18,8 +18,8 @@ from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.support.daemon import timed_get
 from tests.support.documents import alias_bomb
 from tests.support.fakehost import build, container_id, make_caps, pod_uid
+from tests.support.podresources import old_response
 from tests.support.simulated import start_simulated
-from tests.test_dra import old_response
 
 FULL, MIGGPU, SHARED, IDLE = (f"GPU-{c * 8}-1111-4111-8111-{c * 12}" for c in "abcd")
 ARGS = ("--housekeeping-interval", "0.2", "--idle-power-watts", "100")

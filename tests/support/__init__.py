@@ -20,6 +20,8 @@
 - ``servicemonitor``: the ServiceMonitor rendered as the Prometheus Operator renders it.
 - ``dcgm_exporter``: a fake dcgm-exporter on loopback.
 - ``dcgm_snapshot``: a two-GPU snapshot (one in MIG mode) for the dcgm-exporter vocabulary.
+- ``tracker_fakes``: fake mapping sources for the container tracker, identities, readings.
+- ``podresources``: pod-resources responses as older kubelets send them.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
