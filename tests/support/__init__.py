@@ -22,6 +22,7 @@
 - ``dcgm_snapshot``: a two-GPU snapshot (one in MIG mode) for the dcgm-exporter vocabulary.
 - ``tracker_fakes``: fake mapping sources for the container tracker, identities, readings.
 - ``podresources``: pod-resources responses as older kubelets send them.
+- ``nvidia_smi``: nvidia-smi's own answers, for the real-GPU checks.
 - ``paths``: the repository root and the test tools.
 - ``descriptors``: this process's open file descriptors, for leak checks.
 """
