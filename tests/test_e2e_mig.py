@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from tests.support.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
+from tests.support.fakehost import (
+    build, container_id, containers_by_id, metric_value, write_scenario,
+)
 from tests.support.gpus import GPU_A as GPU
 from tests.support.invariants import counters
 from tests.support.simulated import start_simulated
