@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-from tests.fakehost import (
+from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.invariants import assert_billed_or_unattributed, assert_never_decreased, counters
-from tests.test_billing_e2e import GPU, device, scrape, start, v1_host, value
+from tests.support.invariants import assert_billed_or_unattributed, assert_never_decreased, counters
+from tests.support.billing import scrape, start, v1_host, value
+from tests.support.gpus import GPU_A as GPU, device
 
 NAMESPACE, POD = "ml", "trainer-0"
 

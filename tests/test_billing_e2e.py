@@ -13,35 +13,12 @@ import time
 
 import pytest
 
-from tests.conftest import free_port
-from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.prometheus import PrometheusServer
-from tests.invariants import assert_conservation, assert_never_decreased, counters
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
-
-
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300}
-    d.update(extra)
-    return d
-
-
-def start(start_daemon, tmp_path, scenario, cgroup, proc, *extra, port=None):
-    path = tmp_path / "s.yaml"
-    if scenario is not None:
-        write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *BASE, *extra, port=port)
-    daemon.wait_ready()
-    return daemon
-
-
-def scrape(daemon) -> str:
-    status, body = daemon.get("/metrics")
-    assert status == 200
-    return body
+from tests.support.billing import scrape, start, v1_host, value
+from tests.support.daemon import free_port
+from tests.support.fakehost import build, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU, GPU_B as LOST, device
+from tests.support.prometheus import PrometheusServer
+from tests.support.invariants import assert_conservation, assert_never_decreased, counters
 
 
 def watch(daemon, seconds: float, *, mig: bool = False, previous=None):
@@ -57,13 +34,6 @@ def watch(daemon, seconds: float, *, mig: bool = False, previous=None):
         last = values
         time.sleep(0.1)
     return text, last
-
-
-def value(values, name, **labels):
-    found = [v for (n, ls), v in values.items()
-             if n == name and all(dict(ls).get(k) == str(w) for k, w in labels.items())]
-    assert len(found) == 1, (name, labels, found)
-    return found[0]
 
 
 def metric_sum(values, name, **labels):
@@ -150,25 +120,6 @@ def test_the_gap_is_counted_on_the_device_only(start_daemon, tmp_path):
 
 
 # ------------------------------------------------------------------ 2. MIG on cgroup v1
-
-
-def v1_host(root, placement):
-    """``placement``: pid -> (pod number, container number, devices.list text)."""
-    cgroup, proc = root / "cgroup", root / "proc"
-    for controller in ("devices", "cpuacct", "memory"):
-        (cgroup / controller).mkdir(parents=True, exist_ok=True)
-    for pid, (pod, container, devices) in placement.items():
-        rel = f"kubepods/besteffort/pod{pod_uid(pod)}/{container_id(container)}"
-        (cgroup / "devices" / rel).mkdir(parents=True, exist_ok=True)
-        (cgroup / "devices" / rel / "devices.list").write_text(devices)
-        (cgroup / "cpuacct" / rel).mkdir(parents=True, exist_ok=True)
-        (cgroup / "cpuacct" / rel / "cpuacct.usage").write_text("1000000\n")
-        p = proc / str(pid)
-        p.mkdir(parents=True, exist_ok=True)
-        (p / "cgroup").write_text(f"4:devices:/{rel}\n3:cpu,cpuacct:/{rel}\n")
-    for name in ("stat", "meminfo", "vmstat"):
-        (proc / name).write_text(open(f"/proc/{name}").read())
-    return cgroup, proc
 
 
 def mig_device(*instances):
@@ -322,9 +273,6 @@ def test_container_compute_share_never_exceeds_one(start_daemon, tmp_path):
 
 
 # ------------------------------------------------------------------ issue 12: lost at start
-
-
-LOST = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 
 
 def lost_scenario():

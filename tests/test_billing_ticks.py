@@ -8,10 +8,10 @@ import time
 import pytest
 
 from gpustats.export.prometheus import render
-from tests.conftest import open_descriptors
-from tests.fakehost import build, write_scenario
+from tests.support.descriptors import open_descriptors
+from tests.support.fakehost import build, write_scenario
+from tests.support.gpus import GPU_A as GPU
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from gpustats.sources.mig_caps import (
     parse_access,
     read_mig_capabilities,
 )
-from tests.clock import Clock
-from tests.test_documents import alias_bomb
+from tests.support.clock import Clock
+from tests.support.documents import alias_bomb
+from tests.support.fakehost import make_caps
 
 CLAIM = "4b1c7e1a-5f0e-4d7b-9a52-0c9e2d7f3a11"
 GPU = "GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01"
@@ -269,17 +270,6 @@ def test_oversized_file_is_malformed(tmp_path):
     specs = CdiSpecs([str(d)])
     specs.refresh()
     assert specs.malformed() and specs.parses == 0
-
-
-def make_caps(proc, table):
-    """table: {(gpu minor, gi, ci or None): capability minor}."""
-    for (gpu, gi, ci), minor in table.items():
-        d = proc / "driver" / "nvidia" / "capabilities" / f"gpu{gpu}" / "mig" / f"gi{gi}"
-        if ci is not None:
-            d = d / f"ci{ci}"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "access").write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n"
-                                  "DeviceFileModify: 1\n")
 
 
 def test_mig_capability_table(tmp_path):

@@ -1,12 +1,12 @@
 """Discovery and usage over fake cgroup trees: v1 (different depths per controller), v2, hybrid."""
 
 import os
-
+from pathlib import Path
 
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroups import CgroupReader, detect_layout
 from gpustats.sources.procs import ProcReader
-from tests.conftest import open_descriptors
+from tests.support.descriptors import open_descriptors
 
 UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
 UID_ = UID.replace("-", "_")
@@ -170,18 +170,24 @@ def test_without_inotify_every_discovery_walks(tmp_path, monkeypatch):
 
 def test_walk_survives_directories_removed_mid_walk(tmp_path, monkeypatch):
     root = v1_tree(tmp_path)
+    vanished = root / "devices" / "kubepods"     # C2's only cgroup; C1 has a memory one too
     real_scandir = os.scandir
     calls = []
 
     def flaky_scandir(path):
-        calls.append(path)
-        if len(calls) == 3:
+        calls.append(Path(path))
+        if Path(path) == vanished:
             raise FileNotFoundError(path)
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", flaky_scandir)
     reader = CgroupReader(HostRoots(cgroup=str(root)))
-    reader.discover()        # no exception; what vanished is simply not there this tick
+    found = reader.discover().containers          # no exception
+    reader.close()
+    # What vanished is simply not there this tick; the walk went on past it.
+    assert vanished in calls
+    assert set(found) == {C1, C3}
+    assert "devices" not in dict(found[C1].cgroup.paths)     # found by its other cgroups
 
 
 def test_proc_reader(tmp_path):

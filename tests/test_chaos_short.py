@@ -13,7 +13,7 @@ from bench.chaos_events import EVENTS
 from bench.chaos_oracle import expected_energy
 from bench.chaos_world import GpuState, Holder, WorldState, gpu_uuid, pod_uid
 from gpustats.simulator import SimulatedNvml
-from tests.fakehost import write_scenario
+from tests.support.fakehost import write_scenario
 
 GPU = gpu_uuid(0)
 A, B = pod_uid(1), pod_uid(2)

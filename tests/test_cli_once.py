@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 
 def test_once_prints_the_summary_of_two_ticks(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 
 from gpustats.config import OPTIONS, build_arg_parser, resolve
 from gpustats.engine.statedir import choose_state_dir, user_state_dir
-from tests.conftest import REPO_ROOT
-from tests.test_documents import alias_bomb
+from tests.support.documents import alias_bomb
+from tests.support.paths import REPO_ROOT
 
 NOBODY = 65534
 

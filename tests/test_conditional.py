@@ -17,7 +17,7 @@ from gpustats.web.app import WebSettings, create_app
 from gpustats.web.conditional import GZIP_MIN_BYTES, SHARED_MIN_BYTES, Body, respond
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
-from tests.snapshots import sample_snapshot
+from tests.support.snapshots import sample_snapshot
 
 # Every path whose body is built once and served through the one path.
 PATHS = ("/stats/summary", "/stats/summary?only_cpu_and_memory=true", "/api/v1/gpus",

@@ -6,7 +6,7 @@ import pytest
 from gpustats.config import (
     OPTIONS, ConfigError, IdlePower, build_arg_parser, parse_idle_power, parse_listen, resolve,
 )
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 
 def _resolve(argv=(), env=None):

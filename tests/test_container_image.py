@@ -2,7 +2,7 @@
 root, every capability dropped, no new privileges, host network, a tmpfs state dir, a
 simulator scenario mounted. Skips where podman is missing or cannot run a container here.
 
-The build is the session's shared one (the ``built_image`` fixture, tests/image_build.py).
+The build is the session's shared one (the ``built_image`` fixture, tests/support/image_build.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from tests.conftest import free_port, http_get
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.daemon import free_port, http_get
+from tests.support.gpus import GPU_A as GPU
 
 
 @pytest.fixture(scope="module")

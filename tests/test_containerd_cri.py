@@ -23,11 +23,11 @@ import pytest
 
 from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.runtime.client import RuntimeNamesClient
-from tests.oci_images import busybox, oci_archive
+from tests.support.gpus import GPU_A as GPU
+from tests.support.oci_images import busybox, oci_archive
 
 IMAGE = "localhost/gpustats-test/busybox:1"
 NAMESPACE, POD, CONTAINER = "ml", "trainer-0", "cuda"
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 PROTO = Path(__file__).parent / "cri" / "cri_test_api.proto"
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakehost import metric_value
-from tests.invariants import assert_attributed_watts
+from tests.support.fakehost import metric_value
+from tests.support.invariants import assert_attributed_watts
 
 CGROUP = Path("/sys/fs/cgroup")
 GPU0 = "GPU-00000000-1111-4111-8111-000000000000"
@@ -245,7 +245,7 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     daemon cannot see in its own /proc nor signal, is mapped to its container."""
     import shutil
 
-    from tests.conftest import free_port, http_get
+    from tests.support.daemon import free_port, http_get
 
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1)")

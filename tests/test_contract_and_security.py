@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO_ROOT, find_tool
+from tests.support.paths import REPO_ROOT, find_tool
 
 
 def test_schemathesis_against_running_daemon(start_daemon, tmp_path):

@@ -22,7 +22,7 @@ from gpustats.engine.state_files import (
     decode_journal_line,
     encode_journal_line,
 )
-from tests.clock import Clock
+from tests.support.clock import Clock
 
 
 def persist_to(counters, path):

@@ -10,82 +10,17 @@ from gpustats.export.dcgm import render_dcgm
 from gpustats.export.dcgm_table import DEVICE_FIELDS, PROF_FIELDS
 from gpustats.export.prometheus import render
 from gpustats.model.device import (
-    DeviceIdentity, DeviceReading, GpmReading, MigInstanceReading, RemappedRowsReading,
-    ViolationReading,
+    DeviceReading, GpmReading, RemappedRowsReading, ViolationReading,
 )
-from gpustats.model.health import Condition, DeviceHealth
-from gpustats.model.host import NodeStats
-from gpustats.model.snapshot import (
-    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
-)
+from gpustats.model.snapshot import ContainerAccelerator, ContainerStats, PodStats
+from tests.support.dcgm_snapshot import A, M, dcgm_snapshot, one_sample, samples
+from tests.support.gpus import H100
 
-GIB, MIB = 1 << 30, 1 << 20
-A, M = "GPU-aaaa", "GPU-mmmm"
-H100 = "NVIDIA H100 80GB HBM3"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-
-GPM = GpmReading(sm_active_percent=80.0, sm_occupancy_percent=40.0, dram_active_percent=35.0,
-                 graphics_active_percent=91.5, pcie_tx_bytes_per_second=1.5e9,
-                 pcie_rx_bytes_per_second=2.5e9, nvlink_tx_bytes_per_second=3e10,
-                 nvlink_rx_bytes_per_second=2e10, tensor_active_percent=55.0)
-
-
-def _reading(identity, **extra):
-    values = dict(
-        memory_used_bytes=20 * GIB, memory_free_bytes=59 * GIB + 512 * MIB,
-        memory_reserved_bytes=512 * MIB, utilization_percent=87, memory_utilization_percent=41,
-        encoder_utilization_percent=3, decoder_utilization_percent=9, power_watts=612.457,
-        energy_counter_millijoules=5_482_219_904_411, temperature_celsius=64,
-        memory_temperature_celsius=71, sm_clock_mhz=1755, memory_clock_mhz=2619,
-        pcie_replay_count=4, clocks_event_reasons=0x24,
-        remapped_rows=RemappedRowsReading(2, 1, False, True),
-        violations=ViolationReading(power_ns=2_000_000_123, thermal_ns=7_000, sync_boost_ns=0,
-                                    board_limit_ns=None),
-        gpm=GPM)
-    values.update(extra)
-    return DeviceReading(identity=identity, monotonic_seconds=1.0, **values)
-
-
-def _snapshot(*, holders=1, xid=48, driver="580.65.06", gpm=GPM, a_reading=None):
-    a_id = DeviceIdentity(0, A, H100, 0, "00000000:1A:00.0", 80 * GIB)
-    m_id = DeviceIdentity(1, M, H100, 1, "00000000:2B:00.0", 80 * GIB)
-    health = DeviceHealth((Condition("NVMLReady", "False", "XidError", "XID 48", 1.0, "nvml"),),
-                          xid_error_count=1, last_xid=xid)
-    mig = _reading(m_id, gpm=None, utilization_percent=None, mig_enabled=True, mig_instances=(
-        MigInstanceReading(7, 0, "MIG-7", "1g.10gb", 10 * GIB, 3 * GIB,
-                           gpm=GpmReading(graphics_active_percent=30.0)),
-        MigInstanceReading(8, 0, "MIG-8", "1g.10gb", 10 * GIB, 0, gpm=None)))
-    devices = (DeviceStats(identity=a_id, health=health,
-                           reading=a_reading or _reading(a_id, gpm=gpm)),
-               DeviceStats(identity=m_id, health=DeviceHealth(()), reading=mig))
-    trainer = ContainerStats("1" * 64, "trainer", pod_uid="u1",
-                             accelerators=(ContainerAccelerator(A),))
-    other = ContainerStats("2" * 64, "sidecar", pod_uid="u1",
-                           accelerators=(ContainerAccelerator(A),))
-    server = ContainerStats("3" * 64, "server", pod_uid="u2",
-                            accelerators=(ContainerAccelerator(M, gpu_instance_id=7),))
-    pods = (PodStats("u1", "train-0", "ml", containers=(trainer, other)[:holders]),
-            PodStats("u2", "embed-0", "serving", containers=(server,)))
-    return Snapshot(sequence=1, taken_at=1.0, monotonic=1.0,
-                    node=NodeStats("node-7", 0.0), devices=devices, pods=pods,
-                    status=DaemonStatus(driver_version=driver, nvml_loaded=True))
 
 
 def _families(text):
     return {f.name: f for f in text_string_to_metric_families(text)}
-
-
-def _samples(text, name):
-    # prometheus-client's parser names counter samples "<family>_total" whatever the text says.
-    return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
-            if f.name == name]
-
-
-def _one(text, name, **labels):
-    found = [(l, v) for l, v in _samples(text, name)
-             if all(l.get(k) == val for k, val in labels.items())]
-    assert len(found) == 1, (name, labels, found)
-    return found[0]
 
 
 def test_every_table_path_names_a_reading_field():
@@ -101,7 +36,7 @@ def test_every_table_path_names_a_reading_field():
 
 
 def test_values_in_dcgm_units_with_dcgm_types():
-    text = render_dcgm(_snapshot()).decode()
+    text = render_dcgm(dcgm_snapshot()).decode()
     families = _families(text)
     expected = {
         "DCGM_FI_DEV_SM_CLOCK": 1755, "DCGM_FI_DEV_MEM_CLOCK": 2619,
@@ -123,7 +58,7 @@ def test_values_in_dcgm_units_with_dcgm_types():
         "DCGM_FI_PROF_NVLINK_RX_BYTES": 2e10,
     }
     for name, value in expected.items():
-        assert _one(text, name, gpu="0")[1] == pytest.approx(value), name
+        assert one_sample(text, name, gpu="0")[1] == pytest.approx(value), name
     counters = {f.name for f in (*DEVICE_FIELDS,) if f.kind == "counter"}
     assert counters == {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
                         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
@@ -138,8 +73,8 @@ def test_values_in_dcgm_units_with_dcgm_types():
 
 
 def test_labels_as_dcgm_exporter_names_them():
-    text = render_dcgm(_snapshot()).decode()
-    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    text = render_dcgm(dcgm_snapshot()).decode()
+    labels, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     assert labels == {"gpu": "0", "UUID": A, "pci_bus_id": "00000000:1A:00.0",
                       "device": "nvidia0", "modelName": H100, "Hostname": "node-7",
                       "DCGM_FI_DRIVER_VERSION": "580.65.06", "container": "trainer",
@@ -149,38 +84,38 @@ def test_labels_as_dcgm_exporter_names_them():
     assert [kv.split("=")[0] for kv in line[line.index("{") + 1:line.index("}")].split(",")] \
         == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
             "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod", "pod_uid"]
-    xid, _ = _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
+    xid, _ = one_sample(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
     assert xid["err_code"] == "48" and xid["err_msg"] == "double-bit ECC error"
 
 
 def test_mig_instances_carry_gpu_instance_labels_and_their_pod():
-    text = render_dcgm(_snapshot()).decode()
-    labels, value = _one(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu="1", GPU_I_ID="7")
+    text = render_dcgm(dcgm_snapshot()).decode()
+    labels, value = one_sample(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu="1", GPU_I_ID="7")
     assert value == pytest.approx(0.30)
     assert labels["GPU_I_PROFILE"] == "1g.10gb" and labels["pod"] == "embed-0"
     assert labels["container"] == "server" and labels["namespace"] == "serving"
-    assert _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")[1] == 3 * 1024
-    assert _one(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="7")[1] == 7 * 1024
-    free_instance, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")
+    assert one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")[1] == 3 * 1024
+    assert one_sample(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="7")[1] == 7 * 1024
+    free_instance, _ = one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")
     assert "pod" not in free_instance
     # No GPM on instance 8, none at the MIG GPU's device level: no profiling series there.
-    assert [l for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert [l for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
             if l["gpu"] == "1"] == [labels]
-    device_level, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="1")
+    device_level, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="1")
     assert "pod" not in device_level and "GPU_I_ID" not in device_level
-    assert not [l for l, _ in _samples(text, "DCGM_FI_DEV_GPU_UTIL") if l["gpu"] == "1"]
+    assert not [l for l, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL") if l["gpu"] == "1"]
 
 
 def test_profiling_fields_absent_without_gpm_never_from_duty_cycle():
-    text = render_dcgm(_snapshot(gpm=None)).decode()
-    assert not [l for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") if l["gpu"] == "0"]
+    text = render_dcgm(dcgm_snapshot(gpm=None)).decode()
+    assert not [l for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") if l["gpu"] == "0"]
     assert not [n for n in _families(text) if n.startswith("DCGM_FI_PROF_SM")]
-    assert _one(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[1] == 87
+    assert one_sample(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[1] == 87
 
 
 def test_unknown_labels_are_left_out():
-    text = render_dcgm(_snapshot(driver=None)).decode()
-    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    text = render_dcgm(dcgm_snapshot(driver=None)).decode()
+    labels, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     assert "DCGM_FI_DRIVER_VERSION" not in labels
     assert '=""' not in text
 
@@ -196,30 +131,30 @@ def _shared(snap):
 
 
 def test_shared_gpu_gives_each_holder_a_copy_of_its_series():
-    text = render_dcgm(_shared(_snapshot())).decode()
+    text = render_dcgm(_shared(dcgm_snapshot())).decode()
     for name, value in (("DCGM_FI_DEV_GPU_UTIL", 87), ("DCGM_FI_DEV_FB_USED", 20 * 1024),
                         ("DCGM_FI_DEV_POWER_USAGE", 612.457),
                         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.915)):
         found = {(l["namespace"], l["pod"], l["container"], l["pod_uid"]): v
-                 for l, v in _samples(text, name) if l["gpu"] == "0"}
+                 for l, v in samples(text, name) if l["gpu"] == "0"}
         # One copy per holder, none without pod labels: sum by (pod) keeps the shared GPU.
         assert found == {("ml", "train-0", "trainer", "u1"): pytest.approx(value),
                          ("shop", "web-0", "web", "u3"): pytest.approx(value)}, name
-    xids = [l for l, _ in _samples(text, "DCGM_FI_DEV_XID_ERRORS") if l["gpu"] == "0"]
+    xids = [l for l, _ in samples(text, "DCGM_FI_DEV_XID_ERRORS") if l["gpu"] == "0"]
     assert sorted(l["pod"] for l in xids) == ["train-0", "web-0"]
     assert all(l["err_code"] == "48" for l in xids)
-    instance = {l["pod"]: v for l, v in _samples(text, "DCGM_FI_DEV_FB_USED")
+    instance = {l["pod"]: v for l, v in samples(text, "DCGM_FI_DEV_FB_USED")
                 if l.get("GPU_I_ID") == "7"}
     assert instance == {"embed-0": 3 * 1024, "embed-1": 3 * 1024}
-    assert {l["pod"] for l, _ in _samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert {l["pod"] for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
             if l.get("GPU_I_ID") == "7"} == {"embed-0", "embed-1"}
     # The idle instance nobody holds keeps its one series, memory included.
-    assert _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")[1] == 0
-    assert _one(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="8")[1] == 10 * 1024
+    assert one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")[1] == 0
+    assert one_sample(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="8")[1] == 10 * 1024
 
 
 def test_device_plugin_replicas_carry_vgpu():
-    snap = _shared(_snapshot())
+    snap = _shared(dcgm_snapshot())
     first, web = snap.pods[0], snap.pods[2]
     trainer = replace(first.containers[0], accelerators=(
         ContainerAccelerator(A, replicas=(0,)),))
@@ -228,79 +163,79 @@ def test_device_plugin_replicas_carry_vgpu():
     snap = replace(snap, pods=(replace(first, containers=(trainer,)), snap.pods[1],
                                replace(web, containers=(webc,)), snap.pods[3]))
     text = render_dcgm(snap).decode()
-    found = sorted((l["pod"], l["vgpu"]) for l, _ in _samples(text, "DCGM_FI_DEV_GPU_UTIL")
+    found = sorted((l["pod"], l["vgpu"]) for l, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL")
                    if l["gpu"] == "0")
     assert found == [("train-0", "0"), ("web-0", "1"), ("web-0", "2")]
     line = next(l for l in text.splitlines()
                 if l.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in l)
     assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 87')
     # No replica known (a MIG instance here): no vgpu label.
-    assert all("vgpu" not in l for l, _ in _samples(text, "DCGM_FI_DEV_FB_USED")
+    assert all("vgpu" not in l for l, _ in samples(text, "DCGM_FI_DEV_FB_USED")
                if l.get("GPU_I_ID") == "7")
 
 
 def test_two_containers_of_one_pod_each_get_a_copy():
-    text = render_dcgm(_snapshot(holders=2)).decode()
-    assert sorted(l["container"] for l, _ in _samples(text, "DCGM_FI_DEV_GPU_TEMP")
+    text = render_dcgm(dcgm_snapshot(holders=2)).decode()
+    assert sorted(l["container"] for l, _ in samples(text, "DCGM_FI_DEV_GPU_TEMP")
                   if l["gpu"] == "0") == ["sidecar", "trainer"]
 
 
 def test_unnamed_pod_and_bare_container_hold_without_labels():
-    snap = _snapshot()
+    snap = dcgm_snapshot()
     unnamed = replace(snap.pods[1], name=None, namespace=None)
     text = render_dcgm(replace(snap, pods=(snap.pods[0], unnamed))).decode()
-    labels, _ = _one(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
+    labels, _ = one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="7")
     assert "pod" not in labels and "pod_uid" not in labels and "container" not in labels
     # Beside a named holder, a bare container adds no copy: the named holder's is the one.
     bare = ContainerStats("4" * 64, "x", accelerators=(ContainerAccelerator(A),))
     text = render_dcgm(replace(snap, containers=(bare,))).decode()
-    assert _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]["pod"] == "train-0"
+    assert one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]["pod"] == "train-0"
     alone = replace(snap, pods=(unnamed,), containers=(bare,))
-    assert "pod" not in _one(render_dcgm(alone).decode(), "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
+    assert "pod" not in one_sample(render_dcgm(alone).decode(), "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0]
 
 
 def test_hostname_label_as_a_release_or_the_main_branch_names_it():
-    assert _one(render_dcgm(_snapshot()).decode(), "DCGM_FI_DEV_GPU_TEMP",
+    assert one_sample(render_dcgm(dcgm_snapshot()).decode(), "DCGM_FI_DEV_GPU_TEMP",
                 gpu="0")[0]["Hostname"] == "node-7"
-    text = render_dcgm(_snapshot(), hostname_label="hostname").decode()
-    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    text = render_dcgm(dcgm_snapshot(), hostname_label="hostname").decode()
+    labels, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     assert labels["hostname"] == "node-7" and "Hostname" not in labels
     line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
     assert ',modelName="' + H100 + '",hostname="node-7",DCGM_FI_DRIVER_VERSION=' in line
-    compat, _ = render(_snapshot(), None, dcgm_compat=True, dcgm_hostname_label="hostname")
+    compat, _ = render(dcgm_snapshot(), None, dcgm_compat=True, dcgm_hostname_label="hostname")
     assert b'hostname="node-7"' in compat and b"Hostname=" not in compat
     with pytest.raises(ValueError):
-        render_dcgm(_snapshot(), hostname_label="HOSTNAME")
+        render_dcgm(dcgm_snapshot(), hostname_label="HOSTNAME")
 
 
 def test_no_xid_yet_reads_zero_no_error():
-    text = render_dcgm(_snapshot(xid=None)).decode()
-    labels, value = _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
+    text = render_dcgm(dcgm_snapshot(xid=None)).decode()
+    labels, value = one_sample(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")
     assert value == 0 and labels["err_code"] == "0" and labels["err_msg"] == "No Error"
 
 
 def test_lost_gpu_and_gpu_without_reading_give_no_readings():
-    snap = _snapshot()
+    snap = dcgm_snapshot()
     lost = replace(snap.devices[0], reading=replace(snap.devices[0].reading, lost=True))
     gone = replace(snap.devices[1], reading=None)
     text = render_dcgm(replace(snap, devices=(lost, gone))).decode()
     assert "DCGM_FI_DEV_GPU_TEMP" not in text
-    assert _one(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")[1] == 48
+    assert one_sample(text, "DCGM_FI_DEV_XID_ERRORS", gpu="0")[1] == 48
 
 
 def test_label_values_are_escaped():
-    snap = _snapshot()
+    snap = dcgm_snapshot()
     weird = replace(snap.devices[0], identity=replace(snap.devices[0].identity,
                                                       name='GPU "quoted"\\ and\nnewline'))
     text = render_dcgm(replace(snap, devices=(weird,))).decode()
-    labels, _ = _one(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    labels, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     # The newline is a control character: shown as \x0a, as in every output (export.text).
     assert labels["modelName"] == 'GPU "quoted"\\ and\\x0anewline'
 
 
 @pytest.mark.parametrize("accept", [None, OPENMETRICS])
 def test_flag_adds_dcgm_families_and_leaves_ours_unchanged(accept):
-    snap = _snapshot()
+    snap = dcgm_snapshot()
     plain, content_type = render(snap, accept)
     compat, compat_type = render(snap, accept, dcgm_compat=True)
     assert content_type == compat_type

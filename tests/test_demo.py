@@ -10,8 +10,8 @@ from pathlib import Path
 
 from gpustats.demo.load import MIG_GPU, TENANTS, gpu_uuid, scenario_at
 from gpustats.simulator import parse_scenario
-from tests.conftest import REPO_ROOT
-from tests.test_page_chromium import HEADLESS, chromium
+from tests.support.browser import HEADLESS, chromium
+from tests.support.paths import REPO_ROOT
 
 PODS = {(t.namespace, t.pod) for t in TENANTS}
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpustats.export.metric_table import COUNTER, FAMILIES, INFO
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 UNIT = REPO_ROOT / "systemd" / "gpustats.service"
 MANIFESTS = REPO_ROOT / "manifests"

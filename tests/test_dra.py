@@ -7,7 +7,6 @@ from concurrent import futures
 
 import grpc
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
@@ -19,11 +18,11 @@ from gpustats.model.dra import CdiDeviceNodes, ClaimDevice, MigCapability
 from gpustats.model.snapshot import ProcessStats
 from gpustats.sources.podresources import podresources_api_pb2 as api
 from gpustats.sources.podresources.client import PodResourcesClient, allocations_from_response
-from tests.test_container_tracker import (
-    UID, A, B, FakeAllocations, FakeCgroups, FakeNames, FakeProcs, ident, reading,
+from tests.support.podresources import old_response
+from tests.support.tracker_fakes import (
+    GPU0, GPU1, UID, A, B, FakeAllocations, FakeCgroups, FakeNames, FakeProcs, ident, reading,
 )
 
-GPU0, GPU1 = "GPU-0", "GPU-1"
 NV = "gpu.nvidia.com"
 
 
@@ -412,58 +411,6 @@ def current_response():
     ])
 
 
-def _old_kubelet_messages(with_driver_fields: bool):
-    """The v1 messages as an older kubelet compiled them: no share_id (before 1.35), and before
-    1.31 ``class_name = 1`` with only ``cdi_devices`` in ClaimResource."""
-    f = descriptor_pb2.FileDescriptorProto(name="old_api.proto", package="v1", syntax="proto3")
-    string, rep, msg = (descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-                        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                        descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
-    opt = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-
-    def message(name, *fields):
-        m = f.message_type.add(name=name)
-        for number, fname, ftype, label, type_name in fields:
-            m.field.add(name=fname, number=number, type=ftype, label=label,
-                        type_name=type_name or None)
-
-    message("CDIDevice", (1, "name", string, opt, ""))
-    claim_fields = [(1, "cdi_devices", msg, rep, ".v1.CDIDevice")]
-    if with_driver_fields:
-        claim_fields += [(2, "driver_name", string, opt, ""), (3, "pool_name", string, opt, ""),
-                         (4, "device_name", string, opt, "")]
-    message("ClaimResource", *claim_fields)
-    dynamic = [(2, "claim_name", string, opt, ""), (3, "claim_namespace", string, opt, ""),
-               (4, "claim_resources", msg, rep, ".v1.ClaimResource")]
-    if not with_driver_fields:
-        dynamic.insert(0, (1, "class_name", string, opt, ""))
-    message("DynamicResource", *dynamic)
-    message("ContainerResources", (1, "name", string, opt, ""),
-            (5, "dynamic_resources", msg, rep, ".v1.DynamicResource"))
-    message("PodResources", (1, "name", string, opt, ""), (2, "namespace", string, opt, ""),
-            (3, "containers", msg, rep, ".v1.ContainerResources"))
-    message("ListPodResourcesResponse", (1, "pod_resources", msg, rep, ".v1.PodResources"))
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(
-        "v1.ListPodResourcesResponse"))
-
-
-def old_response(with_driver_fields):
-    cls = _old_kubelet_messages(with_driver_fields)
-    resource = {"cdi_devices": [{"name": "k8s.gpu.nvidia.com/claim=u-gpu-0"}]}
-    dynamic = {"claim_name": "gpu", "claim_namespace": "ml", "claim_resources": [resource]}
-    if with_driver_fields:
-        resource.update(driver_name=NV, pool_name="node-1", device_name="gpu-0")
-    else:
-        dynamic["class_name"] = "gpu.nvidia.com"
-    from google.protobuf import json_format
-    return json_format.ParseDict({"pod_resources": [{"name": "train-0", "namespace": "ml",
-                                                      "containers": [{"name": "main",
-                                                                      "dynamic_resources": [
-                                                                          dynamic]}]}]}, cls())
-
-
 def serve_bytes(tmp_path, body: bytes):
     handler = grpc.method_handlers_generic_handler("v1.PodResourcesLister", {
         "List": grpc.unary_unary_rpc_method_handler(
@@ -552,7 +499,7 @@ def test_cdi_spec_dirs_option_forms(tmp_path):
 
 def test_daemonset_mounts_cdi_dirs_read_only():
     import yaml
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
 
     docs = yaml.safe_load_all((REPO_ROOT / "manifests" / "daemonset.yaml").read_text())
     pod = next(d for d in docs if d and d.get("kind") == "DaemonSet")["spec"]["template"]["spec"]
@@ -569,7 +516,7 @@ def test_dcgm_compat_series_carry_dra_labels_in_dcgm_exporter_order():
     from dataclasses import replace
 
     from gpustats.export.dcgm import render_dcgm
-    from tests.test_dcgm_export import _one, _snapshot
+    from tests.support.dcgm_snapshot import dcgm_snapshot as _snapshot, one_sample as _one
 
     snapshot = _snapshot()
     full, mig = claim(name="train", share="s-1"), claim(name="embed", namespace="serving",

@@ -7,31 +7,21 @@ import time
 
 import pytest
 
-from tests.fakehost import (
+from tests.support.dcgm_exporter import Exporter
+from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.invariants import assert_attributed_watts
-from tests.test_dcgm import Exporter
+from tests.support.gpus import GPU_A as GPU, device
+from tests.support.invariants import assert_attributed_watts
+from tests.support.simulated import start_simulated
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "",
         "--idle-power-watts", "100")
 
 
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300}
-    d.update(extra)
-    return d
-
-
 def start(start_daemon, tmp_path, scenario, placement, *extra):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *ARGS, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, scenario, build(tmp_path / "host", placement),
+                           *ARGS, *extra)
 
 
 def energy(summary, n):

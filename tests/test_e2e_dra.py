@@ -15,11 +15,11 @@ from gpustats.sources.podresources import podresources_api_pb2 as api
 from gpustats.sources.podresources import podresources_api_pb2_grpc as api_grpc
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
-from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.test_cdi import make_caps
-from tests.test_documents import alias_bomb
-from tests.test_dra import old_response
-from tests.test_hostile import timed_get
+from tests.support.daemon import timed_get
+from tests.support.documents import alias_bomb
+from tests.support.fakehost import build, container_id, make_caps, pod_uid
+from tests.support.podresources import old_response
+from tests.support.simulated import start_simulated
 
 FULL, MIGGPU, SHARED, IDLE = (f"GPU-{c * 8}-1111-4111-8111-{c * 12}" for c in "abcd")
 ARGS = ("--housekeeping-interval", "0.2", "--idle-power-watts", "100")
@@ -95,17 +95,13 @@ def cdi_name(claim_uid, name):
 def start(start_daemon, tmp_path, node, kubelet_adder, devices, placement, processes, *extra):
     cgroup, proc = build(tmp_path / "host", placement)
     make_caps(proc, {(1, 7, None): 66, (1, 7, 0): 67, (1, 8, None): 75, (1, 8, 0): 76})
-    scenario = tmp_path / "s.yaml"
-    write_scenario(scenario, {"devices": devices, "processes": processes})
     pod_resources = node(kubelet_adder, "kubelet.sock")
     runtime = node(lambda s: cri_grpc.add_RuntimeServiceServicer_to_server(Runtime(), s),
                    "containerd.sock")
-    daemon = start_daemon("--simulate", str(scenario), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), "--pod-resources-socket", pod_resources,
-                          "--runtime-socket", runtime, "--cdi-spec-dirs",
-                          f"{tmp_path / 'etc-cdi'},{tmp_path / 'run-cdi'}", *ARGS, *extra)
-    daemon.wait_ready()
-    return daemon
+    return start_simulated(start_daemon, tmp_path, {"devices": devices, "processes": processes},
+                           (cgroup, proc), "--pod-resources-socket", pod_resources,
+                           "--runtime-socket", runtime, "--cdi-spec-dirs",
+                           f"{tmp_path / 'etc-cdi'},{tmp_path / 'run-cdi'}", *ARGS, *extra)[0]
 
 
 def pods_by_name(summary):

@@ -5,10 +5,8 @@ import time
 
 import pytest
 
-from tests.fakehost import write_scenario
-
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+from tests.support.fakehost import write_scenario
+from tests.support.gpus import GPU_A as A, GPU_B as B
 
 
 def gpus(summary):

@@ -6,10 +6,9 @@ import sys
 import time
 
 from gpustats.export.metric_table import FAMILIES
-from tests.conftest import REPO_ROOT
-from tests.fakehost import build, write_scenario
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.gpus import GPU_A as GPU
+from tests.support.paths import REPO_ROOT
+from tests.support.fakehost import build, write_scenario
 
 
 def _exposed(family) -> str:

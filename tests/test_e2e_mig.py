@@ -7,10 +7,13 @@ import time
 
 import pytest
 
-from tests.fakehost import build, container_id, containers_by_id, metric_value, write_scenario
-from tests.invariants import counters
+from tests.support.fakehost import (
+    build, container_id, containers_by_id, metric_value, write_scenario,
+)
+from tests.support.gpus import GPU_A as GPU
+from tests.support.invariants import counters
+from tests.support.simulated import start_simulated
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GIB = 1024 ** 3
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100",
         "--housekeeping-interval", "0.25")
@@ -30,13 +33,8 @@ def scenario(instances, processes):
 
 
 def start(start_daemon, tmp_path, data, placement, *extra):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, data)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *BASE, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, data, build(tmp_path / "host", placement),
+                           *BASE, *extra)
 
 
 def mig_instances(summary):

@@ -5,11 +5,8 @@ import time
 
 import yaml
 
-from tests.conftest import make_pci_device
-from tests.fakehost import metric_value
-
-GPU_A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-GPU_B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+from tests.support.fakehost import make_pci_device, metric_value
+from tests.support.gpus import GPU_A, GPU_B
 
 
 def two_gpus(**overrides_b):

@@ -6,41 +6,34 @@ the summary decodes as the kubelet's Go types."""
 import json
 import urllib.request
 from concurrent import futures
+from functools import partial
 
 import grpc
 import pytest
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
-from tests.fakehost import (
+from tests.support.dcgm_exporter import Exporter
+from tests.support.fakehost import (
     build, container_id, containers_by_id, metric_value, pod_uid, write_scenario,
 )
-from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
-from tests.test_dcgm import Exporter
+from tests.support import gpus
+from tests.support.gpus import GPU_B as GPU
+from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.simulated import start_simulated
 
-GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 MIG7, MIG8 = "MIG-bbbbbbbb-2222-4222-8222-000000000007", "MIG-bbbbbbbb-2222-4222-8222-000000000008"
 GIB = 1 << 30
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "",
         "--idle-power-watts", "100")
 
 
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300,
-         "memory_total_bytes": 80 * GIB}
-    d.update(extra)
-    return d
+device = partial(gpus.device, uuid=GPU, memory_total_bytes=80 * GIB)
 
 
 def start(start_daemon, tmp_path, scenario, placement, *extra, runtime_socket=""):
-    cgroup, proc = build(tmp_path / "host", placement)
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario)
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), "--runtime-socket", runtime_socket,
-                          *ARGS, *extra)
-    daemon.wait_ready()
-    return daemon, path
+    return start_simulated(start_daemon, tmp_path, scenario, build(tmp_path / "host", placement),
+                           "--runtime-socket", runtime_socket, *ARGS, *extra)
 
 
 # ------------------------------------------------------------------ MIG tenants

@@ -9,8 +9,7 @@ import yaml
 
 from gpustats.export.summary import summary_dict
 from gpustats.sources.nvml.energy_reads import DeferredEnergy
-
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.gpus import GPU_A as A
 
 
 def test_every_one_reports_the_hardware_counter_unchanged():

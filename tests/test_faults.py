@@ -5,14 +5,15 @@ stayed intact.
 """
 
 import logging
+from functools import partial
 
 import pytest
 import yaml
 
 from gpustats.export.summary import summary_dict
+from tests.support import gpus
+from tests.support.gpus import GPU_A as GPU, GPU_B as GPU2
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-GPU2 = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 FIELDS = {  # simulator "unsupported" name -> summary keys that must disappear
     "memory": ["memoryUsed", "memoryTotal"],        # one NVML call gives both
     "utilization": ["dutyCycle"],
@@ -39,11 +40,8 @@ def make_daemon(tmp_path, in_process_daemon):
     return _make
 
 
-def device(**extra):
-    d = {"uuid": GPU, "minor": 0, "power_watts": 300, "utilization_percent": 50,
-         "memory_used_bytes": 100, "memory_total_bytes": 1000, "temperature_celsius": 40}
-    d.update(extra)
-    return d
+device = partial(gpus.device, name=None, utilization_percent=50, memory_used_bytes=100,
+                 memory_total_bytes=1000, temperature_celsius=40)
 
 
 def accelerator(snapshot, uuid=GPU):

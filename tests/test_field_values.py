@@ -12,10 +12,10 @@ from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from tests.clock import Clock
-from tests.fakehost import write_scenario
+from tests.support.clock import Clock
+from tests.support.fakehost import write_scenario
+from tests.support.gpus import GPU_A as A
 
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GIB = 1024 ** 3
 RICH = {
     "uuid": A, "power_watts": 250.5, "temperature_celsius": 55, "memory_temperature_celsius": 61,

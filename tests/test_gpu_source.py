@@ -6,7 +6,7 @@ import pytest
 
 from gpustats.engine.gpus import GpuSource, SessionUnavailable
 from gpustats.model.device import DeviceIdentity, DeviceReading
-from tests.clock import Clock
+from tests.support.clock import Clock
 
 
 class Scanner:

@@ -11,7 +11,7 @@ from gpustats.engine.history import CONTAINER_WIDTH, GPU_WIDTH, History
 from gpustats.export.history import history_json
 from gpustats.model.device import DeviceIdentity
 from gpustats.model.snapshot import DeviceStats
-from tests.snapshots import A, B, C1, C2, C3, M, T, sample_snapshot
+from tests.support.snapshots import A, B, C1, C2, C3, M, T, sample_snapshot
 
 
 def at(seconds: float, sequence: int | None = None, **changes):

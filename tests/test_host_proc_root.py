@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from tests.fakehost import build, container_id, write_scenario
+from tests.support.fakehost import build, container_id, write_scenario
+from tests.support.gpus import GPU_C as GPU
 
-GPU = "GPU-cccccccc-3333-4333-8333-cccccccccccc"
 PID_MAX_LIMIT = 1 << 22                     # include/linux/threads.h, 64-bit
 PIDS = (PID_MAX_LIMIT + 7, PID_MAX_LIMIT + 8)
 START_TICKS = {PIDS[0]: 123456, PIDS[1]: 234567}

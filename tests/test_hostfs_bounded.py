@@ -10,7 +10,7 @@ from gpustats.hostfs import (
     DEADLINE, NOT_REGULAR, TOO_LARGE, UnsafeFile, read_int, read_regular, read_text,
 )
 from gpustats.kept_files import KeptFiles
-from tests.conftest import open_descriptors
+from tests.support.descriptors import open_descriptors
 
 
 def test_regular_file_and_kernel_files_read_whole(tmp_path):

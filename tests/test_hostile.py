@@ -18,42 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fakehost import build, container_id, write_scenario
-from tests.test_dcgm import Exporter
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "")
-
-
-def device(**extra):
-    d = {"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "power_watts": 300}
-    d.update(extra)
-    return d
-
-
-def start(start_daemon, tmp_path, scenario=None, placement=None, *extra, ready=True):
-    cgroup, proc = build(tmp_path / "host", placement or {101: (1, 1)})
-    path = tmp_path / "s.yaml"
-    write_scenario(path, scenario or {"devices": [device()],
-                                      "processes": [{"pid": 101, "device": GPU}]})
-    daemon = start_daemon("--simulate", str(path), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *ARGS, *extra)
-    if ready:
-        daemon.wait_ready()
-    return daemon, path, cgroup
-
-
-def timed_get(port: int, path: str, timeout: float = 1.0) -> tuple[int, float]:
-    """(status, seconds) of one request on a fresh connection; raises on timeout."""
-    began = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status, time.monotonic() - began
-    finally:
-        conn.close()
+from tests.support.daemon import timed_get
+from tests.support.dcgm_exporter import Exporter
+from tests.support.fakehost import build, container_id, write_scenario
+from tests.support.gpus import GPU_A as GPU, device
+from tests.support.hostile import ARGS, start
 
 
 def source(daemon, name: str) -> dict | None:
@@ -137,7 +106,7 @@ def test_idle_and_trickling_sockets_leave_probes_and_data_answering(start_daemon
 
 
 def test_separate_health_listener(start_daemon, tmp_path):
-    from tests.conftest import free_port
+    from tests.support.daemon import free_port
     health = free_port()
     daemon, _, _ = start(start_daemon, tmp_path, None, None, "--health-listen",
                          f"127.0.0.1:{health}")

@@ -19,8 +19,8 @@ from bench.attackers import TricklingSockets, read_until_closed, replies
 from gpustats.fdlimit import HEALTH_CONNECTIONS
 from gpustats.serving import (BODY_DEADLINE_SECONDS, CLEANUP_SECONDS,
                               HEADER_DEADLINE_SECONDS)
-from tests.conftest import free_port
-from tests.test_hostile import start, timed_get
+from tests.support.daemon import free_port, timed_get
+from tests.support.hostile import start
 
 # A trickled request is answered at the first clean-up pass after its deadline.
 SLACK_SECONDS = CLEANUP_SECONDS + 1.5

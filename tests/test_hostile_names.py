@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehost import build, container_id, containers_by_id, metric_value, pod_uid, \
+from tests.support.fakehost import build, container_id, containers_by_id, metric_value, pod_uid, \
     write_scenario
+from tests.support.gpus import GPU_A as GPU
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 ARGS = ("--housekeeping-interval", "0.2", "--runtime-socket", "")
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 

@@ -10,9 +10,8 @@ from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.store import SnapshotStore
 from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
-from tests.clock import Clock
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.clock import Clock
+from tests.support.gpus import GPU_A as GPU
 
 
 class ScriptedGpus:

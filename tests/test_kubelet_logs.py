@@ -13,25 +13,12 @@ from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.kubelet_logs import (
     KubeletLogNames, parse_any_link, parse_container_link, parse_link_target, parse_pod_dir,
 )
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU
+from tests.support.kubelet_logs import layout
 
 UID = "5c3e2a10-8f1b-4c1e-9a57-0d8c7c2f9e11"
 CID = "ab" * 32
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-
-
-def layout(root: Path, pods: dict[tuple[str, str, str], dict[str, str]]) -> None:
-    """``pods``: (namespace, pod, uid) -> {container name: container id}, as the kubelet lays
-    them out (absolute host-path link targets, which dangle under ``root``)."""
-    (root / "pods").mkdir(parents=True, exist_ok=True)
-    (root / "containers").mkdir(parents=True, exist_ok=True)
-    for (namespace, pod, uid), containers in pods.items():
-        pod_dir = root / "pods" / f"{namespace}_{pod}_{uid}"
-        for name, cid in containers.items():
-            (pod_dir / name).mkdir(parents=True, exist_ok=True)
-            (pod_dir / name / "0.log").write_text("never read\n")
-            os.symlink(f"/var/log/pods/{namespace}_{pod}_{uid}/{name}/0.log",
-                       root / "containers" / f"{pod}_{namespace}_{name}-{cid}.log")
 
 
 def test_parsers():

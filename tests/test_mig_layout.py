@@ -15,11 +15,10 @@ from gpustats.sources.nvml.mig import read_layout
 from gpustats.sources.nvml.query import Querier
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from tests.clock import Clock
-from tests.fakehost import write_scenario
+from tests.support.clock import Clock
+from tests.support.fakehost import write_scenario
+from tests.support.gpus import GPU_A as A, GPU_B as B
 
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 GIB = 1024 ** 3
 
 

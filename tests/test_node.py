@@ -13,7 +13,7 @@ from gpustats.hostfs import HostRoots
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.node import _CLOCK_TICKS as HZ
 from gpustats.sources.node import NodeReader
-from tests.clock import Clock
+from tests.support.clock import Clock
 
 
 @pytest.fixture(autouse=True)

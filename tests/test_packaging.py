@@ -11,7 +11,7 @@ from importlib.metadata import packages_distributions
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 SOURCE = "https://github.com/gpustats/gpustats"
 

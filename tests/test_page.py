@@ -13,7 +13,7 @@ from gpustats.engine.store import SnapshotStore
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
-from tests.snapshots import A, C1, T, sample_snapshot
+from tests.support.snapshots import A, C1, T, sample_snapshot
 
 DURATION = 120
 

@@ -3,43 +3,22 @@
 from __future__ import annotations
 
 import re
-import shutil
 import struct
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests import fakeruntime
-from tests.conftest import REPO_ROOT
-from tests.fakehost import build, container_id, pod_uid
+from tests.support import fakeruntime
+from tests.support.browser import HEADLESS, chromium
+from tests.support.fakehost import build, container_id, pod_uid
+from tests.support.paths import REPO_ROOT
 
 # pid -> (pod number, container number) and the names the runtime gives them.
 PLACEMENT = {4242: (1, 1), 4243: (2, 2), 5151: (3, 3)}
 NAMES = {1: ("llm-train-0", "ml", "trainer"), 2: ("notebook-ada", "research", "jupyter"),
          3: ("embed-serve-7f9c", "serve", "server")}
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-
-
-def chromium() -> str:
-    """The browser's path, or a skip naming why it cannot run here."""
-    binary = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
-    if binary is None:
-        pytest.skip("Chromium is not installed (Debian package 'chromium')")
-    try:
-        probe = subprocess.run([binary, *HEADLESS, "--dump-dom", "data:text/html,<p>ok</p>"],
-                               capture_output=True, text=True, timeout=90)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"Chromium cannot run here: {exc}")
-    if "<p>ok</p>" not in probe.stdout:
-        pytest.skip(f"Chromium cannot run here: {probe.stderr.strip()[-300:]}")
-    return binary
-
-
-HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio")
 
 
 def start_node(start_daemon, tmp_path: Path, *extra: str):

@@ -1,6 +1,6 @@
 from gpustats.hostfs import HostRoots
 from gpustats.sources.pci import PciScanner, is_nvidia_gpu, parse_hex, scan_sysfs
-from tests.conftest import make_pci_device
+from tests.support.fakehost import make_pci_device
 
 
 def test_parse_hex():

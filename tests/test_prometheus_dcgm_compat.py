@@ -16,9 +16,10 @@ from concurrent import futures
 
 import pytest
 
-from tests.prometheus import PrometheusServer
-from tests.conftest import REPO_ROOT, DaemonProcess
-from tests.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.daemon import DaemonProcess
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import PrometheusServer
 
 grpc = pytest.importorskip("grpc")
 from gpustats.sources.podresources import podresources_api_pb2 as api  # noqa: E402

@@ -18,11 +18,12 @@ from concurrent import futures
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, DaemonProcess
-from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.prometheus import PrometheusServer
-from tests.test_kubelet_logs import layout
-from tests.test_servicemonitor_prometheus import TARGET_LABELS, operator_job
+from tests.support.daemon import DaemonProcess
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.kubelet_logs import layout
+from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import PrometheusServer
+from tests.support.servicemonitor import TARGET_LABELS, operator_job
 
 grpc = pytest.importorskip("grpc")
 from gpustats.sources.podresources import podresources_api_pb2 as api  # noqa: E402

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.metric_table import FAMILIES
 from gpustats.export.prometheus import MetricsBodies, render
-from tests.snapshots import A, B, sample_snapshot
+from tests.support.snapshots import A, B, sample_snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics_sample.txt"
 

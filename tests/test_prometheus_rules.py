@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpustats.export.metric_table import COUNTER, FAMILIES, INFO
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 RULES = REPO_ROOT / "prometheus" / "gpustats.rules.yml"
 RULE_TESTS = REPO_ROOT / "prometheus" / "gpustats.rules.test.yml"

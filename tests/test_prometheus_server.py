@@ -9,10 +9,9 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import free_port
-from tests.fakehost import build, container_id, write_scenario
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.daemon import free_port
+from tests.support.fakehost import build, container_id, write_scenario
+from tests.support.gpus import GPU_A as GPU
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")

@@ -13,7 +13,7 @@ from gpustats.export.metric_table import FAMILIES, GROUPS
 from gpustats.export.prometheus import render
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.sources import SourceState
-from tests.snapshots import T, sample_snapshot
+from tests.support.snapshots import T, sample_snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
 

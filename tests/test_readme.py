@@ -2,7 +2,7 @@
 
 import re
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 
 def _quick_start_commands():

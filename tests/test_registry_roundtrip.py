@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, free_port, http_get
-from tests.image_build import NO_DEFAULT_ULIMITS, runc_engine
+from tests.support.daemon import free_port, http_get
+from tests.support.gpus import GPU_B as GPU
+from tests.support.image_build import NO_DEFAULT_ULIMITS, runc_engine
+from tests.support.paths import REPO_ROOT
 
 MANIFESTS = REPO_ROOT / "manifests"
 SHIPPED = "ghcr.io/gpustats/gpustats"
 REGISTRY_BINARIES = ("docker-registry", "registry")
-GPU = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 NODE = "gpu-node-7"
 
 

@@ -20,25 +20,12 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, free_port
-from tests.fakehost import build, container_id, pod_uid, write_scenario
-from tests.test_kubelet_logs import layout
-
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-TARGET_LABELS = {"namespace": "gpustats", "service": "gpustats", "pod": "gpustats-x7k2p",
-                 "container": "kube-rbac-proxy", "endpoint": "https", "job": "gpustats"}
-_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label",
-         "replacement": "replacement", "regex": "regex", "action": "action",
-         "separator": "separator", "modulus": "modulus"}
-
-
-def operator_job(endpoint: dict, target: str, job_name: str) -> dict:
-    """One ServiceMonitor endpoint as the Operator renders it, with static targets."""
-    relabel = [{_KEYS[k]: v for k, v in rule.items()} for rule in endpoint.get("relabelings", [])]
-    return {"job_name": job_name, "honor_labels": bool(endpoint.get("honorLabels", False)),
-            "metrics_path": endpoint.get("path", "/metrics"), "scrape_interval": "1s",
-            "static_configs": [{"targets": [target], "labels": TARGET_LABELS}],
-            "relabel_configs": relabel}
+from tests.support.daemon import free_port
+from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import GPU_A as GPU
+from tests.support.kubelet_logs import layout
+from tests.support.paths import REPO_ROOT
+from tests.support.servicemonitor import operator_job
 
 
 def query(port: int, expr: str) -> list:

@@ -74,7 +74,7 @@ def test_every_output_shows_every_name_by_the_rule():
     from gpustats.export.page import page_view
     from gpustats.export.prometheus import render
     from gpustats.export.summary import summary_json
-    from tests.snapshots import sample_snapshot
+    from tests.support.snapshots import sample_snapshot
 
     snapshot = _poisoned(sample_snapshot())
     body = summary_json(snapshot)

@@ -10,11 +10,9 @@ import yaml
 
 from gpustats.simulator import SimulatedNvml
 from gpustats.simulator.scenario import load_scenario, parse_scenario
-from tests.clock import Clock
-from tests.fakehost import write_scenario
-
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
-B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+from tests.support.clock import Clock
+from tests.support.fakehost import write_scenario
+from tests.support.gpus import GPU_A as A, GPU_B as B
 
 
 @pytest.fixture
@@ -333,7 +331,7 @@ def test_scenario_validation(tmp_path):
 
 
 def test_examples_parse():
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
     for path in (REPO_ROOT / "examples").glob("*.yaml"):
         assert load_scenario(str(path)).devices
 

@@ -15,30 +15,24 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpustats.engine.state_files import JOURNAL_FILE, STATE_FILE, decode_journal_line
-from tests.conftest import REPO_ROOT
-from tests.fakehost import build, write_scenario
-from tests.invariants import assert_never_decreased, counters
+from tests.support.fakehost import build, write_scenario
+from tests.support.gpus import GPU_A as GPU, device
+from tests.support.invariants import assert_never_decreased, counters
+from tests.support.paths import REPO_ROOT
+from tests.support.simulated import start_simulated
 
-GPU = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
 SLOW_FSYNC = Path(__file__).resolve().parent / "slow_fsync"
 
 
 def busy() -> dict:
-    return {"devices": [{"uuid": GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0,
-                         "power_watts": 300}],
-            "processes": [{"pid": 101, "device": GPU}]}
+    return {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
 
 
 def start(start_daemon, tmp_path, *extra, env=None):
-    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
-    scenario = tmp_path / "s.yaml"
-    if not scenario.exists():
-        write_scenario(scenario, busy())
-    daemon = start_daemon("--simulate", str(scenario), "--cgroup-root", str(cgroup),
-                          "--proc-root", str(proc), *BASE, *extra, env=env)
-    daemon.wait_ready()
-    return daemon
+    written = (tmp_path / "s.yaml").exists()
+    return start_simulated(start_daemon, tmp_path, None if written else busy(),
+                           build(tmp_path / "host", {101: (1, 1)}), *BASE, *extra, env=env)[0]
 
 
 def scrape(daemon) -> dict:

@@ -13,7 +13,7 @@ from gpustats.model.snapshot import (
     Snapshot,
 )
 from gpustats.web.openapi import openapi_document
-from tests.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 
 T = 1_700_000_000.0
 KUBELET_KEYS = {"make", "model", "id", "memoryTotal", "memoryUsed", "dutyCycle"}

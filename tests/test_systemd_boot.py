@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 SUITE = "bookworm"
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "procps", "python3", "python3-venv")

@@ -12,7 +12,7 @@ from gpustats.export.prometheus import MetricsBodies
 from gpustats.web import conditional
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.conditional import accepts_gzip
-from tests.snapshots import sample_snapshot
+from tests.support.snapshots import sample_snapshot
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 # (path, Accept) for every body served from the snapshot
@@ -184,7 +184,7 @@ def test_real_daemon_serves_gzip_and_304(start_daemon):
     import urllib.error
     import urllib.request
 
-    from tests.conftest import REPO_ROOT
+    from tests.support.paths import REPO_ROOT
 
     daemon = start_daemon("--simulate", str(REPO_ROOT / "examples" / "two-gpus.yaml"),
                           "--housekeeping-interval", "2")

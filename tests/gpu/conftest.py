@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
 
@@ -31,15 +28,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/gpu/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(skip)
-
-
-def nvidia_smi(fields: str) -> list[list[str]]:
-    """``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` rows."""
-    if shutil.which("nvidia-smi") is None:
-        pytest.skip("nvidia-smi not on PATH")
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
-    return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines()]
 
 
 @pytest.fixture

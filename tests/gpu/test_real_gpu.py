@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.conftest import nvidia_smi
+from tests.support.nvidia_smi import nvidia_smi
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.oci_images import busybox, rootfs_tar
+from tests.support.oci_images import busybox, rootfs_tar
 
 TAG = "localhost/gpustats:test"
 PROBE = "localhost/gpustats-probe:busybox"

@@ -1,4 +1,5 @@
-"""Fake cgroup v2 and /proc trees for end-to-end tests through the real daemon."""
+"""Fake cgroup v2, /proc (with the driver's MIG capability files) and sysfs trees for
+end-to-end tests through the real daemon."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gpustats.fakehost import (add_container, add_process, container_cgroup, con
                                copy_node_files, pod_uid, start_cgroup_tree)
 
 __all__ = ["build", "container_id", "pod_uid", "write_scenario", "containers_by_id",
-           "metric_value"]
+           "metric_value", "make_pci_device", "make_caps"]
 
 
 def build(root: Path, placement: dict[int, tuple[int, int]]) -> tuple[Path, Path]:
@@ -47,3 +48,23 @@ def metric_value(text: str, sample_name: str, /, **labels: str) -> float | None:
              if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items())]
     assert len(found) <= 1, (sample_name, labels, found)
     return found[0] if found else None
+
+
+def make_pci_device(sysfs: Path, address: str, vendor: str = "0x10de",
+                    pci_class: str = "0x030200", device: str = "0x2330") -> None:
+    d = sysfs / "bus" / "pci" / "devices" / address
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "vendor").write_text(vendor + "\n")
+    (d / "class").write_text(pci_class + "\n")
+    (d / "device").write_text(device + "\n")
+
+
+def make_caps(proc, table):
+    """table: {(gpu minor, gi, ci or None): capability minor}."""
+    for (gpu, gi, ci), minor in table.items():
+        d = proc / "driver" / "nvidia" / "capabilities" / f"gpu{gpu}" / "mig" / f"gi{gi}"
+        if ci is not None:
+            d = d / f"ci{ci}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "access").write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n"
+                                  "DeviceFileModify: 1\n")

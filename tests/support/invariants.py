@@ -13,7 +13,7 @@ from collections import defaultdict
 import pytest
 
 from bench.chaos_checks import Series, counters  # noqa: F401 - one parser of the billed counters
-from tests.fakehost import metric_value
+from tests.support.fakehost import metric_value
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",
           "gpustats_pod_gpu_joules", "gpustats_node_gpu_mig_joules")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import free_port
+from tests.support.daemon import free_port
 
 
 class PrometheusServer:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).parent / "kubelet_decode"
+SOURCE = Path(__file__).resolve().parent.parent / "kubelet_decode"
 
 
 class DecodeError(AssertionError):

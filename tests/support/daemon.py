@@ -1,0 +1,115 @@
+"""The real daemon in a subprocess on a free loopback port, and plain HTTP GETs to it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.support.paths import REPO_ROOT
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict | str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = resp.read().decode()
+            status = resp.status
+    except urllib.error.HTTPError as err:
+        body = err.read().decode()
+        status = err.code
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+class DaemonProcess:
+    """``python -m gpustats`` in a subprocess on a free loopback port."""
+
+    def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()
+        self.log_path = tmp_path / f"daemon-{self.port}.log"
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.update(env or {})
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
+             "--state-dir", str(tmp_path / "state"), *args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(tmp_path),
+        )
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> tuple[int, dict | str]:
+        return http_get(self.base + path)
+
+    def wait_ready(self, timeout: float = 20.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, body = self.get("/readyz")
+                if status == 200:
+                    return body
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"daemon not ready in {timeout}s:\n{self.log()}")
+
+    def wait_for(self, predicate, timeout: float = 20.0, path: str = "/stats/summary"):
+        """Poll ``path`` until ``predicate(body)`` is truthy; return that body."""
+        deadline = time.monotonic() + timeout
+        body = None
+        while time.monotonic() < deadline:
+            status, body = self.get(path)
+            if status == 200 and predicate(body):
+                return body
+            time.sleep(0.1)
+        raise AssertionError(f"condition not met in {timeout}s; last body: {body}\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def timed_get(port: int, path: str, timeout: float = 1.0) -> tuple[int, float]:
+    """(status, seconds) of one request on a fresh connection; raises on timeout."""
+    began = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, time.monotonic() - began
+    finally:
+        conn.close()
