@@ -190,6 +190,31 @@ def test_walk_survives_directories_removed_mid_walk(tmp_path, monkeypatch):
     assert "devices" not in dict(found[C1].cgroup.paths)     # found by its other cgroups
 
 
+def test_a_directory_that_could_not_be_listed_is_listed_again_at_the_next_discovery(
+        tmp_path, monkeypatch):
+    """A listing that fails while the directory is still there (out of descriptors, say) hides
+    its containers for that discovery only: no inotify event will come for them, so the next
+    discovery walks again and finds them."""
+    root = v1_tree(tmp_path)
+    unlistable = root / "devices" / "kubepods"     # C2's only cgroup is below it
+    real_scandir = os.scandir
+    failures = [OSError(24, "Too many open files")]
+
+    def scandir_out_of_descriptors_once(path):
+        if Path(path) == unlistable and failures:
+            raise failures.pop()
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir_out_of_descriptors_once)
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    try:
+        assert set(reader.discover().containers) == {C1, C3}
+        assert not failures
+        assert set(reader.discover().containers) == {C1, C2, C3}
+    finally:
+        reader.close()
+
+
 def test_proc_reader(tmp_path):
     proc = tmp_path / "proc"
     _write(proc / "4242", {"cgroup": f"0::/kubepods/pod{UID}/{C1}\n"})

@@ -66,6 +66,9 @@ class CgroupTree:
         # Watch → the directories it watches (one, but for hierarchies mounted together).
         self._at_watch: dict[int, tuple[tuple[_Hierarchy, str], ...]] = {}
         self._stale = True
+        # A directory that is there but could not be listed (EMFILE, EACCES...): no event will
+        # come for what is below it, so the next update walks everything again.
+        self._unlisted = False
         self._found_changed = False
 
     def reset(self, hierarchies: Iterable[tuple[str, str]]) -> None:
@@ -77,7 +80,7 @@ class CgroupTree:
         """Brings the tree up to date; True when a container or pod cgroup may have come or
         gone (directories that name neither can churn without changing what is found)."""
         events = self._changes.events()
-        if events is None or self._stale:
+        if events is None or self._stale or self._unlisted:
             self._walk_all()
             return True
         dirty: dict[_Hierarchy, set[str]] = {}
@@ -111,6 +114,7 @@ class CgroupTree:
     def _walk_all(self) -> None:
         before = set(self._at_watch)
         self._at_watch = {}
+        self._unlisted = False
         for hierarchy in self._hierarchies:
             hierarchy.listed.clear()
             hierarchy.found.clear()
@@ -128,6 +132,8 @@ class CgroupTree:
             wd = self._changes.watch(directory)
             names = self._list(directory)
             if names is None:
+                if _is_dir(directory):
+                    self._unlisted = True     # there, but not listed: walk again next time
                 continue        # gone: its parent's watch says so
             hierarchy.listed[rel] = (wd, tuple(names))       # most are leaves: () is shared
             if wd is not None:
