@@ -27,32 +27,13 @@ def test_a_failing_source_gives_a_partial_snapshot(caplog):
     from gpustats.engine.collector import Housekeeper
     from gpustats.engine.counters import EnergyCounters
     from gpustats.engine.energy import EnergyAccountant
-    from gpustats.engine.gpus import GpuStatus
     from gpustats.engine.store import SnapshotStore
 
-    class BrokenGpus:
-        def readings(self):
-            raise RuntimeError("sweep exploded")
-
-        def status(self):
-            return GpuStatus(1, True, None, None, None)
-
-    class Node:
-        boot_time = 1.0
-
-        def read(self):
-            return None, None
-
-    class Errors:
-        def states(self):
-            return ()
-
-        def totals(self):
-            return ()
+    from tests.support.housekeeper_fakes import BrokenGpus, NoErrors, Node
 
     counters = EnergyCounters()
     store = SnapshotStore()
-    housekeeper = Housekeeper(node_name="n", node=Node(), gpus=BrokenGpus(), errors=Errors(),
+    housekeeper = Housekeeper(node_name="n", node=Node(), gpus=BrokenGpus(), errors=NoErrors(),
                               store=store, energy=EnergyAccountant(lambda u: None, counters),
                               counters=counters)
     snapshot = housekeeper.tick()

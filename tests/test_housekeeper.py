@@ -7,39 +7,11 @@ import pytest
 from gpustats.engine.collector import Housekeeper
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.energy import EnergyAccountant
-from gpustats.engine.gpus import GpuStatus
 from gpustats.engine.store import SnapshotStore
 from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
 from tests.support.clock import Clock
 from tests.support.gpus import GPU_A as GPU
-
-
-class ScriptedGpus:
-    """Hands out the readings it is given, one tuple per tick."""
-
-    def __init__(self):
-        self.next: tuple[DeviceReading, ...] = ()
-
-    def readings(self):
-        return self.next
-
-    def status(self):
-        return GpuStatus(1, True, None, None, None)
-
-
-class Node:
-    boot_time = 1.0
-
-    def read(self):
-        return None, None
-
-
-class NoErrors:
-    def states(self):
-        return ()
-
-    def totals(self):
-        return ()
+from tests.support.housekeeper_fakes import NoErrors, Node, ScriptedGpus
 
 
 def busy(at: float, counter_mj: int) -> DeviceReading:
