@@ -119,15 +119,17 @@ def run_pairs(base: Path, new: Path, scale: str, pairs: int, workdir: Path,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def paired_options(argv: list[str] | None, description: str, scales, *, pairs: int,
+                   block: int, measured: str) -> argparse.Namespace:
+    """The options every paired comparison takes: two source trees, a scale, pairs, block."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--base", required=True, type=Path, help="source tree of the baseline")
     parser.add_argument("--new", default=Path(__file__).resolve().parent.parent, type=Path,
                         help="source tree measured against it (default: this one)")
-    parser.add_argument("--scale", default="8gpu-300c", choices=sorted(SCALES))
-    parser.add_argument("--pairs", default=60, type=int)
-    parser.add_argument("--block", default=1, type=int,
-                        help="ticks of each tree per pair; the fastest of each is compared")
+    parser.add_argument("--scale", default="8gpu-300c", choices=sorted(scales))
+    parser.add_argument("--pairs", default=pairs, type=int)
+    parser.add_argument("--block", default=block, type=int,
+                        help=f"{measured} of each tree per pair; the fastest of each is compared")
     opts = parser.parse_args(argv)
     if opts.pairs < 4:
         parser.error("--pairs must be at least 4")
@@ -136,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     for tree in (opts.base, opts.new):
         if not (tree / "gpustats" / "cli.py").is_file():
             parser.error(f"{tree} is not a gpustats source tree")
+    opts.base, opts.new = opts.base.resolve(), opts.new.resolve()
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = paired_options(argv, __doc__.splitlines()[0], SCALES, pairs=60, block=1,
+                          measured="ticks")
     with tempfile.TemporaryDirectory(prefix="gpustats-paired-") as tmp:
-        result = run_pairs(opts.base.resolve(), opts.new.resolve(), opts.scale, opts.pairs,
-                           Path(tmp), opts.block)
+        result = run_pairs(opts.base, opts.new, opts.scale, opts.pairs, Path(tmp), opts.block)
     print(json.dumps(result, indent=2))
     return 0
 

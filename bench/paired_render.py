@@ -11,7 +11,6 @@ ratios new / base (the figure held to "no slower than 5 %").
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.paired import SCALES as TICK_SCALES
+from bench.paired import SCALES as TICK_SCALES, paired_options
 from bench.run import STEADY_STATE_ARGS, TICK_SPACING_SECONDS
 from bench.scenarios import fake_host, node_scenario, write_scenario
 
@@ -103,25 +102,10 @@ def run_pairs(base: Path, new: Path, scale: str, pairs: int, block: int, workdir
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, type=Path, help="source tree of the baseline")
-    parser.add_argument("--new", default=Path(__file__).resolve().parent.parent, type=Path,
-                        help="source tree measured against it (default: this one)")
-    parser.add_argument("--scale", default="8gpu-300c", choices=sorted(SCALES))
-    parser.add_argument("--pairs", default=30, type=int)
-    parser.add_argument("--block", default=3, type=int,
-                        help="renders of each tree per pair; the fastest of each is compared")
-    opts = parser.parse_args(argv)
-    if opts.pairs < 4:
-        parser.error("--pairs must be at least 4")
-    if opts.block < 1:
-        parser.error("--block must be at least 1")
-    for tree in (opts.base, opts.new):
-        if not (tree / "gpustats" / "cli.py").is_file():
-            parser.error(f"{tree} is not a gpustats source tree")
+    opts = paired_options(argv, __doc__.splitlines()[0], SCALES, pairs=30, block=3,
+                          measured="renders")
     with tempfile.TemporaryDirectory(prefix="gpustats-paired-render-") as tmp:
-        result = run_pairs(opts.base.resolve(), opts.new.resolve(), opts.scale, opts.pairs,
-                           opts.block, Path(tmp))
+        result = run_pairs(opts.base, opts.new, opts.scale, opts.pairs, opts.block, Path(tmp))
     print(json.dumps(result, indent=2))
     return 0
 
