@@ -47,7 +47,7 @@ class FieldCalls:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
         array = cast(values, POINTER(_FieldValue))
-        self._advance()
+        self._advance(device)
         stamp_us = int(self._wall() * 1e6)
         for i in range(count):
             entry = array[i]
