@@ -272,24 +272,19 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             delay = self._scenario.call_delay_seconds
             if delay > 0:
                 time.sleep(delay)          # outside the lock: a slow driver, not a dead one
-            if not self.measure_cpu:
-                return serve(args)
-            started = time.thread_time()
+            started = time.thread_time() if self.measure_cpu else None
             try:
-                return serve(args)
-            finally:
-                self.cpu_seconds += time.thread_time() - started
-
-        def serve(args):
-            with self._lock:
-                self._calls += 1
-                self.calls_by_function[name] += 1
-                self._maybe_reload()
-                try:
+                with self._lock:
+                    self._calls += 1
+                    self.calls_by_function[name] += 1
+                    self._maybe_reload()
                     return impl(*args)
-                except Exception:  # noqa: BLE001 - a fake must never crash the caller
-                    log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
-                    return 999
+            except Exception:  # noqa: BLE001 - a fake must never crash the caller
+                log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
+                return 999
+            finally:
+                if started is not None:
+                    self.cpu_seconds += time.thread_time() - started
         return call
 
     def _functions(self) -> dict[str, tuple]:
@@ -580,7 +575,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     # ------------------------------------------------------------ processes
 
     def _process_list(self, device, instance, *, mps_only: bool = False):
-        procs = [p for p in self._scenario.processes if p.device == device.uuid]
+        procs = self._scenario.processes_by_device.get(device.uuid, ())
         if instance is not None:
             procs = [p for p in procs if p.gpu_instance_id == instance.gpu_instance_id]
         if mps_only:
