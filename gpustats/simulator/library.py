@@ -28,7 +28,7 @@ from gpustats.simulator.abi import (
     MIG_BASE, NO_INSTANCE, NOT_FOUND, NOT_SUPPORTED, PHYSICAL_BASE, SUCCESS, UNINITIALIZED,
     VIOLATION_POLICY_KEYS, plain, set_out, struct_at, write_string,
 )
-from gpustats.simulator.driver_state import load_driver_state, save_driver_state
+from gpustats.simulator.driver_state import DriverStateWriter, load_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
@@ -54,6 +54,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
                  wall: Callable[[], float] = time.time, driver_state: str | None = None):
         self._path = scenario_path
         self._driver_state = driver_state      # energy counters kept across daemon restarts
+        self._driver_writer = DriverStateWriter(driver_state) if driver_state else None
         self._driver_saved_at: float | None = None
         self._monotonic = monotonic
         self._wall = wall
@@ -108,6 +109,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             pynvml._nvmlGetFunctionPointer_cache.clear()
 
     def uninstall(self) -> None:
+        if self._driver_writer is not None:
+            self._driver_writer.close()
         with pynvml.libLoadLock:
             pynvml.nvmlLib = self._previous_lib
             pynvml._nvmlGetFunctionPointer_cache.clear()
@@ -192,15 +195,15 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
                     + mean_watts(device.power_watts, device.idle_cycle) * elapsed * 1000.0
 
     def _maybe_save_driver(self, now: float) -> None:
-        if self._driver_state is None:
+        if self._driver_writer is None:
             return
         if self._driver_saved_at is not None and now - self._driver_saved_at < 1.0:
             return
         self._driver_saved_at = now
         for device in self._scenario.devices:
             self._advance_device(device, now)     # every counter as of the saved time
-        save_driver_state(self._driver_state, self._wall(), self._scenario.driver_reloads,
-                          dict(self._energy_mj))
+        self._driver_writer.save(self._wall(), self._scenario.driver_reloads,
+                                 dict(self._energy_mj))
 
     def _advance(self, device: SimDevice | None = None) -> float:
         """Integrate power and violation shares of the current scenario up to now: of
