@@ -86,9 +86,6 @@ class ProcessReads:
         return [UtilizationSample(s.pid, s.timeStamp, s.smUtil, s.memUtil)
                 for s in (array[i] for i in range(count))]
 
-    def forget(self) -> None:
-        self._arrays.clear()
-
     def _call(self, what: str, handle, entry: type, call) -> tuple[int, ctypes.Array]:
         key = (what, _handle_key(handle))
         array = self._arrays.get(key)
