@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
 from gpustats.model.health import Saturation
@@ -61,6 +62,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+# One step between two violation readings: per VIOLATION_FIELDS entry, (increase, elapsed ns),
+# or None where that counter is missing in either reading or went down.
+Step = tuple[tuple[int, float] | None, ...]
+
+
 class _Row(NamedTuple):
     """A sample and what it gives the signals that need working out, once, when it is added."""
 
@@ -69,6 +75,10 @@ class _Row(NamedTuple):
     gpm: tuple[float | None, ...] | None              # GPM_MEANS' values
     violations_at: float                              # the reading's reference time, else time
     violation_values: tuple[int | None, ...] | None   # VIOLATION_FIELDS' counters
+    # False when the sample carries the previous sample's violation reading (the same object):
+    # no new reading, no step.
+    new_reading: bool = True
+    step: Step | None = None          # from the newest earlier reading, when this one is new
 
     @classmethod
     def of(cls, s: SaturationSample) -> "_Row":
@@ -82,46 +92,160 @@ class _Row(NamedTuple):
                    _violation_values(v) if v is not None else None)
 
 
-def _violation_readings(rows) -> list[tuple[float, tuple[int | None, ...] | None]]:
-    """Distinct violation readings with the time they were taken: the driver's reference time
-    when it gave one (counters may be read less often than every tick), else the sample's."""
-    out: list[tuple[float, tuple[int | None, ...] | None]] = []
-    last = None
-    for r in rows:
-        v = r.sample.violations
-        if v is not None and v is last:
-            continue                      # the same reading carried into a later tick
-        last = v
-        out.append((r.violations_at, r.violation_values))
-    return out
+# The window's values per signal are kept as samples come and go: each signal keeps a column
+# of the values its samples gave, appended when a sample arrives and taken from the front when
+# it leaves, so a tick's figures are C-level sums over columns rather than a walk over every
+# sample per signal. ``sum`` adds in the walk's order, so every figure is the float such a walk
+# gives. The oldest sample kept may be just outside the window (the base of counter deltas):
+# it is in no column, and the figures add it where it is inside.
 
 
-def violation_ratios(rows) -> tuple[tuple[str, float], ...] | None:
-    readings = _violation_readings(rows)
-    # Consecutive readings that both exist and move forward in time, with the time between.
-    steps = [(a, b, (tb - ta) * 1e9) for (ta, a), (tb, b) in zip(readings, readings[1:])
-             if a is not None and b is not None and not tb - ta <= 0]
-    out = []
-    for i, (name, _) in enumerate(VIOLATION_FIELDS):
-        increase = elapsed = 0.0
-        pairs = 0
-        for a, b, ns in steps:
-            va, vb = a[i], b[i]
-            if va is None or vb is None or vb < va:
+def _drop_front(column: deque, value) -> None:
+    if value is not None:
+        column.popleft()
+
+
+class Columns:
+    """Per signal, the values of every row but the oldest (rows with ``memory_ratio``,
+    ``gpm``, ``sample``, ``new_reading`` and ``step`` as ``saturation._Row`` has them)."""
+
+    def __init__(self, gpm_fields: int, violation_fields: int, reason_bits: Iterable[int],
+                 pressure_threshold: float):
+        self._bits = tuple(reason_bits)
+        self._threshold = pressure_threshold
+        self.memory: deque[float] = deque()
+        self.pressured = 0                           # memory ratios at or above the threshold
+        self.masks = 0                               # rows that gave a clocks-event mask
+        self.bit_counts = [0] * len(self._bits)
+        self.gpm: list[deque[float]] = [deque() for _ in range(gpm_fields)]
+        self.pcie: tuple[deque[float], deque[float]] = (deque(), deque())     # NVML's tx, rx
+        # Cached steps of rows with a new violation reading: per field, increase and elapsed ns.
+        self.increases: list[deque[int]] = [deque() for _ in range(violation_fields)]
+        self.elapsed: list[deque[float]] = [deque() for _ in range(violation_fields)]
+
+    def push(self, row) -> None:
+        """``row`` joins the columns (it is not the oldest row kept)."""
+        self._count(row, 1)
+        if row.memory_ratio is not None:
+            self.memory.append(row.memory_ratio)
+        if row.gpm is not None:
+            for column, value in zip(self.gpm, row.gpm):
+                if value is not None:
+                    column.append(value)
+        for column, value in zip(self.pcie, _pcie(row)):
+            if value is not None:
+                column.append(value)
+        if row.new_reading and row.step is not None:
+            for increases, elapsed, counted in zip(self.increases, self.elapsed, row.step):
+                if counted is not None:
+                    increases.append(counted[0])
+                    elapsed.append(counted[1])
+
+    def pop(self, row) -> None:
+        """``row``, the oldest of the columns' rows, leaves them (it became the oldest kept)."""
+        self._count(row, -1)
+        _drop_front(self.memory, row.memory_ratio)
+        if row.gpm is not None:
+            for column, value in zip(self.gpm, row.gpm):
+                _drop_front(column, value)
+        for column, value in zip(self.pcie, _pcie(row)):
+            _drop_front(column, value)
+        if row.new_reading and row.step is not None:
+            for increases, elapsed, counted in zip(self.increases, self.elapsed, row.step):
+                if counted is not None:
+                    increases.popleft()
+                    elapsed.popleft()
+
+    def _count(self, row, sign: int) -> None:
+        if row.memory_ratio is not None and row.memory_ratio >= self._threshold:
+            self.pressured += sign
+        mask = row.sample.reasons
+        if mask is not None:
+            self.masks += sign
+            for i, bit in enumerate(self._bits):
+                if mask & bit:
+                    self.bit_counts[i] += sign
+
+    def violation_sums(self, skip_first: tuple[bool, ...],
+                       first: tuple | None) -> list[tuple[int, float, int] | None]:
+        """Per violation field: (Σ increase, Σ elapsed ns, pairs), or None without a pair.
+        ``first`` is the window's first step, worked out by the caller, which replaces the
+        cached one of its row (``skip_first[i]``: that row's cached step is in column i)."""
+        out: list[tuple[int, float, int] | None] = []
+        for i, (increases, elapsed) in enumerate(zip(self.increases, self.elapsed)):
+            skip = 1 if skip_first[i] else 0
+            counted = first[i] if first is not None else None
+            pairs = len(increases) - skip + (counted is not None)
+            if not pairs:
+                out.append(None)
                 continue
-            increase += vb - va
-            elapsed += ns
-            pairs += 1
-        if pairs:
-            out.append((name, min(1.0, max(0.0, increase / elapsed))))
-    return tuple(out) or None
+            start_increase, start_ns = counted if counted is not None else (0, 0.0)
+            out.append((sum(islice(increases, skip, None), start_increase),
+                        sum(islice(elapsed, skip, None), start_ns), pairs))
+        return out
 
 
-def reason_ratios(masks: list[int]) -> tuple[tuple[str, float], ...] | None:
-    """Each reason's share of the samples that gave a clocks-event mask."""
+def _pcie(row) -> tuple[float | None, float | None]:
+    s = row.sample
+    return s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second
+
+
+def _step(a: _Row, b: _Row) -> Step | None:
+    """The step from reading ``a`` to reading ``b``; None unless both exist and time moved
+    forward between them."""
+    ta, tb = a.violations_at, b.violations_at
+    if a.violation_values is None or b.violation_values is None or tb - ta <= 0:
+        return None
+    ns = (tb - ta) * 1e9
+    return tuple((vb - va, ns) if va is not None and vb is not None and vb >= va else None
+                 for va, vb in zip(a.violation_values, b.violation_values))
+
+
+def _first_step(rows) -> tuple[Step | None, _Row | None]:
+    """The window's first step between distinct violation readings, worked out from the
+    oldest row kept (the reading its row's cached step was measured from may have left the
+    window since), and that row: the first newer row with a new reading."""
+    first = rows[0]
+    for r in islice(rows, 1, None):
+        if r.new_reading:
+            return _step(first, r), r
+    return None, None
+
+
+def _violation_ratios(rows, columns: Columns) -> tuple[tuple[str, float], ...] | None:
+    """Σ increase over Σ elapsed per violation counter, over consecutive distinct readings (a
+    reading is taken at the driver's reference time when it gave one, else at the sample's:
+    counters may be read less often than every tick)."""
+    step, row = _first_step(rows) if rows else (None, None)
+    cached = row.step if row is not None and row.step is not None else (None,) * len(
+        VIOLATION_FIELDS)
+    sums = columns.violation_sums(tuple(c is not None for c in cached), step)
+    return tuple((name, min(1.0, max(0.0, found[0] / found[1])))
+                 for (name, _), found in zip(VIOLATION_FIELDS, sums)
+                 if found is not None) or None
+
+
+def _reason_ratios(columns: Columns, oldest_mask: int | None
+                   ) -> tuple[tuple[str, float], ...] | None:
+    """Each reason's share of the samples in the window that gave a clocks-event mask."""
+    masks = columns.masks + (oldest_mask is not None)
     if not masks:
         return None
-    return tuple((name, sum(1 for m in masks if m & bit) / len(masks)) for name, bit in REASON_BITS)
+    return tuple((name, (count + (oldest_mask is not None and bool(oldest_mask & bit))) / masks)
+                 for (name, bit), count in zip(REASON_BITS, columns.bit_counts))
+
+
+def _with_oldest(column: deque[float], oldest: float | None) -> list[float]:
+    """The column's values, the oldest row's first when it gave one."""
+    return [oldest, *column] if oldest is not None else list(column)
+
+
+def _column_mean(column: deque[float], oldest: float | None) -> float | None:
+    """The mean of a column and the oldest row's value (first, as a walk adds them)."""
+    count = len(column) + (oldest is not None)
+    if not count:
+        return None
+    return (sum(column, oldest) if oldest is not None else sum(column)) / count
 
 
 class SaturationWindow:
@@ -131,54 +255,74 @@ class SaturationWindow:
         self.window_seconds = window_seconds
         self.pressure_threshold = pressure_threshold
         self._rows: deque[_Row] = deque()
+        self._last_reading: _Row | None = None     # the newest row with a new reading
+        self._columns = Columns(len(GPM_MEANS), len(VIOLATION_FIELDS),
+                                (bit for _, bit in REASON_BITS), pressure_threshold)
 
     def samples(self) -> tuple[SaturationSample, ...]:
         """The samples kept: those in the window and the one base before it."""
         return tuple(r.sample for r in self._rows)
 
     def add(self, sample: SaturationSample) -> None:
-        self._rows.append(_Row.of(sample))
+        row = self._with_step(_Row.of(sample))
+        if self._rows:
+            self._columns.push(row)
+        self._rows.append(row)
         horizon = sample.time - self.window_seconds
         # Keep one sample at or before the horizon as the base of counter deltas.
         while len(self._rows) > 1 and self._rows[1].sample.time <= horizon:
             self._rows.popleft()
+            self._columns.pop(self._rows[0])
+
+    def _with_step(self, row: _Row) -> _Row:
+        """``row`` with whether its violation reading is new, and its step when it is."""
+        previous = self._rows[-1].sample.violations if self._rows else None
+        violations = row.sample.violations
+        if violations is not None and violations is previous:
+            return row._replace(new_reading=False)
+        last, self._last_reading = self._last_reading, row
+        return row._replace(step=_step(last, row)) if last is not None else row
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
-        rows = self._rows
-        start = rows[-1].sample.time - self.window_seconds if rows else 0.0
-        inside = [r for r in rows if r.sample.time >= start]
-        ratios = [r.memory_ratio for r in inside if r.memory_ratio is not None]
-        gpm = [r.gpm for r in inside if r.gpm is not None]
-        means = {name: _mean([g[i] for g in gpm if g[i] is not None])
-                 for i, name in enumerate(GPM_MEANS)}
+        rows, columns = self._rows, self._columns
+        # Every row but the oldest is in the window; the oldest is when it is not before it.
+        oldest = rows[0] if rows and rows[0].sample.time >= rows[-1].sample.time \
+            - self.window_seconds else None
+        ratios = _with_oldest(columns.memory, oldest.memory_ratio if oldest else None)
+        oldest_gpm = oldest.gpm if oldest is not None and oldest.gpm is not None \
+            else (None,) * len(GPM_MEANS)
+        means = {name: _column_mean(column, value)
+                 for name, column, value in zip(GPM_MEANS, columns.gpm, oldest_gpm)}
 
         def scaled(field: str, scale: float) -> float | None:
             mean = means[field]
             return mean * scale if mean is not None else None
 
-        def rate(gpm_field: str, nvml: list[float | None]) -> float | None:
+        def rate(gpm_field: str, nvml: deque[float], oldest_nvml: float | None) -> float | None:
             """GPM's figure when the window has one, else NVML's PCIe throughput."""
             if means[gpm_field] is not None:
                 return means[gpm_field]
-            return _mean([value for value in nvml if value is not None])
+            return _column_mean(nvml, oldest_nvml)
 
+        oldest_sample = oldest.sample if oldest is not None else SaturationSample(0.0)
+        pressured = columns.pressured + (
+            oldest is not None and oldest.memory_ratio is not None
+            and oldest.memory_ratio >= self.pressure_threshold)
         return Saturation(
             window_seconds=self.window_seconds,
-            throttle_violation_ratios=violation_ratios(rows),
-            throttle_reason_ratios=reason_ratios([r.sample.reasons for r in inside
-                                                  if r.sample.reasons is not None]),
+            throttle_violation_ratios=_violation_ratios(rows, columns),
+            throttle_reason_ratios=_reason_ratios(columns, oldest_sample.reasons),
             memory_used_ratio_avg=_mean(ratios),
             memory_used_ratio_max=max(ratios) if ratios else None,
-            memory_pressure_ratio=(sum(1 for r in ratios if r >= self.pressure_threshold)
-                                   / len(ratios)) if ratios else None,
+            memory_pressure_ratio=pressured / len(ratios) if ratios else None,
             xid_error_count=xid_events_in_window,
             sm_active_avg=scaled("sm_active_percent", 0.01),
             sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
             dram_active_avg=scaled("dram_active_percent", 0.01),
-            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second",
-                                   [r.sample.pcie_tx_bytes_per_second for r in inside]),
-            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second",
-                                   [r.sample.pcie_rx_bytes_per_second for r in inside]),
+            pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", columns.pcie[0],
+                                   oldest_sample.pcie_tx_bytes_per_second),
+            pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", columns.pcie[1],
+                                   oldest_sample.pcie_rx_bytes_per_second),
             nvlink_tx_bytes_avg=means["nvlink_tx_bytes_per_second"],
             nvlink_rx_bytes_avg=means["nvlink_rx_bytes_per_second"],
         )

@@ -57,18 +57,18 @@ def _reference(samples, threshold):
         readings.append((when, v))
     violations = []
     for name, field in VIOLATION_FIELDS:
-        increase = elapsed = 0.0
-        pairs = 0
+        increase = 0.0
+        elapsed = []
         for (ta, a), (tb, b) in zip(readings, readings[1:]):
             va = getattr(a, field) if a else None
             vb = getattr(b, field) if b else None
             if va is None or vb is None or tb - ta <= 0 or vb < va:
                 continue
             increase += vb - va
-            elapsed += (tb - ta) * 1e9
-            pairs += 1
-        if pairs:
-            violations.append((name, min(1.0, max(0.0, increase / elapsed))))
+            elapsed.append((tb - ta) * 1e9)
+        if elapsed:
+            # Summed by ``sum`` as the means are (Python 3.12's adds floats compensated).
+            violations.append((name, min(1.0, max(0.0, increase / sum(elapsed, 0.0)))))
     scaled = {k: (m * 0.01 if m is not None else None)
               for k, m in ((k, gpm_mean(k)) for k in GPM_FIELDS[:3])}
     return {

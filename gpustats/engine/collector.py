@@ -24,6 +24,7 @@ from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
     ActiveKey, DeviceKey, MigKey, ProcessKey, UnattributedKey,
 )
+from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
     DaemonStatus, DeviceStats, MigInstanceStats, ProcessStats, Snapshot,
@@ -133,12 +134,14 @@ class Housekeeper:
                 processes = tuple(
                     replace(p, container_id=owners[(p.device_uuid, p.pid)])
                     if (p.device_uuid, p.pid) in owners else p for p in processes)
-        devices = tuple(self._device_stats(r, attributions.get(r.identity.uuid),
-                                           activity.get(r.identity.uuid, {}), settled)
-                        for r in readings)
-        devices = self._guard("health and saturation",
-                              lambda: self._health_and_saturation(readings, devices, gpu_status),
-                              devices)
+        health, saturation, unknown = self._guard(
+            "health and saturation", lambda: self._health_and_saturation(readings, gpu_status),
+            ({}, {}, ()))
+        devices = (*(self._device_stats(r, attributions.get(r.identity.uuid),
+                                        activity.get(r.identity.uuid, {}), settled,
+                                        health.get(r.identity.uuid),
+                                        saturation.get(r.identity.uuid))
+                     for r in readings), *unknown)
         self._sequence += 1
         snapshot = Snapshot(
             sequence=self._sequence,
@@ -171,9 +174,11 @@ class Housekeeper:
             self._guard("persisting counters", self._persister.maybe_persist, None)
         return snapshot
 
-    def _health_and_saturation(self, readings: tuple[DeviceReading, ...],
-                               devices: tuple[DeviceStats, ...],
-                               status: GpuStatus) -> tuple[DeviceStats, ...]:
+    def _health_and_saturation(self, readings: tuple[DeviceReading, ...], status: GpuStatus
+                               ) -> tuple[dict[str, DeviceHealth], dict[str, Saturation],
+                                          tuple[DeviceStats, ...]]:
+        """Health and saturation per GPU UUID, and the GPUs known before NVML went away (health
+        Unknown). Worked out before the devices' stats, which are built with them."""
         now = self._wall()
         uuids = tuple(r.identity.uuid for r in readings)
         health = {}
@@ -185,30 +190,29 @@ class Housekeeper:
                 else:
                     self._health.note_gpu_answers(r.identity.uuid, now)
             health = self._health.health_by_uuid()
-        out = []
-        for reading, device in zip(readings, devices):
+        saturations = {}
+        for reading in readings:
             uuid = reading.identity.uuid
             self._known[uuid] = reading.identity
             window = self._windows.get(uuid)
             if window is None:
                 window = self._windows[uuid] = SaturationWindow(self._saturation_window,
                                                                 self._pressure_threshold)
-            saturation = None
             if not reading.lost:
                 window.add(SaturationSample.of(reading))
                 xids = self._health.xid_count_since(uuid, now - self._saturation_window) \
                     if self._health is not None else None
-                saturation = window.saturation(xids)
-            out.append(replace(device, health=health.get(uuid), saturation=saturation))
+                saturations[uuid] = window.saturation(xids)
         for gone in set(self._windows) - set(uuids):
             del self._windows[gone]
+        unknown: tuple[DeviceStats, ...] = ()
         if not status.nvml_loaded and status.gpus_on_pci_bus and self._known:
             # NVML went away: keep reporting the GPUs we knew, with health Unknown.
             reason = status.nvml_error or "NVML is not loaded"
-            out.extend(DeviceStats(identity=ident,
-                                   health=unknown_health(now, "NVMLNotLoaded", reason))
-                       for ident in self._known.values())
-        return tuple(out)
+            unknown = tuple(DeviceStats(identity=ident,
+                                        health=unknown_health(now, "NVMLNotLoaded", reason))
+                            for ident in self._known.values())
+        return health, saturations, unknown
 
     def _mig_activities(self, readings: tuple[DeviceReading, ...]) -> dict[str, dict[int, float]]:
         """Per MIG-enabled GPU: instance activity from dcgm-exporter, else GPM."""
@@ -286,7 +290,8 @@ class Housekeeper:
         return tuple(out)
 
     def _device_stats(self, reading: DeviceReading, attribution: DeviceAttribution | None,
-                      activity: dict[int, float], settled: Settled) -> DeviceStats:
+                      activity: dict[int, float], settled: Settled, health: DeviceHealth | None,
+                      saturation: Saturation | None) -> DeviceStats:
         uuid = reading.identity.uuid
         unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
         return DeviceStats(
@@ -306,4 +311,6 @@ class Housekeeper:
             sharing_mode=attribution.sharing_mode if attribution else None,
             mig_instances=self._mig_stats(reading, activity, settled),
             reading=reading,
+            health=health,
+            saturation=saturation,
         )

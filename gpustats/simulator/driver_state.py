@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +32,38 @@ def load_driver_state(path: str) -> tuple[float, int, dict[str, float]] | None:
     return saved_at, reloads, energy
 
 
-def save_driver_state(path: str, saved_at: float, reloads: int,
-                      energy_mj: dict[str, float]) -> None:
-    """Atomic replace; a failure is logged at debug level (the simulator goes on)."""
-    body = json.dumps({"saved_at": saved_at, "driver_reloads": reloads, "energy_mj": energy_mj})
-    try:
-        directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".simulated-driver-", dir=directory)
-        with os.fdopen(fd, "w") as f:
-            f.write(body)
-        os.replace(tmp, path)
-    except OSError as exc:
-        log.debug("simulator: cannot save driver state %s: %s", path, exc)
+class DriverStateWriter:
+    """Saves the state in place, through one file kept open: one ``pwrite`` per save instead
+    of a new file and a rename every second. Each body is padded with spaces to the longest
+    written so far (JSON allows trailing whitespace), so a shorter one never leaves the tail
+    of a longer one behind, and a save is one write. A failure is logged at debug level (the
+    simulator goes on) and the file is opened again at the next save."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._fd: int | None = None
+        self._size = 0
+
+    def save(self, saved_at: float, reloads: int, energy_mj: dict[str, float]) -> None:
+        body = json.dumps({"saved_at": saved_at, "driver_reloads": reloads,
+                           "energy_mj": energy_mj}).encode()
+        try:
+            if self._fd is None:
+                os.makedirs(os.path.dirname(self._path) or ".", exist_ok=True)
+                self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+                                   | os.O_NOFOLLOW, 0o600)
+                self._size = os.fstat(self._fd).st_size
+            body = body.ljust(self._size)
+            os.pwrite(self._fd, body, 0)
+            self._size = len(body)
+        except OSError as exc:
+            log.debug("simulator: cannot save driver state %s: %s", self._path, exc)
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None

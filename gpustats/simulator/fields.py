@@ -47,7 +47,7 @@ class FieldCalls:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
         array = cast(values, POINTER(_FieldValue))
-        self._advance()
+        self._advance(device)
         stamp_us = int(self._wall() * 1e6)
         for i in range(count):
             entry = array[i]
@@ -57,7 +57,8 @@ class FieldCalls:
             if reading is None:
                 entry.nvmlReturn = INVALID_ARGUMENT      # a field id this "driver" does not know
                 continue
-            if ({reading, "fields", f"fields.{reading}"} & device.unsupported) or found is None:
+            if found is None or device.unsupported and (
+                    {reading, "fields", f"fields.{reading}"} & device.unsupported):
                 entry.nvmlReturn = NOT_SUPPORTED
                 continue
             value_type, value = found

@@ -8,8 +8,12 @@ import pynvml
 
 from gpustats.simulator.abi import (
     ARGUMENT_VERSION_MISMATCH, GPM_METRIC_KEYS, INVALID_ARGUMENT, MIB, NOT_FOUND, NOT_SUPPORTED,
-    SUCCESS, set_out, struct_at,
+    SUCCESS, plain, set_out, struct_at,
 )
+
+_Metric = plain(pynvml.c_nvmlGpmMetric_t)
+_MetricsGet = plain(pynvml.c_nvmlGpmMetricsGet_t,
+                    metrics=_Metric * pynvml.NVML_GPM_METRIC_MAX)
 
 
 class GpmCalls:
@@ -56,7 +60,7 @@ class GpmCalls:
         return NOT_FOUND
 
     def _gpm_metrics(self, request_ptr) -> int:
-        request = struct_at(request_ptr, pynvml.c_nvmlGpmMetricsGet_t)
+        request = struct_at(request_ptr, _MetricsGet)
         if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
             return ARGUMENT_VERSION_MISMATCH
         first = self._gpm_samples.get(cast(request.sample1, c_void_p).value)

@@ -26,9 +26,9 @@ import pynvml
 from gpustats.simulator.abi import (
     ARGUMENT_VERSION_MISMATCH, DRIVER_NOT_LOADED, GPU_IS_LOST, INSUFFICIENT_SIZE, INVALID_ARGUMENT,
     MIG_BASE, NO_INSTANCE, NOT_FOUND, NOT_SUPPORTED, PHYSICAL_BASE, SUCCESS, UNINITIALIZED,
-    VIOLATION_POLICY_KEYS, set_out, struct_at, write_string,
+    VIOLATION_POLICY_KEYS, plain, set_out, struct_at, write_string,
 )
-from gpustats.simulator.driver_state import load_driver_state, save_driver_state
+from gpustats.simulator.driver_state import DriverStateWriter, load_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
@@ -39,6 +39,8 @@ from gpustats.simulator.trace import write_trace
 log = logging.getLogger(__name__)
 
 _RELOAD_CHECK_SECONDS = 0.2
+_ProcessInfo = plain(pynvml.c_nvmlProcessInfo_v3_t)
+_UtilizationSample = plain(pynvml.c_nvmlProcessUtilizationSample_t)
 
 
 class _FakeLibrary:
@@ -52,6 +54,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
                  wall: Callable[[], float] = time.time, driver_state: str | None = None):
         self._path = scenario_path
         self._driver_state = driver_state      # energy counters kept across daemon restarts
+        self._driver_writer = DriverStateWriter(driver_state) if driver_state else None
         self._driver_saved_at: float | None = None
         self._monotonic = monotonic
         self._wall = wall
@@ -70,10 +73,12 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         # stands in for the real driver's and is not gpustats's own.
         self.measure_cpu = False
         self.cpu_seconds = 0.0
-        # Per device UUID: accumulated energy (mJ) and violation time (ns), advanced lazily.
+        # Per device UUID: accumulated energy (mJ) and violation time (ns), advanced lazily,
+        # each device when it is read (up to the time in ``_advanced_at``).
         self._energy_mj: dict[str, float] = {}
         self._violation_ns: dict[str, dict[str, float]] = {}
-        self._advanced_at = monotonic()
+        self._advance_start = monotonic()
+        self._advanced_at: dict[str, float] = {}
         self._delivered: set[int] = set()
         self._lost_reported: set[tuple[int, str]] = set()      # (event set, GPU UUID)
         self._event_sets: dict[int, dict[str, int]] = {}       # set -> {GPU UUID: event mask}
@@ -104,6 +109,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             pynvml._nvmlGetFunctionPointer_cache.clear()
 
     def uninstall(self) -> None:
+        if self._driver_writer is not None:
+            self._driver_writer.close()
         with pynvml.libLoadLock:
             pynvml.nvmlLib = self._previous_lib
             pynvml._nvmlGetFunctionPointer_cache.clear()
@@ -146,7 +153,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         except ValueError as exc:
             log.warning("simulator: keeping the previous scenario: %s", exc)
             return False
-        self._advance()
+        now = self._advance()
+        before = {device.uuid for device in self._scenario.devices}
+        for device in scenario.devices:
+            if device.uuid not in before:
+                self._advanced_at[device.uuid] = now      # a device (back) in it counts from now
         if scenario.driver_reloads > self._scenario.driver_reloads:
             self._reset_counters(scenario)
         for device in scenario.devices:
@@ -184,29 +195,39 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
                     + mean_watts(device.power_watts, device.idle_cycle) * elapsed * 1000.0
 
     def _maybe_save_driver(self, now: float) -> None:
-        if self._driver_state is None:
+        if self._driver_writer is None:
             return
         if self._driver_saved_at is not None and now - self._driver_saved_at < 1.0:
             return
         self._driver_saved_at = now
-        save_driver_state(self._driver_state, self._wall(), self._scenario.driver_reloads,
-                          dict(self._energy_mj))
+        for device in self._scenario.devices:
+            self._advance_device(device, now)     # every counter as of the saved time
+        self._driver_writer.save(self._wall(), self._scenario.driver_reloads,
+                                 dict(self._energy_mj))
 
-    def _advance(self) -> None:
-        """Integrate power and violation shares of the current scenario up to now."""
+    def _advance(self, device: SimDevice | None = None) -> float:
+        """Integrate power and violation shares of the current scenario up to now: of
+        ``device`` (the one a call reads), else of every device. Returns now."""
         now = self._monotonic()
-        dt = now - self._advanced_at
+        for one in (device,) if device is not None else self._scenario.devices:
+            self._advance_device(one, now)
+        self._maybe_save_driver(now)
+        return now
+
+    def _advance_device(self, device: SimDevice, now: float) -> None:
+        uuid = device.uuid
+        advanced_at = self._advanced_at.get(uuid, self._advance_start)
+        dt = now - advanced_at
         if dt <= 0:
             return
-        since = self._advanced_at - self._installed_at
-        self._advanced_at = now
-        for device in self._scenario.devices:
-            self._energy_mj[device.uuid] = self._energy_mj.get(device.uuid, 0.0) + energy_joules(
-                device.power_watts, device.idle_cycle, since, since + dt) * 1000.0
-            acc = self._violation_ns.setdefault(device.uuid, {})
+        since = advanced_at - self._installed_at
+        self._advanced_at[uuid] = now
+        self._energy_mj[uuid] = self._energy_mj.get(uuid, 0.0) + energy_joules(
+            device.power_watts, device.idle_cycle, since, since + dt) * 1000.0
+        if device.violations:
+            acc = self._violation_ns.setdefault(uuid, {})
             for key, percent in device.violations:
                 acc[key] = acc.get(key, 0.0) + percent / 100.0 * dt * 1e9
-        self._maybe_save_driver(now)
 
     # ------------------------------------------------------------ handles
 
@@ -254,24 +275,19 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             delay = self._scenario.call_delay_seconds
             if delay > 0:
                 time.sleep(delay)          # outside the lock: a slow driver, not a dead one
-            if not self.measure_cpu:
-                return serve(args)
-            started = time.thread_time()
+            started = time.thread_time() if self.measure_cpu else None
             try:
-                return serve(args)
-            finally:
-                self.cpu_seconds += time.thread_time() - started
-
-        def serve(args):
-            with self._lock:
-                self._calls += 1
-                self.calls_by_function[name] += 1
-                self._maybe_reload()
-                try:
+                with self._lock:
+                    self._calls += 1
+                    self.calls_by_function[name] += 1
+                    self._maybe_reload()
                     return impl(*args)
-                except Exception:  # noqa: BLE001 - a fake must never crash the caller
-                    log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
-                    return 999
+            except Exception:  # noqa: BLE001 - a fake must never crash the caller
+                log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
+                return 999
+            finally:
+                if started is not None:
+                    self.cpu_seconds += time.thread_time() - started
         return call
 
     def _functions(self) -> dict[str, tuple]:
@@ -519,7 +535,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         return SUCCESS
 
     def _energy(self, device, instance, out) -> int:
-        self._advance()
+        self._advance(device)
         set_out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
         self._trace("energy", uuid=device.uuid, mj=int(self._energy_mj.get(device.uuid, 0.0)))
         return SUCCESS
@@ -546,7 +562,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         key = VIOLATION_POLICY_KEYS.get(policy)
         if key is None:
             return NOT_SUPPORTED
-        self._advance()
+        self._advance(device)
         viol = struct_at(out, pynvml.c_nvmlViolationTime_t)
         viol.referenceTime = int(self._wall() * 1e6)
         viol.violationTime = int(self._violation_ns.get(device.uuid, {}).get(key, 0.0))
@@ -562,7 +578,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     # ------------------------------------------------------------ processes
 
     def _process_list(self, device, instance, *, mps_only: bool = False):
-        procs = [p for p in self._scenario.processes if p.device == device.uuid]
+        procs = self._scenario.processes_by_device.get(device.uuid, ())
         if instance is not None:
             procs = [p for p in procs if p.gpu_instance_id == instance.gpu_instance_id]
         if mps_only:
@@ -576,15 +592,16 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return SUCCESS
         if infos is None or capacity < len(procs):
             return INSUFFICIENT_SIZE
-        array = cast(infos, POINTER(pynvml.c_nvmlProcessInfo_v3_t))
+        array = cast(infos, POINTER(_ProcessInfo))
         mig_on = bool(device.mig_instances)
         for i, p in enumerate(procs):
-            array[i].pid = p.pid
-            array[i].usedGpuMemory = (p.memory_used_bytes if p.memory_used_bytes is not None
-                                      else pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
+            info = array[i]
+            info.pid = p.pid
+            info.usedGpuMemory = (p.memory_used_bytes if p.memory_used_bytes is not None
+                                  else pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
             gi = p.gpu_instance_id if mig_on and p.gpu_instance_id is not None else NO_INSTANCE
-            array[i].gpuInstanceId = gi
-            array[i].computeInstanceId = 0 if gi != NO_INSTANCE else NO_INSTANCE
+            info.gpuInstanceId = gi
+            info.computeInstanceId = 0 if gi != NO_INSTANCE else NO_INSTANCE
         return SUCCESS
 
     def _processes(self, device, instance, count_ptr, infos) -> int:
@@ -608,14 +625,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         set_out(count_ptr, c_uint, len(busy))
         if samples is None or capacity < len(busy):
             return INSUFFICIENT_SIZE
-        array = cast(samples, POINTER(pynvml.c_nvmlProcessUtilizationSample_t))
+        array = cast(samples, POINTER(_UtilizationSample))
         for i, p in enumerate(busy):
-            array[i].pid = p.pid
-            array[i].timeStamp = now_us
-            array[i].smUtil = p.sm_util_percent
-            array[i].memUtil = 0
-            array[i].encUtil = 0
-            array[i].decUtil = 0
+            sample = array[i]
+            sample.pid, sample.timeStamp, sample.smUtil = p.pid, now_us, p.sm_util_percent
+            sample.memUtil = sample.encUtil = sample.decUtil = 0
         return SUCCESS
 
     # ------------------------------------------------------------ MIG

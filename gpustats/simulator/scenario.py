@@ -67,6 +67,7 @@ simulator was installed; default 0). Each is delivered once through ``nvmlEventS
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from gpustats.documents import DocumentError, load_yaml, read_document
@@ -176,6 +177,14 @@ class Scenario:
     call_delay_seconds: float = 0.0
     trace_file: str | None = None
     trace_tag: str | None = None
+
+    @cached_property
+    def processes_by_device(self) -> dict[str, tuple[SimProcess, ...]]:
+        """Each device's processes, in the scenario's order (worked out once per scenario)."""
+        out: dict[str, list[SimProcess]] = {}
+        for p in self.processes:
+            out.setdefault(p.device, []).append(p)
+        return {uuid: tuple(procs) for uuid, procs in out.items()}
 
     def device(self, uuid: str) -> SimDevice | None:
         for device in self.devices:

@@ -9,6 +9,7 @@ keep theirs; a metric a sample cannot give is absent from that reading only.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
 from typing import Any, Callable
@@ -34,6 +35,21 @@ _METRICS = (
     ("nvlink_rx_bytes_per_second", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _MIB),
     ("tensor_active_percent", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, 1.0),
 )
+
+
+
+class _Metric(ctypes.Structure):
+    """pynvml's ``c_nvmlGpmMetric_t`` layout without its Python-level attribute hooks (a few
+    µs per metric read or written)."""
+
+    _fields_ = pynvml.c_nvmlGpmMetric_t._fields_
+
+
+class _MetricsGet(ctypes.Structure):
+    """``c_nvmlGpmMetricsGet_t``'s layout, its metrics as ``_Metric``."""
+
+    _fields_ = [(name, _Metric * pynvml.NVML_GPM_METRIC_MAX if name == "metrics" else ctype)
+                for name, ctype in pynvml.c_nvmlGpmMetricsGet_t._fields_]
 
 
 class GpmSampler:
@@ -117,18 +133,19 @@ class GpmSampler:
         return self._metrics(uuid, field, previous, spare)
 
     def _metrics(self, uuid: str, field: str, first: Any, second: Any) -> GpmReading | None:
-        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request = _MetricsGet()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(_METRICS)
         request.sample1 = first
         request.sample2 = second
+        metrics = request.metrics
         for i, (_, metric_id, _) in enumerate(_METRICS):
-            request.metrics[i].metricId = metric_id
+            metrics[i].metricId = metric_id
         if self._q.read(uuid, field, pynvml.nvmlGpmMetricsGet, request) is None:
             return None
         values = {}
         for i, (name, _, scale) in enumerate(_METRICS):
-            metric = request.metrics[i]
+            metric = metrics[i]
             if metric.nvmlReturn == pynvml.NVML_SUCCESS:
                 values[name] = float(metric.value) * scale
         return GpmReading(**values) if values else None

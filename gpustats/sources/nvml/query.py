@@ -54,6 +54,32 @@ class _FieldValue(ctypes.Structure):
     _fields_ = pynvml.c_nvmlFieldValue_t._fields_
 
 
+class FieldValueArrays:
+    """``nvmlDeviceGetFieldValues`` into arrays kept per device and field list: pynvml's
+    wrapper builds a new array through per-attribute hooks on every call. The ids are set
+    once; before each call every entry's return code is reset, so an entry the driver left
+    untouched reads as a failure, never as last tick's value."""
+
+    def __init__(self):
+        self._arrays: dict[tuple[int, tuple[int, ...]], ctypes.Array] = {}
+
+    def get(self, handle: Any, field_ids: tuple[int, ...]) -> ctypes.Array:
+        key = (ctypes.cast(handle, ctypes.c_void_p).value or 0, field_ids)
+        array = self._arrays.get(key)
+        if array is None:
+            array = self._arrays[key] = (_FieldValue * len(field_ids))()
+            for entry, field_id in zip(array, field_ids):
+                entry.fieldId = field_id
+        for entry in array:
+            entry.nvmlReturn = pynvml.NVML_ERROR_UNKNOWN
+        # pynvml's symbol lookup: cached, with its errors (uninitialised, function not found).
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        ret = fn(handle, ctypes.c_int32(len(array)), ctypes.byref(array))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return array
+
+
 def _field_value(entry: _FieldValue) -> int | float | None:
     """The union member ``valueType`` names; ``None`` for a type this code does not know."""
     member = _FIELD_VALUE_MEMBERS.get(entry.valueType)
@@ -91,6 +117,7 @@ class Querier:
         self._errors = errors
         self._unsupported: set[tuple[str, str]] = set()
         self._log_once = LogOnce(log, every_seconds=300.0)
+        self._field_arrays = FieldValueArrays()
         self.calls = 0
 
     def is_unsupported(self, device: str, field: str) -> bool:
@@ -152,12 +179,10 @@ class Querier:
                   if (device, f"field:{name}") not in self._unsupported]
         if not wanted:
             return {}
-        # (id, scope 0) pairs: pynvml sets an int id through a caught TypeError each.
-        raw = self.read(device, "field_values", pynvml.nvmlDeviceGetFieldValues, handle,
-                        [(fid, 0) for _, fid in wanted])
-        if raw is None:
+        entries = self.read(device, "field_values", self._field_arrays.get, handle,
+                            tuple(fid for _, fid in wanted))
+        if entries is None:
             return {}
-        entries = (_FieldValue * len(wanted)).from_buffer(raw)
         out: dict[str, tuple[int | float, int]] = {}
         for (name, fid), entry in zip(wanted, entries):
             code = entry.nvmlReturn

@@ -38,6 +38,7 @@ from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
 from gpustats.sources.nvml.mig import MigInstance, layout_change, mig_readings, read_layout
 from gpustats.sources.nvml.mig_events import MigConfigEvents
+from gpustats.sources.nvml.process_reads import ProcessReads
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
 
@@ -115,6 +116,7 @@ class DeviceSweeper:
         self._gpm = GpmSampler(self._q, monotonic)
         self._energy = DeferredEnergy(energy_every)
         self._mig_events = MigConfigEvents(self._q)
+        self._process_reads = ProcessReads()
 
     @property
     def calls(self) -> int:
@@ -302,7 +304,7 @@ class DeviceSweeper:
         return self._q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
 
     def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
-        raw = self._q.read(uuid, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+        raw = self._q.read(uuid, "processes", self._process_reads.running_processes, h)
         if raw is None and self._q.is_unsupported(uuid, "processes"):
             # Drivers without the _v3 symbol (nvml.md §2.9): fall back to _v2.
             raw = self._q.read(uuid, "processes_v2",
@@ -333,8 +335,8 @@ class DeviceSweeper:
         pids = {p.pid for p in processes}
         floor = state.last_sample_timestamp_us
         since = min((seen.get(pid, floor) for pid in pids), default=floor)
-        raw = self._q.read(uuid, "process_utilization", pynvml.nvmlDeviceGetProcessUtilization,
-                           h, since, not_found=NOT_FOUND)
+        raw = self._q.read(uuid, "process_utilization",
+                           self._process_reads.utilization_samples, h, since, not_found=NOT_FOUND)
         if raw is None:
             return None
         if raw is NOT_FOUND:

@@ -1,0 +1,108 @@
+"""A GPU's running processes and process utilization samples, each in one NVML call per tick.
+
+pynvml's wrappers ask twice every time (a NULL buffer for the count, then the call that fills
+a new array) and turn every entry into a Python object through per-attribute hooks. NVML's
+contract lets the caller pass its own array with its capacity (``infoCount`` /
+``processSamplesCount`` in, the number written out), answering INSUFFICIENT_SIZE with the
+count needed when it is too small (nvml.h). So each device keeps one array per call, grown
+when NVML asks for more (then asked again at once), and entries are read from plain ctypes
+structures of pynvml's layouts. Errors are pynvml's ``NVMLError`` subclasses, as its
+wrappers raise them, for ``Querier.read`` to classify.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+import pynvml
+
+_INITIAL_CAPACITY = 16
+_GROWTH_TRIES = 3          # a list that keeps outgrowing the array is an error this tick
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = pynvml.c_nvmlProcessInfo_v3_t._fields_
+
+
+class _UtilizationSample(ctypes.Structure):
+    _fields_ = pynvml.c_nvmlProcessUtilizationSample_t._fields_
+
+
+class RunningProcess(NamedTuple):
+    """The fields of ``nvmlProcessInfo_t`` the sweep reads; memory ``None`` where NVML gives
+    NVML_VALUE_NOT_AVAILABLE (as pynvml's wrapper does)."""
+
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
+class UtilizationSample(NamedTuple):
+    pid: int
+    timeStamp: int
+    smUtil: int
+    memUtil: int
+
+
+_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
+def _function(name: str):
+    # pynvml's symbol lookup: cached, and NVMLError_Uninitialized / _FunctionNotFound as its
+    # own wrappers raise them.
+    return pynvml._nvmlGetFunctionPointer(name)
+
+
+class ProcessReads:
+    """Per device handle: the arrays the two calls fill, kept between ticks."""
+
+    def __init__(self):
+        self._arrays: dict[tuple[str, int], ctypes.Array] = {}
+
+    def running_processes(self, handle) -> list[RunningProcess]:
+        """``nvmlDeviceGetComputeRunningProcesses_v3``."""
+        fn = _function("nvmlDeviceGetComputeRunningProcesses_v3")
+        count, array = self._call(
+            "processes", handle, _ProcessInfo,
+            lambda array, c_count: fn(handle, ctypes.byref(c_count), array))
+        out = []
+        for i in range(count):
+            p = array[i]
+            used = p.usedGpuMemory
+            out.append(RunningProcess(p.pid, None if used == _NOT_AVAILABLE else used,
+                                      p.gpuInstanceId, p.computeInstanceId))
+        return out
+
+    def utilization_samples(self, handle, since_us: int) -> list[UtilizationSample]:
+        """``nvmlDeviceGetProcessUtilization``: samples newer than ``since_us``
+        (NVMLError_NotFound when there are none)."""
+        fn = _function("nvmlDeviceGetProcessUtilization")
+        stamp = ctypes.c_ulonglong(since_us)
+        count, array = self._call(
+            "samples", handle, _UtilizationSample,
+            lambda array, c_count: fn(handle, array, ctypes.byref(c_count), stamp))
+        return [UtilizationSample(s.pid, s.timeStamp, s.smUtil, s.memUtil)
+                for s in (array[i] for i in range(count))]
+
+    def _call(self, what: str, handle, entry: type, call) -> tuple[int, ctypes.Array]:
+        key = (what, _handle_key(handle))
+        array = self._arrays.get(key)
+        if array is None:
+            array = self._arrays[key] = (entry * _INITIAL_CAPACITY)()
+        for _ in range(_GROWTH_TRIES):
+            c_count = ctypes.c_uint(len(array))
+            ret = call(array, c_count)
+            if ret == pynvml.NVML_SUCCESS:
+                return min(c_count.value, len(array)), array
+            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                raise pynvml.NVMLError(ret)
+            # Room for the count asked and some more, as pynvml's wrapper leaves.
+            array = self._arrays[key] = (entry * (c_count.value * 2 + 5))()
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+
+
+def _handle_key(handle) -> int:
+    """A device handle (``c_nvmlDevice_t``, a pointer) as a dict key: its address."""
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
