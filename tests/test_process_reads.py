@@ -7,10 +7,10 @@ from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
-from tests.clock import Clock
-from tests.fakehost import write_scenario
+from tests.support.clock import Clock
+from tests.support.fakehost import write_scenario
 
-A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+from tests.support.gpus import GPU_A as A
 GIB = 1024 ** 3
 PROCESSES = "nvmlDeviceGetComputeRunningProcesses_v3"
 SAMPLES = "nvmlDeviceGetProcessUtilization"
