@@ -40,7 +40,10 @@ class NvmlProfile:
     """Wraps pynvml's public functions: CPU and wall time of each outermost call, by name.
 
     The sweep looks pynvml functions up at call time, so the wrappers see every call; nested
-    calls (a wrapper calling its versioned variant) count once, under the outer name.
+    calls (a wrapper calling its versioned variant) count once, under the outer name. The
+    calls the sweep makes straight through pynvml's symbol lookup (field values, process lists
+    into kept arrays) are seen by wrapping that lookup: each C function it hands out is timed
+    under its own name, or missing when hidden.
     """
 
     def __init__(self) -> None:
@@ -57,6 +60,14 @@ class NvmlProfile:
                 continue
             self._originals[name] = fn
             setattr(pynvml, name, self._hidden(name) if name in hide else self._timed(name, fn))
+        lookup = pynvml._nvmlGetFunctionPointer
+        self._originals["_nvmlGetFunctionPointer"] = lookup
+
+        def timed_lookup(name: str):
+            if name in hide:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return self._timed(name, lookup(name))
+        pynvml._nvmlGetFunctionPointer = timed_lookup
 
     def uninstall(self) -> None:
         for name, fn in self._originals.items():
@@ -98,8 +109,11 @@ def _field_call_name(name: str, args: tuple) -> str:
     """Field-value calls by what they carry: whether the energy counter is among the fields
     shows what the energy read costs inside the batch."""
     try:
-        ids = [i if isinstance(i, int) else i[0] for i in args[1]]
-    except (IndexError, TypeError):
+        if len(args) == 3 and hasattr(args[2], "_obj"):     # the C call: byref(field array)
+            ids = [entry.fieldId for entry in args[2]._obj]
+        else:
+            ids = [i if isinstance(i, int) else i[0] for i in args[1]]
+    except (AttributeError, IndexError, TypeError):
         return name
     energy = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in ids
     return f"{name} ({len(ids)} fields{', energy' if energy else ''})"
