@@ -36,7 +36,6 @@ from gpustats.export.summary import summary_dict
 from gpustats.fdlimit import kept_file_shares
 from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.malloc_arenas import cap_malloc_arenas
-from gpustats.sources.dcgm import DcgmExporterClient
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cdi import CdiSpecs
 from gpustats.sources.cgroups import CgroupReader
@@ -95,6 +94,13 @@ class _ReportedSweeper:
         return readings
 
 
+def _dcgm_client(url: str, errors: CollectionErrors):
+    """The dcgm-exporter scrape, imported only where one is configured: its HTTP client
+    (requests and what it loads) is about 5 MB of resident memory a daemon without it keeps."""
+    from gpustats.sources.dcgm import DcgmExporterClient
+    return DcgmExporterClient(url, errors=errors)
+
+
 class Daemon:
     """Everything one running gpustats holds, built from a Config."""
 
@@ -142,7 +148,7 @@ class Daemon:
         self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
                                         kept_files=kept_proc_files)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
-        self.dcgm = DcgmExporterClient(config.dcgm_exporter_url, errors=self.errors) \
+        self.dcgm = _dcgm_client(config.dcgm_exporter_url, self.errors) \
             if config.dcgm_exporter_url else None
         self.housekeeper = Housekeeper(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),

@@ -185,3 +185,25 @@ def test_start_up_settles_the_garbage_collector_for_ticks():
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+def test_the_dcgm_scrape_client_is_loaded_only_where_one_is_configured(tmp_path):
+    """requests and what it loads (about 5 MB resident) stay out of a daemon with no
+    dcgm-exporter to scrape."""
+    scenario = Path(__file__).resolve().parent.parent / "examples" / "two-gpus.yaml"
+    probe = (
+        "import sys\n"
+        "from gpustats.cli import Daemon\n"
+        "from gpustats.config import build_arg_parser, resolve\n"
+        "def build(*extra):\n"
+        f"    args = build_arg_parser().parse_args(['--simulate', {str(scenario)!r}, '--state-dir',"
+        f" {str(tmp_path / 'state')!r}, *extra])\n"
+        "    Daemon(resolve(args, {})).close()\n"
+        "build()\n"
+        "print('without', 'requests' in sys.modules)\n"
+        "build('--dcgm-exporter-url', 'http://127.0.0.1:9/metrics')\n"
+        "print('with', 'requests' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["without False", "with True"]
