@@ -306,3 +306,42 @@ def test_counters_of_containers_and_pods_that_gain_nothing_outlive_the_retention
     assert pod.containers[0].accelerators[0].attributed_energy_joules == 25.0
     assert counters.value(("pod", UID, GPU0)) == 25.0
     assert counters.value(("container", A, GPU0, None)) == 25.0
+
+
+class StampingCgroups(FakeCgroups):
+    """Each read gives new figures (the read's number as start time)."""
+
+    def __init__(self, containers, rules=None):
+        super().__init__(containers, rules)
+        self.reads = 0
+
+    def usages(self, wanted):
+        self.reads += 1
+        return [ContainerUsage(start_time=float(self.reads)) for _ in wanted]
+
+
+def test_an_entry_without_gpu_follows_its_usage_names_cgroup_and_gpus():
+    """A container holding no GPU keeps its entry while nothing it shows changed; a new
+    usage read, new names, a moved cgroup or a GPU gained each show at once."""
+    cgroups = StampingCgroups({A: ident(A)})
+    names = FakeNames({A: ContainerNames("web", "ml", UID, "app")})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), runtime=names,
+                               usage_every_ticks=2)
+
+    def entry():
+        return tracker.tick((reading(GPU0, 0),), {}, ()).pods[0].containers[0]
+
+    entries = [entry() for _ in range(4)]
+    pairs = list(zip(entries, entries[1:]))
+    for before, after in pairs:                    # read every other tick
+        assert (after is before) == (after.usage is before.usage)
+    assert any(a is b for a, b in pairs) and any(a.usage != b.usage for a, b in pairs)
+    names.table[A] = ContainerNames("web", "ml", UID, "app2")
+    renamed = entry()
+    assert renamed.name == "app2"
+    cgroups.containers[A] = ident(A, devices_path="/moved")
+    assert entry().cgroup_path == "/moved"
+    cgroups.rules["/moved"] = DeviceRules(False, False, frozenset({0}))
+    assert [a.device_uuid for a in entry().accelerators] == [GPU0]
+    cgroups.rules.clear()
+    assert entry().accelerators == ()
