@@ -1,5 +1,6 @@
 """The container tracker's merge of mapping sources and names, with fake sources."""
 
+import zlib
 from dataclasses import dataclass
 
 from gpustats.engine.containers import ContainerTracker
@@ -345,3 +346,31 @@ def test_an_entry_without_gpu_follows_its_usage_names_cgroup_and_gpus():
     assert [a.device_uuid for a in entry().accelerators] == [GPU0]
     cgroups.rules.clear()
     assert entry().accelerators == ()
+
+
+def test_cgroups_that_come_and_go_between_reads_are_read_at_first_sight_and_then_dropped():
+    """Ticks showing the same cgroups read only those due; a container that appears is read
+    at once, one that goes is read no more, and the rest keep their cadence."""
+    ids = [f"{i:064x}" for i in range(40)]
+
+    def identity(cid):
+        return ContainerIdentity(container_id=cid, runtime="docker",
+                                 cgroup=CgroupRef((("", f"/docker/{cid}"),)))
+
+    cgroups = CountingCgroups({cid: identity(cid) for cid in ids[:30]})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), usage_every_ticks=3)
+    per_tick = []
+    for n in range(11):
+        if n == 5:
+            cgroups.containers.update((cid, identity(cid)) for cid in ids[30:])
+            del cgroups.containers[ids[0]]
+        cgroups.read = []
+        tracker.tick((), {}, ())
+        per_tick.append(list(cgroups.read))
+    assert set(per_tick[5]) >= set(ids[30:])                 # at first sight
+    assert all(ids[0] not in t for t in per_tick[5:])         # gone: no more reads
+    for cid in ids[1:]:          # then on the phase its key gives (ticks counted from 1)
+        first = 0 if cid in ids[:30] else 5
+        phase = zlib.crc32(repr(cid).encode()) % 3
+        assert [n for n, t in enumerate(per_tick) if cid in t] == \
+            [first] + [n for n in range(first + 1, 11) if (n + 1 + phase) % 3 == 0]
