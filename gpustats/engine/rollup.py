@@ -159,16 +159,17 @@ class Rollup:
         known_names = self._pod_names
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
-                              if c.container_id in names), None)
+                              if c.container_id in names), None) if names else None
             if pod_names is not None and pod_names.pod_name is not None:
                 known_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
             name, namespace = known_names.get(uid, (None, None))
+            gpus, history = parts.pod_gpus.get(uid), pod_history.get(uid)
             pod_stats.append(PodStats(
                 uid=uid, name=name, namespace=namespace,
                 usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
-                accelerators=self._pod_accelerators(uid, parts.pod_gpus.get(uid, ()),
-                                                    parts.settled, pod_history.get(uid, {}),
-                                                    parts.pod_claims.get(uid, {}))))
+                accelerators=self._pod_accelerators(uid, gpus or (), parts.settled,
+                                                    history or {}, parts.pod_claims.get(uid, {}))
+                if gpus or history else ()))         # no GPU now or before: none to list
         for gone in known_names.keys() - stats_by_pod.keys():
             del known_names[gone]
         return tuple(pod_stats)

@@ -312,24 +312,26 @@ class CgroupReader:
                 state.files = _UsageFiles.of(ref, self._file)
                 state.forget_memory()
             due.append(state)
-        kept, report = self._files, self.report_unsafe
+        read_int, read_bytes, report = self._files.read_int, self._files.read_bytes, \
+            self.report_unsafe
+        wall, monotonic, memory_stats_of = self._wall, self._monotonic, self._memory
         out = []
         for state in due:
             files = state.files
             cpu_ns = None
             if files.cpuacct is not None:
-                cpu_ns = kept.read_int(*files.cpuacct, report)
+                cpu_ns = read_int(*files.cpuacct, report)
             if cpu_ns is None and files.cpu_stat is not None:
-                data = kept.read_bytes(*files.cpu_stat, report)
+                data = read_bytes(*files.cpu_stat, report)
                 usec = cpu_stat_usage_usec(data) if data is not None else None
                 cpu_ns = usec * 1000 if usec is not None else None
             usage = stat = None
             if files.memory_usage is not None:
-                usage = kept.read_int(*files.memory_usage, report)
+                usage = read_int(*files.memory_usage, report)
                 # v1: either file gives figures; v2: memory.stat only beside memory.current.
                 if usage is not None or not files.v2_memory:
-                    stat = kept.read_bytes(*files.memory_stat, report)
-            now, mono = self._wall(), self._monotonic()
+                    stat = read_bytes(*files.memory_stat, report)
+            now, mono = wall(), monotonic()
             cpu = None
             if cpu_ns is not None:
                 rate = cpu_rate(state.cpu_read_at, state.cpu_ns, mono, cpu_ns)
@@ -337,7 +339,7 @@ class CgroupReader:
                 state.cpu_read_at, state.cpu_ns = mono, cpu_ns
             memory = None
             if usage is not None or stat is not None:
-                memory = self._memory(state, usage, stat, now, mono)
+                memory = memory_stats_of(state, usage, stat, now, mono)
             if state.start_time is None:
                 state.start_time = self.start_time(state.ref)
             out.append(ContainerUsage(state.start_time, cpu, memory))
