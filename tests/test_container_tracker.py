@@ -374,3 +374,24 @@ def test_cgroups_that_come_and_go_between_reads_are_read_at_first_sight_and_then
         phase = zlib.crc32(repr(cid).encode()) % 3
         assert [n for n, t in enumerate(per_tick) if cid in t] == \
             [first] + [n for n in range(first + 1, 11) if (n + 1 + phase) % 3 == 0]
+
+
+def test_every_container_and_pod_of_the_tick_is_an_owner_kept_alive_as_they_come_and_go():
+    other = "9" * 8 + UID[8:]
+    cgroups = FakeCgroups({A: ident(A)}, pods={UID: CgroupRef((("", f"/k/pod{UID}"),))})
+    names = FakeNames({})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), runtime=names)
+
+    def owners():
+        mapped = tracker.map((reading(GPU0, 0),), {})
+        cgroups.end_tick()
+        return sorted(mapped.holdings.alive)
+
+    assert owners() == owners() == [("container", A), ("pod", UID)]
+    cgroups.containers[B] = ContainerIdentity(container_id=B, cgroup=CgroupRef((("", "/b"),)))
+    assert owners() == [("container", A), ("container", B), ("pod", UID)]
+    names.table[B] = ContainerNames("web", "ml", other, "app")     # its pod by its names
+    assert owners() == [("container", A), ("container", B), ("pod", UID), ("pod", other)]
+    del cgroups.containers[A]
+    cgroups.pods.clear()
+    assert owners() == [("container", B), ("pod", other)]
