@@ -42,6 +42,14 @@ def test_flat_keyed_skips_malformed():
 ])
 def test_cpu_stat_usage(text, usec):
     assert cpu_stat_usage_usec(text) == usec
+    assert cpu_stat_usage_usec(text.encode()) == usec       # bytes as read: the same
+
+
+def test_bytes_that_int_takes_only_as_text_are_read_as_text():
+    """``int`` of text takes non-ASCII digits and spaces, ``int`` of bytes does not: bytes
+    read give what their text gives."""
+    assert cpu_stat_usage_usec("usage_usec \u0661\u0662\n".encode()) == 12
+    assert parse_flat_keyed("anon \u00a07\u00a0\n".encode(), frozenset({"anon"})) == {"anon": 7}
 
 
 def test_limits():

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 from gpustats.hostfs import HostRoots
+from gpustats.model.host import MemoryStats
 from gpustats.sources.cgroups import CgroupReader, detect_layout
 from gpustats.sources.procs import ProcReader
 from tests.support.descriptors import open_descriptors
@@ -87,6 +88,38 @@ def test_v2_discovery_and_usage(tmp_path):
     assert usage.cpu.usage_core_nano_seconds == 250_000
     assert usage.memory.working_set_bytes == 4000 and usage.memory.available_bytes == 4192
     assert reader.device_rules(c1.cgroup) is None        # no devices.list on v2
+
+
+def test_memory_figures_follow_every_input_from_read_to_read(tmp_path):
+    """Figures worked out once are kept while their inputs stay; each read still carries its
+    own time, and a change to any one file (memory.stat alone too) shows at the next read."""
+    root = tmp_path / "cg"
+    _write(root, {"cgroup.controllers": "cpu memory\n"})
+    scope = (root / "kubepods.slice" / "kubepods-besteffort.slice" /
+             f"kubepods-besteffort-pod{UID_}.slice" / f"cri-containerd-{C1}.scope")
+    _write(scope, {"cpu.stat": "usage_usec 250\n", "memory.current": "4096\n",
+                   "memory.stat": "anon 1024\ninactive_file 96\npgfault 3\npgmajfault 0\n",
+                   "memory.max": "8192\n"})
+    now = iter(range(100, 200))
+    reader = CgroupReader(HostRoots(cgroup=str(root)), kept_files=16, wall=lambda: next(now))
+    ref = reader.discover().containers[C1].cgroup
+
+    def memory():
+        figures = reader.usage(C1, ref).memory
+        reader.end_tick()
+        return figures
+
+    first, second = memory(), memory()
+    assert second.time > first.time
+    assert second == MemoryStats(second.time, 4192, 4096, 4000, 1024, 3, 0)
+    (scope / "memory.stat").write_text("anon 2048\ninactive_file 1096\npgfault 9\n"
+                                       "pgmajfault 1\n")
+    third = memory()
+    assert third == MemoryStats(third.time, 5192, 4096, 3000, 2048, 9, 1)
+    (scope / "memory.current").write_text("5096\n")
+    assert memory().working_set_bytes == 4000
+    (scope / "memory.stat").write_text("anon 2048\ninactive_file x\n")
+    assert memory() == MemoryStats(third.time + 2, None, 5096, None, 2048, None, None)
 
 
 def test_vanishing_containers_never_raise(tmp_path, monkeypatch):

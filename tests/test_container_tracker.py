@@ -1,5 +1,7 @@
 """The container tracker's merge of mapping sources and names, with fake sources."""
 
+import zlib
+
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.counters import EnergyCounters
 from gpustats.model.attribution import DeviceAttribution, ProcessAttribution
@@ -232,3 +234,91 @@ def test_counters_of_containers_and_pods_that_gain_nothing_outlive_the_retention
     assert pod.containers[0].accelerators[0].attributed_energy_joules == 25.0
     assert counters.value(("pod", UID, GPU0)) == 25.0
     assert counters.value(("container", A, GPU0, None)) == 25.0
+
+
+class StampingCgroups(FakeCgroups):
+    """Each read gives new figures (the read's number as start time)."""
+
+    def __init__(self, containers, rules=None):
+        super().__init__(containers, rules)
+        self.reads = 0
+
+    def usages(self, wanted):
+        self.reads += 1
+        return [ContainerUsage(start_time=float(self.reads)) for _ in wanted]
+
+
+def test_an_entry_without_gpu_follows_its_usage_names_cgroup_and_gpus():
+    """A container holding no GPU keeps its entry while nothing it shows changed; a new
+    usage read, new names, a moved cgroup or a GPU gained each show at once."""
+    cgroups = StampingCgroups({A: ident(A)})
+    names = FakeNames({A: ContainerNames("web", "ml", UID, "app")})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), runtime=names,
+                               usage_every_ticks=2)
+
+    def entry():
+        return tracker.tick((reading(GPU0, 0),), {}, ()).pods[0].containers[0]
+
+    entries = [entry() for _ in range(4)]
+    pairs = list(zip(entries, entries[1:]))
+    for before, after in pairs:                    # read every other tick
+        assert (after is before) == (after.usage is before.usage)
+    assert any(a is b for a, b in pairs) and any(a.usage != b.usage for a, b in pairs)
+    names.table[A] = ContainerNames("web", "ml", UID, "app2")
+    renamed = entry()
+    assert renamed.name == "app2"
+    cgroups.containers[A] = ident(A, devices_path="/moved")
+    assert entry().cgroup_path == "/moved"
+    cgroups.rules["/moved"] = DeviceRules(False, False, frozenset({0}))
+    assert [a.device_uuid for a in entry().accelerators] == [GPU0]
+    cgroups.rules.clear()
+    assert entry().accelerators == ()
+
+
+def test_cgroups_that_come_and_go_between_reads_are_read_at_first_sight_and_then_dropped():
+    """Ticks showing the same cgroups read only those due; a container that appears is read
+    at once, one that goes is read no more, and the rest keep their cadence."""
+    ids = [f"{i:064x}" for i in range(40)]
+
+    def identity(cid):
+        return ContainerIdentity(container_id=cid, runtime="docker",
+                                 cgroup=CgroupRef((("", f"/docker/{cid}"),)))
+
+    cgroups = CountingCgroups({cid: identity(cid) for cid in ids[:30]})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), usage_every_ticks=3)
+    per_tick = []
+    for n in range(11):
+        if n == 5:
+            cgroups.containers.update((cid, identity(cid)) for cid in ids[30:])
+            del cgroups.containers[ids[0]]
+        cgroups.read = []
+        tracker.tick((), {}, ())
+        per_tick.append(list(cgroups.read))
+    assert set(per_tick[5]) >= set(ids[30:])                 # at first sight
+    assert all(ids[0] not in t for t in per_tick[5:])         # gone: no more reads
+    for cid in ids[1:]:          # then on the phase its key gives (ticks counted from 1)
+        first = 0 if cid in ids[:30] else 5
+        phase = zlib.crc32(repr(cid).encode()) % 3
+        assert [n for n, t in enumerate(per_tick) if cid in t] == \
+            [first] + [n for n in range(first + 1, 11) if (n + 1 + phase) % 3 == 0]
+
+
+def test_every_container_and_pod_of_the_tick_is_an_owner_kept_alive_as_they_come_and_go():
+    other = "9" * 8 + UID[8:]
+    cgroups = FakeCgroups({A: ident(A)}, pods={UID: CgroupRef((("", f"/k/pod{UID}"),))})
+    names = FakeNames({})
+    tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(), runtime=names)
+
+    def owners():
+        mapped = tracker.map((reading(GPU0, 0),), {})
+        cgroups.end_tick()
+        return sorted(mapped.holdings.alive)
+
+    assert owners() == owners() == [("container", A), ("pod", UID)]
+    cgroups.containers[B] = ContainerIdentity(container_id=B, cgroup=CgroupRef((("", "/b"),)))
+    assert owners() == [("container", A), ("container", B), ("pod", UID)]
+    names.table[B] = ContainerNames("web", "ml", other, "app")     # its pod by its names
+    assert owners() == [("container", A), ("container", B), ("pod", UID), ("pod", other)]
+    del cgroups.containers[A]
+    cgroups.pods.clear()
+    assert owners() == [("container", B), ("pod", other)]

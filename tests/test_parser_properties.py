@@ -9,7 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 from gpustats.config import ConfigError, build_arg_parser, load_config_file, resolve
 from gpustats.sources.cgroup_paths import parse_cgroup_path
-from gpustats.sources.cgroup_stats import parse_devices_list, parse_flat_keyed, parse_limit
+from gpustats.sources.cgroup_stats import (
+    cpu_stat_usage_usec, parse_devices_list, parse_flat_keyed, parse_limit,
+)
 from gpustats.sources.node import BUSY_FIELDS, busy_ticks, parse_key_values
 from gpustats.simulator.scenario import load_scenario, parse_scenario
 from gpustats.sources.procs import container_from_paths, parse_proc_cgroup
@@ -84,6 +86,20 @@ def test_flat_keyed_picks_what_a_full_parse_finds(lines, trailing_newline):
             except ValueError:
                 pass
     assert parse_flat_keyed(text, wanted) == expected
+
+
+@given(st.lists(stat_line, max_size=12), st.booleans(), st.binary(max_size=8), st.integers(0, 60))
+def test_flat_keyed_bytes_give_what_their_text_gives(lines, trailing_newline, junk, at):
+    """Bytes as read and the text ``read_text`` makes of them give the same values (junk
+    bytes, invalid UTF-8 among them, put anywhere)."""
+    data = ("\n".join(lines) + ("\n" if trailing_newline else "")).encode()
+    data = data[:at] + junk + data[at:]
+    text = data.decode("utf-8", "replace")
+    wanted = frozenset({"anon", "inactive_file", "pgfault", "pgmajfault"})
+    assert parse_flat_keyed(data, wanted) == parse_flat_keyed(text, wanted)
+    assert parse_flat_keyed(data) == parse_flat_keyed(text)
+    usage = data.replace(b"anon", b"usage_usec", 1)
+    assert cpu_stat_usage_usec(usage) == cpu_stat_usage_usec(usage.decode("utf-8", "replace"))
 
 
 meminfo_key = st.sampled_from(["MemTotal", "MemFree", "AnonPages", "AnonHugePages",

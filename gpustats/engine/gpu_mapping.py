@@ -188,6 +188,8 @@ class GpuMapper:
         # last tick: a GPU process does not change cgroup.
         self._pid_owner: dict[tuple[int, int | None], object] = {}
         self._ticks = 0
+        # The last tick's owners of counters, and the containers, pods and names they came from.
+        self._owners: tuple[dict, dict, dict, tuple[tuple[str, str], ...]] | None = None
 
     def map(self, readings: tuple[DeviceReading, ...],
             starts: Mapping[tuple[str, int], int | None]) -> "MappedTick":
@@ -219,10 +221,18 @@ class GpuMapper:
                 shown.append((cid, identity, n, uid))
                 for uuid, gi in mappings.get(cid, ()):
                     held[ContainerKey(cid, uuid, gi)] = uid
-        holdings = Holdings(pid_to_container, held,
-                            tuple(_owners(containers, pods, names)))
+        holdings = Holdings(pid_to_container, held, self._owners_of(containers, pods, names))
         return MappedTick(containers, pods, names, mappings, devices, pid_to_container,
                        claims, shown, holdings)
+
+    def _owners_of(self, containers: dict[str, ContainerIdentity], pods: dict[str, CgroupRef],
+                   names: dict[str, ContainerNames]) -> tuple[tuple[str, str], ...]:
+        """``_owners``, the same as last tick's while the containers, pods and names are."""
+        last = self._owners
+        if last is None or last[0] != containers or last[1] != pods or last[2] != names:
+            last = self._owners = (dict(containers), dict(pods), dict(names),
+                                   tuple(_owners(containers, pods, names)))
+        return last[3]
 
     def _names(self, containers: Mapping[str, ContainerIdentity]) -> dict[str, ContainerNames]:
         """Each name source in trust order names what those before it left without a name."""

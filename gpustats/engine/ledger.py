@@ -96,85 +96,128 @@ class EnergyLedger:
         counters = self._counters
         holdings = holdings or Holdings()
         settled = Settled(counters)
-        tick, dts = settled.tick, settled.dt
-        alive: list[Owner] = []
-        # Each container entry's energy this tick. Each process is billed once, to one entry
-        # of its container: the GPU instance it runs on where the container holds that
-        # instance, else the whole GPU; neither held: unattributed. (Entries are looked up by
-        # the plain tuple, equal to the typed key ``held`` is keyed by.)
-        containers: dict[tuple, float] = {}
-        accounted: set[str] = set()
-        owner_of = holdings.process_owner
-        held = holdings.held
+        energy = _TickEnergy(settled.tick, holdings)
         for reading in readings:
             uuid = reading.identity.uuid
-            alive.append(("gpu", uuid))
+            energy.alive.append(("gpu", uuid))
             attribution = attributions.get(uuid)
             if attribution is None:
                 continue                       # lost, or its accounting failed: kept, not grown
-            dts[uuid] = attribution.dt_seconds
-            if attribution.device_energy_joules is not None:
-                tick[DeviceKey(uuid)] = attribution.device_energy_joules
-            active = attribution.tick_active_energy_joules
-            if active is not None:
-                tick[ActiveKey(uuid)] = active
-            known = active is not None and attribution.processes_known
-            if known:
-                accounted.add(uuid)
-            shares: dict[tuple[int, int | None], float] = {}
-            for share in attribution.processes:
-                if share.energy_joules is not None:
-                    slot = (share.pid, share.gpu_instance_id)
-                    shares[slot] = shares.get(slot, 0.0) + share.energy_joules
-            mig: dict[int, float] = {}
-            seen: set[tuple[int, int | None]] = set()
-            for p in reading.processes:
-                pid, gi = p.pid, p.gpu_instance_id
-                slot = (pid, gi)
-                if slot in seen:
-                    continue
-                seen.add(slot)
-                process = (uuid, pid)
-                key = ProcessKey(uuid, pid, starts.get(process))
-                alive.append(key)
-                joules = shares.get(slot)
-                if joules is None:
-                    continue
-                tick[key] = tick.get(key, 0.0) + joules
-                if gi is not None:
-                    mig[gi] = mig.get(gi, 0.0) + joules
-                cid = owner_of.get(process)
-                if cid is not None:
-                    entry = ("container", cid, uuid, gi)
-                    if gi is not None and entry not in held:
-                        entry = ("container", cid, uuid, None)
-                    if entry in held:
-                        containers[entry] = containers.get(entry, 0.0) + joules
-            if known:
-                for inst in reading.mig_instances:          # their owner is the GPU, alive
-                    tick[MigKey(uuid, inst.gpu_instance_id)] = mig.get(inst.gpu_instance_id, 0.0)
-        billed: dict[str, float] = {}
+            settled.dt[uuid] = attribution.dt_seconds
+            energy.device(reading, attribution, starts)
+        energy.bill_containers_and_pods()
+        energy.leave_unattributed(settled.dt)
+        counters.advance_all(settled.tick.items())
+        # Every owner of the tick: its containers and pods, GPUs and listed processes.
+        counters.mark_alive(holdings.alive)
+        counters.mark_alive(energy.alive)
+        return settled
+
+
+class _TickEnergy:
+    """The energies of one tick as the ledger gathers them, GPU by GPU, then per container,
+    pod and GPU's unattributed rest."""
+
+    def __init__(self, tick: dict[tuple, float], holdings: Holdings):
+        self.tick = tick
+        self.alive: list[Owner] = []
+        self._owner_of = holdings.process_owner
+        self._held = holdings.held
+        # Each container entry's energy this tick (looked up by the plain tuple, equal to the
+        # typed key ``held`` is keyed by), and the GPUs whose processes are all known.
+        self._containers: dict[tuple, float] = {}
+        self._accounted: set[str] = set()
+        self._billed: dict[str, float] = {}         # per GPU: what its containers are billed
+
+    def device(self, reading: DeviceReading, attribution: DeviceAttribution,
+               starts: Mapping[tuple[str, int], int | None]) -> None:
+        """One GPU's device, active, process and MIG instance energies."""
+        tick, uuid = self.tick, reading.identity.uuid
+        if attribution.device_energy_joules is not None:
+            tick[DeviceKey(uuid)] = attribution.device_energy_joules
+        active = attribution.tick_active_energy_joules
+        if active is not None:
+            tick[ActiveKey(uuid)] = active
+        known = active is not None and attribution.processes_known
+        if known:
+            self._accounted.add(uuid)
+        mig = self._processes(reading, _shares(attribution), starts)
+        if known:
+            for inst in reading.mig_instances:          # their owner is the GPU, alive
+                tick[MigKey(uuid, inst.gpu_instance_id)] = mig.get(inst.gpu_instance_id, 0.0)
+
+    def _processes(self, reading: DeviceReading, shares: dict[tuple[int, int | None], float],
+                   starts: Mapping[tuple[str, int], int | None]) -> dict[int, float]:
+        """Each listed process's energy (once per process and GPU instance), billed to its
+        container; returns each GPU instance's sum."""
+        tick, uuid = self.tick, reading.identity.uuid
+        mig: dict[int, float] = {}
+        seen: set[tuple[int, int | None]] = set()
+        for p in reading.processes:
+            pid, gi = p.pid, p.gpu_instance_id
+            slot = (pid, gi)
+            if slot in seen:
+                continue
+            seen.add(slot)
+            key = ProcessKey(uuid, pid, starts.get((uuid, pid)))
+            self.alive.append(key)
+            joules = shares.get(slot)
+            if joules is None:
+                continue
+            tick[key] = tick.get(key, 0.0) + joules
+            if gi is not None:
+                mig[gi] = mig.get(gi, 0.0) + joules
+            self._bill(uuid, pid, gi, joules)
+        return mig
+
+    def _bill(self, uuid: str, pid: int, gi: int | None, joules: float) -> None:
+        """Each process is billed once, to one entry of its container: the GPU instance it
+        runs on where the container holds that instance, else the whole GPU; neither held:
+        unattributed."""
+        cid = self._owner_of.get((uuid, pid))
+        if cid is None:
+            return
+        held = self._held
+        entry = ("container", cid, uuid, gi)
+        if gi is not None and entry not in held:
+            entry = ("container", cid, uuid, None)
+        if entry in held:
+            self._containers[entry] = self._containers.get(entry, 0.0) + joules
+
+    def bill_containers_and_pods(self) -> None:
+        """Each held entry's energy on a GPU whose processes are known (else absent, its
+        total kept), and each pod's sum of them."""
+        tick, containers, accounted = self.tick, self._containers, self._accounted
         pods: dict[tuple[str, str], float] = {}
-        for key, pod in held.items():
+        for key, pod in self._held.items():
             uuid = key[2]
             if uuid not in accounted:
-                continue                      # unknown this tick: absent, its total kept
+                continue
             joules = tick[key] = containers.get(key, 0.0)
-            billed[uuid] = billed.get(uuid, 0.0) + joules
+            self._billed[uuid] = self._billed.get(uuid, 0.0) + joules
             if pod is not None:
                 slot = (pod, uuid)
                 pods[slot] = pods.get(slot, 0.0) + joules
         for (pod, uuid), joules in pods.items():
             tick[PodKey(pod, uuid)] = joules
+
+    def leave_unattributed(self, dts: Mapping[str, float]) -> None:
+        """Whatever no container is billed for (all of it when the processes are unknown)."""
+        tick = self.tick
         for uuid in dts:
             active = tick.get(ActiveKey(uuid))
             if active is None:
                 continue
-            # Whatever no container is billed for (all of it when the processes are unknown).
-            left = max(0.0, active - billed.get(uuid, 0.0)) if uuid in accounted else active
+            left = max(0.0, active - self._billed.get(uuid, 0.0)) \
+                if uuid in self._accounted else active
             tick[UnattributedKey(uuid)] = left
-        counters.advance_all(tick.items())
-        # Every owner of the tick: its containers and pods, GPUs and listed processes.
-        counters.mark_alive(holdings.alive)
-        counters.mark_alive(alive)
-        return settled
+
+
+def _shares(attribution: DeviceAttribution) -> dict[tuple[int, int | None], float]:
+    """Each (PID, GPU instance)'s energy in the attribution, summed."""
+    shares: dict[tuple[int, int | None], float] = {}
+    for share in attribution.processes:
+        if share.energy_joules is not None:
+            slot = (share.pid, share.gpu_instance_id)
+            shares[slot] = shares.get(slot, 0.0) + share.energy_joules
+    return shares

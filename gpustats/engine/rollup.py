@@ -9,8 +9,8 @@ from typing import Iterable, Mapping
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, claim_order
 from gpustats.engine.ledger import Settled
-from gpustats.model.containers import ContainerUsage
-from gpustats.model.dra import ClaimDevice
+from gpustats.model.containers import ContainerIdentity, ContainerNames, ContainerUsage
+from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.energy_keys import ContainerKey, PodKey
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
@@ -61,6 +61,9 @@ class Rollup:
         # while its counter exists, and a pod is served while a container of it is retained.
         self._entries: dict[str, set[GpuKey]] | None = None
         self._pod_of: dict[str, str] = {}
+        # Last tick's entries of containers that hold no GPU and no claim, with what they were
+        # built from (identity, names, usage): kept while those are the same objects.
+        self._plain: dict[str, tuple] = {}
 
     def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
               usage: Mapping[object, ContainerUsage]) -> ContainerView:
@@ -70,17 +73,17 @@ class Rollup:
         entries = self._remember_entries(mapped.holdings.held)
         stats_by_pod: dict[str, list[ContainerStats]] = {}
         loose: list[ContainerStats] = []
-        mappings = mapped.mappings
+        mappings, unresolved = mapped.mappings, mapped.claims.unresolved
+        plain, self._plain = self._plain, {}
         for cid, identity, n, pod_uid in mapped.shown:
             before = entries.get(cid)
-            accelerators = () if before is None and cid not in mappings else \
-                self._container_accelerators(parts, cid, pod_uid, before)    # holds a GPU
-            stats = ContainerStats(
-                container_id=cid, name=n.container_name if n else None,
-                runtime=identity.runtime,
-                cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
-                pod_uid=identity.pod_uid, usage=usage[cid], accelerators=accelerators,
-                unresolved_claims=tuple(mapped.claims.unresolved.get(cid, ())))
+            if before is None and cid not in mappings and cid not in unresolved:
+                stats = self._plain_stats(plain.get(cid), cid, identity, n, usage[cid])
+            else:
+                stats = _container_stats(
+                    cid, identity, n, usage[cid],
+                    self._container_accelerators(parts, cid, pod_uid, before),   # holds a GPU
+                    tuple(unresolved.get(cid, ())))
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
@@ -88,6 +91,15 @@ class Rollup:
         self._keep_pods(mapped, entries, stats_by_pod)
         return ContainerView(self._pods(parts, stats_by_pod, usage), tuple(loose),
                              mapped.pid_to_container)
+
+    def _plain_stats(self, last: tuple | None, cid: str, identity: ContainerIdentity,
+                     n: ContainerNames | None, usage: ContainerUsage) -> ContainerStats:
+        """A container holding no GPU and no claim: last tick's entry while it was built from
+        the same identity, names and usage (usage is read every few ticks), else a new one."""
+        if last is None or last[0] is not identity or last[1] is not n or last[2] is not usage:
+            last = (identity, n, usage, _container_stats(cid, identity, n, usage, (), ()))
+        self._plain[cid] = last
+        return last[3]
 
     def _container_accelerators(self, parts: "_TickParts", cid: str, pod_uid: str | None,
                                 before: set[GpuKey] | None) -> tuple[ContainerAccelerator, ...]:
@@ -147,16 +159,17 @@ class Rollup:
         known_names = self._pod_names
         for uid, members in sorted(stats_by_pod.items()):
             pod_names = next((names[c.container_id] for c in members
-                              if c.container_id in names), None)
+                              if c.container_id in names), None) if names else None
             if pod_names is not None and pod_names.pod_name is not None:
                 known_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
             name, namespace = known_names.get(uid, (None, None))
+            gpus, history = parts.pod_gpus.get(uid), pod_history.get(uid)
             pod_stats.append(PodStats(
                 uid=uid, name=name, namespace=namespace,
                 usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
-                accelerators=self._pod_accelerators(uid, parts.pod_gpus.get(uid, ()),
-                                                    parts.settled, pod_history.get(uid, {}),
-                                                    parts.pod_claims.get(uid, {}))))
+                accelerators=self._pod_accelerators(uid, gpus or (), parts.settled,
+                                                    history or {}, parts.pod_claims.get(uid, {}))
+                if gpus or history else ()))         # no GPU now or before: none to list
         for gone in known_names.keys() - stats_by_pod.keys():
             del known_names[gone]
         return tuple(pod_stats)
@@ -229,6 +242,16 @@ class Rollup:
 
 
 _NO_USAGE = ContainerUsage()
+
+
+def _container_stats(cid: str, identity: ContainerIdentity, n: ContainerNames | None,
+                     usage: ContainerUsage, accelerators: tuple[ContainerAccelerator, ...],
+                     unresolved: tuple[UnresolvedClaim, ...]) -> ContainerStats:
+    return ContainerStats(
+        container_id=cid, name=n.container_name if n else None, runtime=identity.runtime,
+        cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
+        pod_uid=identity.pod_uid, usage=usage, accelerators=accelerators,
+        unresolved_claims=unresolved)
 
 
 def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:

@@ -21,11 +21,40 @@ class UsageSchedule:
         self._source = source
         self._usage_every = max(1, every_ticks)
         self._usage: dict[object, tuple[int, ContainerUsage]] = {}     # key -> (phase, usage)
+        self._round: _Round | None = None
 
     def read(self, shown, pods: Mapping[str, CgroupRef],
              tick: int) -> dict[object, ContainerUsage]:
         """CPU and memory of the shown containers and their pods, keyed by container ID and
         ``("pod", uid)``: those due this tick read together, before any entry is built."""
+        last = self._round
+        if last is not None and last.shown == shown and last.pods == pods:
+            return self._read_due(last, tick)
+        usage = self._read_all(shown, pods, tick)
+        self._round = _Round(list(shown), dict(pods), usage, self._phases(shown, pods))
+        return usage
+
+    def _read_due(self, last: "_Round", tick: int) -> dict[object, ContainerUsage]:
+        """The same cgroups as last tick: those due read, the others' usage kept."""
+        due = last.by_phase[-tick % self._usage_every]
+        usage, kept = dict(last.usage), self._usage
+        for (key, _), found in zip(due, self._source.usages(due)):
+            kept[key] = (kept[key][0], found)
+            usage[key] = found
+        last.usage = usage
+        return usage
+
+    def _phases(self, shown, pods: Mapping[str, CgroupRef]) -> list[list]:
+        """(key, cgroup) of each cgroup read, grouped by phase, in the order they are read."""
+        by_phase: list[list] = [[] for _ in range(self._usage_every)]
+        for key, ref in _cgroups_shown(shown, pods):
+            if ref is not None:
+                by_phase[self._usage[key][0]].append((key, ref))
+        return by_phase
+
+    def _read_all(self, shown, pods: Mapping[str, CgroupRef],
+                  tick: int) -> dict[object, ContainerUsage]:
+        """Each shown cgroup's usage: read at first sight and when due, else kept."""
         usage: dict[object, ContainerUsage] = {}
         due: list[tuple[object, CgroupRef]] = []
         kept, every = self._usage, self._usage_every
@@ -48,6 +77,17 @@ class UsageSchedule:
         for gone in kept.keys() - usage.keys():
             del kept[gone]
         return usage
+
+
+class _Round:
+    """The cgroups shown last tick, their usage and phases: what a tick showing the same
+    cgroups reads (those due) and keeps (the others), without going over every cgroup."""
+
+    __slots__ = ("shown", "pods", "usage", "by_phase")
+
+    def __init__(self, shown: list, pods: dict[str, CgroupRef],
+                 usage: dict[object, ContainerUsage], by_phase: list[list]):
+        self.shown, self.pods, self.usage, self.by_phase = shown, pods, usage, by_phase
 
 
 def _cgroups_shown(shown, pods: Mapping[str, CgroupRef]):

@@ -56,12 +56,17 @@ def parse_devices_list(text: str) -> DeviceRules:
     return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed)
 
 
-def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str, int]:
+def parse_flat_keyed(text: str | bytes, keys: frozenset[str] | None = None) -> dict[str, int]:
     """``key value`` lines (cpu.stat, memory.stat); malformed lines are skipped.
 
     With ``keys``, only those are looked up (memory.stat has dozens of lines per read, and is
-    read for every container: finding a few keys beats splitting every line).
+    read for every container: finding a few keys beats splitting every line). Bytes as read
+    are taken too, and give what their text (decoded as ``read_text`` does) gives.
     """
+    if isinstance(text, bytes):
+        if keys is not None:
+            return _pick_keyed_bytes(text, keys)
+        text = text.decode("utf-8", "replace")
     if keys is not None:
         return _pick_keyed(text, keys)
     values = {}
@@ -94,8 +99,44 @@ def _pick_keyed(text: str, keys: frozenset[str]) -> dict[str, int]:
     return values
 
 
-def cpu_stat_usage_usec(text: str) -> int | None:
-    """``usage_usec`` of a v2 ``cpu.stat``: its first line on every kernel, looked for first."""
+def _pick_keyed_bytes(data: bytes, keys: frozenset[str]) -> dict[str, int]:
+    """``_pick_keyed`` on undecoded bytes (no decoding of a whole memory.stat per read). A
+    value that ``int`` refuses as bytes sends the whole file to ``_pick_keyed`` as text:
+    ``int`` of text also takes non-ASCII digits and spaces, and the answer must not differ."""
+    values = {}
+    needles = _BYTE_NEEDLES.get(keys)
+    for key, needle in needles if needles is not None else _byte_needles(keys):
+        at = data.find(needle)
+        while at >= 0:
+            if at == 0 or data[at - 1] == 10:              # a line's start (10: newline)
+                end = data.find(b"\n", at)
+                try:
+                    values[key] = int(data[at + len(needle):end if end >= 0 else None])
+                except ValueError:
+                    return _pick_keyed(data.decode("utf-8", "replace"), keys)
+                break
+            at = data.find(needle, at + 1)
+    return values
+
+
+def _byte_needles(keys: frozenset[str]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((key, (key + " ").encode()) for key in keys)
+
+
+def cpu_stat_usage_usec(text: str | bytes) -> int | None:
+    """``usage_usec`` of a v2 ``cpu.stat``: its first line on every kernel, looked for first.
+
+    Bytes as read are taken too: the first line is parsed undecoded, and anything else is
+    decoded (as ``read_text`` would) and looked at as text.
+    """
+    if isinstance(text, bytes):
+        if text.startswith(b"usage_usec "):
+            end = text.find(b"\n")
+            try:
+                return int(text[11:end if end >= 0 else None])
+            except ValueError:
+                pass          # as text below (int() of text takes more than ASCII digits)
+        text = text.decode("utf-8", "replace")
     if text.startswith("usage_usec "):
         end = text.find("\n")
         try:
@@ -112,6 +153,7 @@ MEMORY_STAT_KEYS_V2 = frozenset({"inactive_file", "anon", "pgfault", "pgmajfault
 # Each key and the text looked for, worked out once for the key sets read every tick.
 _NEEDLES = {keys: tuple((key, key + " ") for key in keys)
             for keys in (CPU_STAT_KEYS, MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2)}
+_BYTE_NEEDLES = {keys: _byte_needles(keys) for keys in _NEEDLES}
 
 
 def parse_limit(text: str | None, *, v2: bool) -> int | None:
