@@ -162,12 +162,12 @@ def _weights(processes: tuple[ProcessReading, ...],
     """Share per PID and how it was decided.
 
     Time-sliced and MPS processes share by their SM utilization summed over the samples since
-    the last read (utilization × time, as Kepler and nvitop do); a process without samples
-    gets 0 (``values``: ``_sm_by_pid`` of the samples). When no process has a non-zero sample (no sample source, NOT_FOUND, or all
-    zeros) yet the GPU drew power above idle, the split is equal and recorded as
-    ``SHARE_EQUAL``: processes holding a context keep the GPU out of its idle state and copy
-    engines do not show in SM utilization, so the energy is theirs, just not measurably
-    apportioned. Leaving it unattributed would drop energy the processes did cause.
+    the last read (utilization × time, as Kepler and nvitop do; ``values``: ``_sm_by_pid`` of
+    the samples); a process without samples gets 0. When no process has a non-zero sample (no
+    sample source, NOT_FOUND, or all zeros) yet the GPU drew power above idle, the split is
+    equal and recorded as ``SHARE_EQUAL``: processes holding a context keep the GPU out of its
+    idle state and copy engines do not show in SM utilization, so the energy is theirs, just
+    not measurably apportioned. Leaving it unattributed would drop energy the processes did cause.
     """
     if len(processes) == 1:
         return {processes[0].pid: 1.0}, SHARE_EXCLUSIVE

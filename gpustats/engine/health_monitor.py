@@ -2,9 +2,10 @@
 
 It waits in slices of ``wait_ms`` so ``stop`` returns within the shutdown budget, or, where
 the wait can be woken (``interrupt``: the simulator), in long slices that ``stop`` and a change
-of the GPUs watched cut short; an event source that fails is closed, logged (rate-limited) and reopened after a backoff: the thread
-never dies of an NVML error. The sweep reports GPU_IS_LOST too, so health reflects a lost GPU
-even where the driver delivers no events. A new NVML session starts from healthy.
+of the GPUs watched cut short. An event source that fails is closed, logged (rate-limited)
+and reopened after a backoff: the thread never dies of an NVML error. The sweep reports
+GPU_IS_LOST too, so health reflects a lost GPU even where the driver delivers no events. A
+new NVML session starts from healthy.
 """
 
 from __future__ import annotations
