@@ -118,6 +118,6 @@ def test_a_simulating_daemon_health_thread_wakes_for_events_and_stops_at_once(
     time.sleep(1.2)
     assert daemon.simulator.calls_by_function["nvmlEventSetWait_v2"] == waits
     started = time.monotonic()
-    daemon.health.stop(2.0)
-    assert time.monotonic() - started < 0.5
+    daemon.health.stop(5.0)
+    assert time.monotonic() - started < 1.0          # not the 10 s slice
     assert not daemon.health._thread.is_alive()

@@ -393,7 +393,7 @@ def test_an_interrupt_ends_a_blocked_event_wait_and_never_takes_an_event(simulat
     started = time.monotonic()
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(es, 10_000)           # blocked, then woken
-    assert time.monotonic() - started < 0.25
+    assert time.monotonic() - started < 1.0
     time.sleep(0.3)
     sim.interrupt_event_waits()
     assert pynvml.nvmlEventSetWait_v2(es, 10_000).eventData == 79
