@@ -148,39 +148,34 @@ def _sm_by_pid(samples: Iterable[ProcessSample]) -> dict[int, list[float]]:
     return out
 
 
-def sm_utilization_by_pid(processes: tuple[ProcessReading, ...],
-                          samples: tuple[ProcessSample, ...] | None) -> dict[int, float] | None:
-    """Mean SM utilization per process over the samples; 0 for a process without samples.
-
-    ``None`` when the driver gives no samples at all (absent); an empty sample set (NVML's
-    NOT_FOUND: nothing ran since the last timestamp) means 0 for everyone.
-    """
-    if samples is None:
-        return None
-    values = _sm_by_pid(samples)
+def _mean_sm(processes: tuple[ProcessReading, ...],
+             values: Mapping[int, list[float]]) -> dict[int, float]:
+    """Mean SM utilization per process over its samples (``_sm_by_pid``); 0 for a process
+    without samples. The caller leaves it absent when the driver gives no samples at all; an
+    empty sample set (NVML's NOT_FOUND: nothing ran since the last timestamp) means 0."""
     return {p.pid: (sum(values[p.pid]) / len(values[p.pid]) if p.pid in values else 0.0)
             for p in processes}
 
 
 def _weights(processes: tuple[ProcessReading, ...],
-             samples: tuple[ProcessSample, ...] | None) -> tuple[dict[int, float], str]:
+             values: Mapping[int, list[float]]) -> tuple[dict[int, float], str]:
     """Share per PID and how it was decided.
 
     Time-sliced and MPS processes share by their SM utilization summed over the samples since
-    the last read (utilization × time, as Kepler and nvitop do); a process without samples
-    gets 0. When no process has a non-zero sample (no sample source, NOT_FOUND, or all
-    zeros) yet the GPU drew power above idle, the split is equal and recorded as
-    ``SHARE_EQUAL``: processes holding a context keep the GPU out of its idle state and copy
-    engines do not show in SM utilization, so the energy is theirs, just not measurably
-    apportioned. Leaving it unattributed would drop energy the processes did cause.
+    the last read (utilization × time, as Kepler and nvitop do; ``values``: ``_sm_by_pid`` of
+    the samples); a process without samples gets 0. When no process has a non-zero sample (no
+    sample source, NOT_FOUND, or all zeros) yet the GPU drew power above idle, the split is
+    equal and recorded as ``SHARE_EQUAL``: processes holding a context keep the GPU out of its
+    idle state and copy engines do not show in SM utilization, so the energy is theirs, just
+    not measurably apportioned. Leaving it unattributed would drop energy the processes did cause.
     """
     if len(processes) == 1:
         return {processes[0].pid: 1.0}, SHARE_EXCLUSIVE
     pids = {p.pid for p in processes}
     sums = {pid: 0.0 for pid in pids}
-    for pid, values in _sm_by_pid(samples or ()).items():
+    for pid, sm in values.items():
         if pid in sums:
-            sums[pid] = sum(values)
+            sums[pid] = sum(sm)
     total = sum(sums.values())
     if total > 0:
         return {pid: value / total for pid, value in sums.items()}, SHARE_SM_UTIL
@@ -228,8 +223,10 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         result = _attribute_mig(inp, processes, active)
     elif processes:
         by_pid = {p.pid: p for p in processes}     # without MIG a PID is one process
-        weights, method = _weights(tuple(by_pid.values()), inp.samples)
-        utilization = sm_utilization_by_pid(tuple(by_pid.values()), inp.samples)
+        unique = tuple(by_pid.values())
+        values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
+        weights, method = _weights(unique, values)
+        utilization = _mean_sm(unique, values) if inp.samples is not None else None
         for pid in by_pid:
             sm = utilization.get(pid) if utilization is not None else None
             result.append(_process_share(inp, pid, None, weights[pid], method, active, sm))

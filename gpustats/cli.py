@@ -60,6 +60,8 @@ from gpustats.web.ui import ui_blueprint
 log = logging.getLogger("gpustats")
 
 SHUTDOWN_BUDGET_SECONDS = 2.0
+DRIVER_EVENT_WAIT_MS = 500
+SIMULATED_EVENT_WAIT_MS = 10_000
 
 
 class _SimulatedBus:
@@ -137,7 +139,12 @@ class Daemon:
                               is_driver_gone=lambda exc: isinstance(exc, DriverGone),
                               retry_interval=config.nvml_retry_interval, lost_namer=lost_namer)
         self.node_name = config.node_name or socket.gethostname()
-        self.health = HealthMonitor(NvmlEventSource, ignored_xids=frozenset(config.xid_ignore))
+        # A driver's event wait cannot be woken: short slices keep stop within its budget.
+        # The simulator's can, so there the health thread wakes only for events.
+        self.health = HealthMonitor(
+            NvmlEventSource, ignored_xids=frozenset(config.xid_ignore),
+            wait_ms=SIMULATED_EVENT_WAIT_MS if self.simulator else DRIVER_EVENT_WAIT_MS,
+            interrupt=self.simulator.interrupt_event_waits if self.simulator else None)
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
         kept_cgroup_files, kept_proc_files = kept_file_shares()

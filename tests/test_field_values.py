@@ -255,3 +255,16 @@ def test_scenario_rejects_null_for_a_key_with_a_default(key):
 
     with pytest.raises(ValueError, match=key):
         parse_scenario({"devices": [{"uuid": A, key: None}]})
+
+
+def test_the_identity_with_its_memory_total_is_kept_until_the_total_changes(simulate, tmp_path):
+    sim, sweeper, clock = simulate({"devices": [RICH]})
+    first, second = _tick(sweeper, clock), _tick(sweeper, clock)
+    assert first.identity.memory_total_bytes == 80 * GIB
+    assert second.identity is first.identity            # not a copy per tick
+    next(tmp_path.glob("s0.yaml")).write_text(
+        yaml.safe_dump({"devices": [{**RICH, "memory_total_bytes": 40 * GIB}]}))
+    assert sim.reload()
+    third = _tick(sweeper, clock)
+    assert third.identity.memory_total_bytes == 40 * GIB
+    assert third.identity.uuid == A

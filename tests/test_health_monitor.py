@@ -98,3 +98,26 @@ def test_idle_without_gpus():
     time.sleep(0.3)
     monitor.stop()
     assert made == []                          # no GPUs: no event set opened
+
+
+def test_a_simulating_daemon_health_thread_wakes_for_events_and_stops_at_once(
+        in_process_daemon, tmp_path):
+    """A simulated event wait can be woken, so the daemon waits in long slices there (the
+    thread's wakes were a share of the idle CPU) and its stop cuts the slice short."""
+    from tests.support.fakehost import write_scenario
+    from tests.support.gpus import GPU_A
+
+    write_scenario(tmp_path / "s.yaml", {"devices": [{"uuid": GPU_A}]})
+    daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"))
+    daemon._tick()                                   # the health thread is told the GPUs
+    waits = daemon.simulator.calls_by_function["nvmlEventSetWait_v2"]
+    daemon.health.start()
+    assert wait_until(lambda: daemon.simulator.calls_by_function["nvmlEventSetWait_v2"] > waits)
+    time.sleep(0.2)          # the first may end at once: track() interrupted before it began
+    waits = daemon.simulator.calls_by_function["nvmlEventSetWait_v2"]
+    time.sleep(1.2)
+    assert daemon.simulator.calls_by_function["nvmlEventSetWait_v2"] == waits
+    started = time.monotonic()
+    daemon.health.stop(5.0)
+    assert time.monotonic() - started < 1.0          # not the 10 s slice
+    assert not daemon.health._thread.is_alive()

@@ -372,3 +372,29 @@ def test_a_gpu_without_mig_events_does_not_offer_them(simulate):
                            "mig_instances": [{"gpu_instance_id": 1}]}]})
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert not pynvml.nvmlDeviceGetSupportedEventTypes(h) & pynvml.nvmlEventMigConfigChange
+
+
+def test_an_interrupt_ends_a_blocked_event_wait_and_never_takes_an_event(simulate):
+    """The daemon's stop wakes its health thread here instead of waiting out a long slice; a
+    due event is still delivered first, and a wait that does not block leaves it pending."""
+    sim, _ = simulate({"devices": [{"uuid": A}],
+                       "xid_events": [{"device": A, "xid": 79, "after_seconds": 0.3}]})
+    es = _xid_set()
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 0)
+    sim.interrupt_event_waits()
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 0)               # does not block: the interrupt stays
+    started = time.monotonic()
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 10_000)           # pending: returns at once
+    assert time.monotonic() - started < 1.0
+    threading.Timer(0.05, sim.interrupt_event_waits).start()
+    started = time.monotonic()
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        pynvml.nvmlEventSetWait_v2(es, 10_000)           # blocked, then woken
+    assert time.monotonic() - started < 1.0
+    time.sleep(0.3)
+    sim.interrupt_event_waits()
+    assert pynvml.nvmlEventSetWait_v2(es, 10_000).eventData == 79
+    pynvml.nvmlEventSetFree(es)

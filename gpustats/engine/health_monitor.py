@@ -1,9 +1,11 @@
 """The health thread: waits on NVML events and keeps each GPU's conditions.
 
-It waits in slices of ``wait_ms`` so ``stop`` returns within the shutdown budget; an event
-source that fails is closed, logged (rate-limited) and reopened after a backoff: the thread
-never dies of an NVML error. The sweep reports GPU_IS_LOST too, so health reflects a lost GPU
-even where the driver delivers no events. A new NVML session starts from healthy.
+It waits in slices of ``wait_ms`` so ``stop`` returns within the shutdown budget, or, where
+the wait can be woken (``interrupt``: the simulator), in long slices that ``stop`` and a change
+of the GPUs watched cut short. An event source that fails is closed, logged (rate-limited)
+and reopened after a backoff: the thread never dies of an NVML error. The sweep reports
+GPU_IS_LOST too, so health reflects a lost GPU even where the driver delivers no events. A
+new NVML session starts from healthy.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ class EventSource(Protocol):
 class HealthMonitor:
     def __init__(self, make_source: Callable[[], EventSource], *,
                  ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS, wait_ms: int = 500,
-                 max_backoff_seconds: float = 30.0, wall: Callable[[], float] = time.time):
+                 max_backoff_seconds: float = 30.0, wall: Callable[[], float] = time.time,
+                 interrupt: Callable[[], None] | None = None):
         self._make_source = make_source
         self._ignored = ignored_xids
         self._wait_ms = wait_ms
+        self._interrupt = interrupt or (lambda: None)
         self._max_backoff = max_backoff_seconds
         self._wall = wall
         self._lock = threading.Lock()
@@ -66,6 +70,7 @@ class HealthMonitor:
             self._health = health
             self._target = (session, uuids)
         self._changed.set()
+        self._interrupt()
 
     def note_gpu_lost(self, uuid: str, when: float) -> None:
         self._apply(HealthEvent(uuid, "gpu_lost", when, source="nvml-sweep"))
@@ -92,6 +97,7 @@ class HealthMonitor:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._changed.set()
+        self._interrupt()
         if self._thread is not None:
             self._thread.join(timeout)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, cast
 
 SUCCESS = 0
 UNINITIALIZED = 1
@@ -43,11 +42,19 @@ def plain(struct: type, **overrides: type) -> type:
 
 
 def set_out(ptr: int, ctype, value) -> None:
-    cast(ptr, POINTER(ctype))[0] = value
+    """Writes ``value`` at the address the caller passed (``from_address``: one C call, where
+    a cast to a pointer type and an index are several)."""
+    _at(ptr, ctype).value = value
 
 
 def struct_at(ptr: int, ctype):
-    return cast(ptr, POINTER(ctype)).contents
+    return _at(ptr, ctype)
+
+
+def _at(ptr: int | None, ctype):
+    if not ptr:
+        raise ValueError("NULL pointer access")     # as indexing a NULL ctypes pointer says
+    return ctype.from_address(ptr)
 
 
 def write_string(buf: int, length: int, text: str) -> int:

@@ -125,10 +125,21 @@ class EventCalls:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return TIMEOUT
+            if self._waits_interrupted:
+                self._waits_interrupted = False
+                return TIMEOUT
             # The due time is on the simulator's clock; an injected clock that does not move
             # with real time only makes this wake, look again and wait out the deadline.
             self._wake.wait(remaining if next_due is None else min(remaining, next_due))
             self._maybe_reload()
+
+    def interrupt_event_waits(self) -> None:
+        """Makes the blocking event wait in progress, or the next one to block, return TIMEOUT
+        now: the daemon's stop and a change of the GPUs watched need not wait out a slice.
+        A real driver offers no such call, so there the daemon keeps its slices short."""
+        with self._wake:
+            self._waits_interrupted = True
+            self._wake.notify_all()
 
     def _fill_event(self, data_ptr, device, event_type: int, event_data: int) -> None:
         data = struct_at(data_ptr, pynvml.c_nvmlEventData_t)

@@ -83,6 +83,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._lost_reported: set[tuple[int, str]] = set()      # (event set, GPU UUID)
         self._event_sets: dict[int, dict[str, int]] = {}       # set -> {GPU UUID: event mask}
         self._mig_changes: dict[int, list[str]] = {}           # set -> GPUs whose layout changed
+        self._waits_interrupted = False                        # see interrupt_event_waits
         # MIG device handles name one instance (GPU UUID, instance UUID), as the driver's do: a
         # handle of a destroyed instance answers INVALID_ARGUMENT, never another instance.
         self._mig_handles: dict[int, tuple[str, str]] = {}

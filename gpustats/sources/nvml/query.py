@@ -61,17 +61,20 @@ class FieldValueArrays:
     untouched reads as a failure, never as last tick's value."""
 
     def __init__(self):
-        self._arrays: dict[tuple[int, tuple[int, ...]], ctypes.Array] = {}
+        # Per (handle address, field ids): the array, and its bytes as each call starts them.
+        self._arrays: dict[tuple[int, tuple[int, ...]], tuple[ctypes.Array, bytes]] = {}
 
     def get(self, handle: Any, field_ids: tuple[int, ...]) -> ctypes.Array:
         key = (ctypes.cast(handle, ctypes.c_void_p).value or 0, field_ids)
-        array = self._arrays.get(key)
-        if array is None:
-            array = self._arrays[key] = (_FieldValue * len(field_ids))()
+        kept = self._arrays.get(key)
+        if kept is None:
+            array = (_FieldValue * len(field_ids))()
             for entry, field_id in zip(array, field_ids):
                 entry.fieldId = field_id
-        for entry in array:
-            entry.nvmlReturn = pynvml.NVML_ERROR_UNKNOWN
+                entry.nvmlReturn = pynvml.NVML_ERROR_UNKNOWN
+            kept = self._arrays[key] = (array, bytes(array))
+        array, fresh = kept
+        ctypes.memmove(array, fresh, len(fresh))        # ids set, every return code reset
         # pynvml's symbol lookup: cached, with its errors (uninitialised, function not found).
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
         ret = fn(handle, ctypes.c_int32(len(array)), ctypes.byref(array))
@@ -118,6 +121,9 @@ class Querier:
         self._unsupported: set[tuple[str, str]] = set()
         self._log_once = LogOnce(log, every_seconds=300.0)
         self._field_arrays = FieldValueArrays()
+        # Field requests filtered by _unsupported, kept while it is unchanged (counted below).
+        self._wanted: dict[tuple[str, tuple], tuple[int, tuple, tuple[int, ...]]] = {}
+        self._unsupported_changes = 0
         self.calls = 0
 
     def is_unsupported(self, device: str, field: str) -> bool:
@@ -129,6 +135,7 @@ class Querier:
     def forget(self, device: str, fields: tuple[str, ...]) -> None:
         """Ask these fields again (their support depends on a mode that changed, e.g. MIG)."""
         self._unsupported.difference_update((device, f) for f in fields)
+        self._unsupported_changes += 1
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A call whose failure is not per-field (handle lookup, counts): errors propagate
@@ -149,7 +156,7 @@ class Querier:
             return fn(*args)
         except _LIBRARY_MISMATCH as exc:
             # pynvml's unversioned wrapper met an older library without the versioned symbol.
-            self._unsupported.add((device, field))
+            self._mark_unsupported(device, field)
             self._errors.record("nvml", "function_not_found")
             log.info("GPU %s: %s is not available in this NVML library (%s)", device, field, exc)
             return None
@@ -158,7 +165,7 @@ class Querier:
             if code == pynvml.NVML_ERROR_NOT_FOUND and not_found is not None:
                 return not_found
             if code in _UNSUPPORTED_CODES:
-                self._unsupported.add((device, field))
+                self._mark_unsupported(device, field)
                 self._errors.record("nvml", "not_supported" if code == pynvml.NVML_ERROR_NOT_SUPPORTED
                                     else "function_not_found")
                 log.info("GPU %s: %s is not available (%s); not asking again", device, field, exc)
@@ -175,12 +182,10 @@ class Querier:
         and not asked again, so the caller reads it through its single call from then on. A
         field missing from the result for any other reason is absent for this tick only.
         """
-        wanted = [(name, fid) for name, fid in requests
-                  if (device, f"field:{name}") not in self._unsupported]
+        wanted, ids = self._wanted_fields(device, requests)
         if not wanted:
             return {}
-        entries = self.read(device, "field_values", self._field_arrays.get, handle,
-                            tuple(fid for _, fid in wanted))
+        entries = self.read(device, "field_values", self._field_arrays.get, handle, ids)
         if entries is None:
             return {}
         out: dict[str, tuple[int | float, int]] = {}
@@ -193,13 +198,31 @@ class Querier:
                 continue
             exc = pynvml.NVMLError(code)
             if code in _UNSUPPORTED_CODES or code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
-                self._unsupported.add((device, f"field:{name}"))
+                self._mark_unsupported(device, f"field:{name}")
                 self._errors.record("nvml", "not_supported")
                 log.info("GPU %s: NVML field %d (%s) answers %s; not asking for it again (its "
                          "own call is used where one exists)", device, fid, name, exc)
                 continue
             self._failed(device, f"field:{name}", exc)
         return out
+
+    def _mark_unsupported(self, device: str, field: str) -> None:
+        self._unsupported.add((device, field))
+        self._unsupported_changes += 1
+
+    def _wanted_fields(self, device: str, requests: Sequence[tuple[str, int]]
+                       ) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
+        """The requests not known to be unsupported, and their ids: worked out again only
+        when the unsupported set has changed since."""
+        key = (device, tuple(requests))
+        kept = self._wanted.get(key)
+        if kept is not None and kept[0] == self._unsupported_changes:
+            return kept[1], kept[2]
+        wanted = tuple((name, fid) for name, fid in requests
+                       if (device, f"field:{name}") not in self._unsupported)
+        ids = tuple(fid for _, fid in wanted)
+        self._wanted[key] = (self._unsupported_changes, wanted, ids)
+        return wanted, ids
 
     def _failed(self, device: str, field: str, exc: pynvml.NVMLError) -> None:
         """A failure that is neither 'not supported' nor fatal: counted, logged rate-limited."""

@@ -95,6 +95,9 @@ class _SweepMemory:
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
     mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
+    # (identity read at session open, memory total, that identity with the total): the same
+    # object tick after tick while neither changes, not a copy each tick.
+    identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
 
 
 class DeviceSweeper:
@@ -444,6 +447,15 @@ class DeviceSweeper:
             self._gpm.forget_instance(uuid, m.gpu_instance_id)
 
 
+def _with_total(ident: DeviceIdentity, state: _SweepMemory, total: int) -> DeviceIdentity:
+    kept = state.identity_with_total
+    if kept is not None and kept[0] is ident and kept[1] == total:
+        return kept[2]
+    with_total = replace(ident, memory_total_bytes=total)
+    state.identity_with_total = (ident, total, with_total)
+    return with_total
+
+
 def _int_or_none(value) -> int | None:
     return int(value) if value is not None else None
 
@@ -456,7 +468,7 @@ def _device_reading(ident: DeviceIdentity, state: _SweepMemory, values: fields.F
     has_memory = memory is not None
     reserved = getattr(memory, "reserved", None) if has_memory else None
     return DeviceReading(
-        identity=replace(ident, memory_total_bytes=int(memory.total)) if has_memory else ident,
+        identity=_with_total(ident, state, int(memory.total)) if has_memory else ident,
         monotonic_seconds=read_at,
         memory_used_bytes=int(memory.used) if has_memory else None,
         utilization_percent=int(util.gpu) if util is not None else None,
