@@ -107,3 +107,39 @@ def test_any_stat_file_gives_numbers_or_absence(lines):
             psutil.PROCFS_PATH = previous
     assert cpu is None or isinstance(cpu.usage_core_nano_seconds, int)
     assert reader.boot_time is None or math.isfinite(reader.boot_time)
+
+
+def test_boot_time_is_read_once_a_recheck_interval_and_a_new_one_then_taken(tmp_path,
+                                                                            monkeypatch):
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemFree: 50 kB\n")
+    _stat(tmp_path, 100)
+    reads = []
+    real_boot_time = psutil.boot_time
+    monkeypatch.setattr(psutil, "boot_time", lambda: reads.append(1) or real_boot_time())
+    clock = Clock(10.0)
+    reader = NodeReader(HostRoots(proc=str(tmp_path)), monotonic=clock, wall=lambda: 5.0,
+                        boot_recheck_seconds=60.0)
+    reader.read()
+    assert reader.boot_time == 1700000000.0 and len(reads) == 1
+    (tmp_path / "stat").write_text("cpu  200 0 0 1000 0 0 0 0 0 0\nbtime 1700000500\n")
+    for now in (11.0, 40.0, 69.9):                       # within the interval: not read again
+        clock.now = now
+        cpu, _ = reader.read()
+        assert reader.boot_time == 1700000000.0 and cpu is not None
+    assert len(reads) == 1
+    clock.now = 70.0                                     # due: the new btime is taken
+    reader.read()
+    assert reader.boot_time == 1700000500.0 and len(reads) == 2
+
+
+def test_boot_time_is_tried_every_tick_until_it_is_read(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemFree: 50 kB\n")
+    (tmp_path / "stat").write_text("cpu  100 0 0 1000 0 0 0 0 0 0\n")    # no btime line yet
+    clock = Clock(10.0)
+    reader = NodeReader(HostRoots(proc=str(tmp_path)), monotonic=clock, wall=lambda: 5.0)
+    reader.read()
+    assert reader.boot_time is None
+    _stat(tmp_path, 200)
+    clock.now = 11.0
+    reader.read()
+    assert reader.boot_time == 1700000000.0

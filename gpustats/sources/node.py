@@ -113,6 +113,9 @@ def memory_from_meminfo(meminfo: dict[str, int], vmstat: dict[str, int], now: fl
     )
 
 
+BOOT_TIME_RECHECK_SECONDS = 60.0
+
+
 class NodeReader:
     """Reads node CPU/memory; ``usageNanoCores`` comes from this reading and the previous one.
 
@@ -120,7 +123,12 @@ class NodeReader:
 
     def __init__(self, roots: HostRoots, *, errors: CollectionErrors | None = None,
                  wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic,
+                 boot_recheck_seconds: float = BOOT_TIME_RECHECK_SECONDS):
+        """``boot_recheck_seconds``: once the boot time is read, how long it stands before
+        ``<proc>/stat`` is read for it again (it changes only with a reboot or a changed
+        ``btime`` in a fake tree; each read costs a second parse of the file). Until it is
+        read, every tick tries."""
         require_proc_root(roots.proc)
         self._roots = roots
         self._errors = errors
@@ -129,6 +137,8 @@ class NodeReader:
         self._monotonic = monotonic
         self._cpu = CpuRateTracker()          # one key, the node: never forgotten
         self.boot_time: float | None = None
+        self._boot_recheck = boot_recheck_seconds
+        self._boot_read_at: float | None = None     # monotonic time of the last good read
 
     def read(self) -> tuple[CpuStats | None, MemoryStats | None]:
         cpu, memory = self._read()
@@ -147,11 +157,13 @@ class NodeReader:
         now = self._wall()
         cpu = None
         report = self._unsafe.append
-        busy, boot = self._cpu_and_boot(report)
+        at = self._monotonic()
+        due = self._boot_read_at is None or at - self._boot_read_at >= self._boot_recheck
+        busy, boot = self._cpu_and_boot(report, due)
         if boot is not None:
-            self.boot_time = boot
+            self.boot_time, self._boot_read_at = boot, at
         if busy is not None:
-            cpu = self._cpu.stats("node", now, self._monotonic(),
+            cpu = self._cpu.stats("node", now, at,
                                   busy * 1_000_000_000 // _CLOCK_TICKS)
         meminfo = read_text(self._roots.proc_path("meminfo"), report)
         memory = None
@@ -161,10 +173,10 @@ class NodeReader:
                                          parse_key_values(vmstat, VMSTAT_KEYS), now)
         return cpu, memory
 
-    def _cpu_and_boot(self, report: Callable[[UnsafeFile], None]) -> tuple[int | None,
-                                                                            float | None]:
-        """Busy ticks and boot time (epoch seconds) from <proc>/stat; ``None`` for each that
-        cannot be read. psutil opens the file with a blocking ``open``, so it is looked at
+    def _cpu_and_boot(self, report: Callable[[UnsafeFile], None],
+                      boot_due: bool) -> tuple[int | None, float | None]:
+        """Busy ticks and, when ``boot_due``, boot time (epoch seconds) from <proc>/stat;
+        ``None`` for each that cannot be (or is not) read. psutil opens the file with a blocking ``open``, so it is looked at
         first: a FIFO or a huge file in a fake or hostile tree is reported, not read."""
         try:
             require_regular(self._roots.proc_path("stat"))
@@ -178,6 +190,8 @@ class NodeReader:
             busy = busy_ticks(psutil.cpu_times())
         except (OSError, ValueError, TypeError):
             pass       # gone, or a cpu line psutil cannot split into this kernel's columns
+        if not boot_due:
+            return busy, None
         try:
             boot = psutil.boot_time()
         except (OSError, ValueError, IndexError, RuntimeError):
