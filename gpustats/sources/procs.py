@@ -101,6 +101,7 @@ class ProcReader:
         self._roots = roots
         self._report = report          # a refused file (FIFO, huge) in a fake or hostile tree
         self._stats = KeptFiles(kept_files)
+        self._stat_paths: dict[int, tuple[str, str]] = {}   # last tick's PIDs: name, stat path
 
     def start_time(self, pid: int) -> int | None:
         """The process's start time in clock ticks; ``None`` when gone or unreadable."""
@@ -116,17 +117,22 @@ class ProcReader:
         PID's file is then opened afresh. Files of PIDs not asked for are closed.
         """
         out: dict[int, int | None] = {}
+        paths, self._stat_paths = self._stat_paths, {}
         for pid in pids:
             if pid in out:
                 continue
-            name = str(pid)
-            path = self._roots.proc_path(name, "stat")
+            named = paths.get(pid)
+            if named is None:
+                name = str(pid)
+                named = (name, self._roots.proc_path(name, "stat"))
+            self._stat_paths[pid] = named
+            name, path = named
             was_kept = path in self._stats
             text = self._stats.read_text(path, name, self._report, max_bytes=65536)
             if text is None and was_kept:
                 text = self._stats.read_text(path, name, self._report, max_bytes=65536)
             out[pid] = _start_or_none(text)
-        self._stats.keep_only({str(pid) for pid in out})
+        self._stats.keep_only({name for name, _ in self._stat_paths.values()})
         return out
 
     def close(self) -> None:
