@@ -121,6 +121,9 @@ class Columns:
         self.pcie: tuple[deque[float], deque[float]] = (deque(), deque())     # NVML's tx, rx
         # Cached steps of rows with a new violation reading: per field, increase and elapsed ns.
         self.increases: list[deque[int]] = [deque() for _ in range(violation_fields)]
+        # Σ of each increases column, kept as rows come and go: the counters are integers
+        # (nanoseconds), so the running total is the exact sum a walk gives.
+        self.increase_totals: list[int] = [0] * violation_fields
         self.elapsed: list[deque[float]] = [deque() for _ in range(violation_fields)]
 
     def push(self, row) -> None:
@@ -136,10 +139,13 @@ class Columns:
             if value is not None:
                 column.append(value)
         if row.new_reading and row.step is not None:
-            for increases, elapsed, counted in zip(self.increases, self.elapsed, row.step):
+            totals = self.increase_totals
+            for i, (increases, elapsed, counted) in enumerate(
+                    zip(self.increases, self.elapsed, row.step)):
                 if counted is not None:
                     increases.append(counted[0])
                     elapsed.append(counted[1])
+                    totals[i] += counted[0]
 
     def pop(self, row) -> None:
         """``row``, the oldest of the columns' rows, leaves them (it became the oldest kept)."""
@@ -151,9 +157,11 @@ class Columns:
         for column, value in zip(self.pcie, _pcie(row)):
             _drop_front(column, value)
         if row.new_reading and row.step is not None:
-            for increases, elapsed, counted in zip(self.increases, self.elapsed, row.step):
+            totals = self.increase_totals
+            for i, (increases, elapsed, counted) in enumerate(
+                    zip(self.increases, self.elapsed, row.step)):
                 if counted is not None:
-                    increases.popleft()
+                    totals[i] -= increases.popleft()
                     elapsed.popleft()
 
     def _count(self, row, sign: int) -> None:
@@ -180,7 +188,8 @@ class Columns:
                 out.append(None)
                 continue
             start_increase, start_ns = counted if counted is not None else (0, 0.0)
-            out.append((sum(islice(increases, skip, None), start_increase),
+            increase = self.increase_totals[i] - (increases[0] if skip else 0)
+            out.append((start_increase + increase,
                         sum(islice(elapsed, skip, None), start_ns), pairs))
         return out
 
