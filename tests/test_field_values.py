@@ -13,8 +13,8 @@ from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
 from tests.support.clock import Clock
-from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A as A
+from tests.support.sweepers import SimulatedSweepers
 
 GIB = 1024 ** 3
 RICH = {
@@ -31,24 +31,9 @@ RICH = {
 
 @pytest.fixture
 def simulate(tmp_path):
-    made = []
-
-    def _simulate(scenario, **sweeper_args):
-        path = tmp_path / f"s{len(made)}.yaml"
-        write_scenario(path, scenario)
-        clock = Clock()
-        sim = SimulatedNvml(str(path), monotonic=clock)
-        sim.install()
-        session = NvmlSession.open(CollectionErrors())
-        sweeper = DeviceSweeper(session, monotonic=clock, **sweeper_args)
-        made.append((sim, session, sweeper))
-        return sim, sweeper, clock
-
-    yield _simulate
-    for sim, session, sweeper in reversed(made):
-        sweeper.close()
-        session.close()
-        sim.uninstall()
+    sweepers = SimulatedSweepers(tmp_path)
+    yield lambda scenario, **sweeper_args: sweepers.start(scenario, **sweeper_args)[1:]
+    sweepers.close()
 
 
 def _tick(sweeper, clock, seconds=1.0):

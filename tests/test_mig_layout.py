@@ -9,15 +9,12 @@ every instance's memory is read each tick, idle ones too.
 import pynvml
 import pytest
 
-from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.mig import read_layout
 from gpustats.sources.nvml.query import Querier
-from gpustats.sources.nvml.session import NvmlSession
-from gpustats.sources.nvml.sweep import DeviceSweeper
-from tests.support.clock import Clock
 from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A as A, GPU_B as B
+from tests.support.sweepers import SimulatedSweepers
 
 GIB = 1024 ** 3
 
@@ -55,24 +52,9 @@ class Sim:
 
 @pytest.fixture
 def simulate(tmp_path):
-    made = []
-
-    def _simulate(data, **sweeper_args):
-        path = tmp_path / f"s{len(made)}.yaml"
-        write_scenario(path, data)
-        clock = Clock()
-        sim = SimulatedNvml(str(path), monotonic=clock)
-        sim.install()
-        session = NvmlSession.open(CollectionErrors())
-        sweeper = DeviceSweeper(session, monotonic=clock, **sweeper_args)
-        made.append((sim, session, sweeper))
-        return Sim(path, sim, sweeper, clock)
-
-    yield _simulate
-    for sim, session, sweeper in reversed(made):
-        sweeper.close()
-        session.close()
-        sim.uninstall()
+    sweepers = SimulatedSweepers(tmp_path)
+    yield lambda data, **sweeper_args: Sim(*sweepers.start(data, **sweeper_args))
+    sweepers.close()
 
 
 def layout(reading):

@@ -3,14 +3,9 @@ arrays kept per device (grown when NVML asks for more), read the same as pynvml'
 
 import pytest
 
-from gpustats.simulator import SimulatedNvml
-from gpustats.sources.errors import CollectionErrors
-from gpustats.sources.nvml.session import NvmlSession
-from gpustats.sources.nvml.sweep import DeviceSweeper
-from tests.support.clock import Clock
-from tests.support.fakehost import write_scenario
-
 from tests.support.gpus import GPU_A as A
+from tests.support.sweepers import SimulatedSweepers
+
 GIB = 1024 ** 3
 PROCESSES = "nvmlDeviceGetComputeRunningProcesses_v3"
 SAMPLES = "nvmlDeviceGetProcessUtilization"
@@ -18,25 +13,10 @@ SAMPLES = "nvmlDeviceGetProcessUtilization"
 
 @pytest.fixture
 def simulate(tmp_path):
-    made = []
-
-    def _simulate(scenario):
-        path = tmp_path / f"s{len(made)}.yaml"
-        write_scenario(path, scenario)
-        clock = Clock()
-        wall = lambda: 1.7e9 + clock.now         # noqa: E731 - sample stamps follow the clock
-        sim = SimulatedNvml(str(path), monotonic=clock, wall=wall)
-        sim.install()
-        session = NvmlSession.open(CollectionErrors())
-        sweeper = DeviceSweeper(session, monotonic=clock, wall=wall)
-        made.append((sim, session, sweeper))
-        return sim, sweeper, clock
-
-    yield _simulate
-    for sim, session, sweeper in reversed(made):
-        sweeper.close()
-        session.close()
-        sim.uninstall()
+    sweepers = SimulatedSweepers(tmp_path)
+    # sample time stamps follow the hand-moved clock
+    yield lambda scenario: sweepers.start(scenario, wall_epoch=1.7e9)[1:]
+    sweepers.close()
 
 
 def _scenario(processes: int, **process_fields) -> dict:

@@ -16,6 +16,7 @@ Fake hosts, GPUs and peers:
 - ``kubelet_logs``: the kubelet's log layout as a fake host tree.
 - ``gpus``: the GPU UUIDs tests share and a scenario device entry to build on.
 - ``tracker_fakes``: fake mapping sources for the container tracker, identities, readings.
+- ``sweepers``: the device sweep over the simulated driver on a hand-moved clock.
 - ``housekeeper_fakes``: the housekeeper's sources for ticks a test drives (scripted GPUs).
 - ``fakeruntime``: a CRI runtime on a unix socket that names containers.
 - ``podresources``: pod-resources responses as older kubelets send them.
