@@ -56,6 +56,23 @@ daemon.close()
 """
 
 
+def paired_host(scale: tuple[int, int, int, int], workdir: Path):
+    """The scenario and fake host of a scale (GPUs, MIG instances, processes, containers),
+    written once; what each tree's daemon is started with, by tag."""
+    gpus, mig, processes, containers = scale
+    scenario = node_scenario(gpus, processes, mig_instances=mig)
+    path = write_scenario(workdir / "scenario.yaml", scenario)
+    cgroup, proc_root = fake_host(workdir / "host", containers,
+                                  [p["pid"] for p in scenario["processes"]])
+
+    def args(tag: str) -> list[str]:
+        return ["--simulate", path, "--state-dir", str(workdir / f"state-{tag}"),
+                "--pod-resources-socket", "", "--runtime-socket", "",
+                "--cgroup-root", cgroup, "--proc-root", proc_root, "--log-root", "",
+                *STEADY_STATE_ARGS]
+    return args
+
+
 def _start(tree: Path, daemon_args: list[str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.Popen([sys.executable, "-c", WORKER, str(tree), *daemon_args],
@@ -74,18 +91,7 @@ def _tick(proc: subprocess.Popen) -> float:
 
 def run_pairs(base: Path, new: Path, scale: str, pairs: int, workdir: Path,
               block: int = 1) -> dict:
-    gpus, mig, processes, containers = SCALES[scale]
-    scenario = node_scenario(gpus, processes, mig_instances=mig)
-    path = write_scenario(workdir / "scenario.yaml", scenario)
-    cgroup, proc_root = fake_host(workdir / "host", containers,
-                                  [p["pid"] for p in scenario["processes"]])
-
-    def args(tag: str) -> list[str]:
-        return ["--simulate", path, "--state-dir", str(workdir / f"state-{tag}"),
-                "--pod-resources-socket", "", "--runtime-socket", "",
-                "--cgroup-root", cgroup, "--proc-root", proc_root, "--log-root", "",
-                *STEADY_STATE_ARGS]
-
+    args = paired_host(SCALES[scale], workdir)
     workers = {"base": _start(base, args("base")), "new": _start(new, args("new"))}
     try:
         for _ in range(WARMUP_TICKS):

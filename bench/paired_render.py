@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.paired import SCALES as TICK_SCALES, paired_options
-from bench.run import STEADY_STATE_ARGS, TICK_SPACING_SECONDS
-from bench.scenarios import fake_host, node_scenario, write_scenario
+from bench.paired import SCALES as TICK_SCALES, paired_host, paired_options
+from bench.run import TICK_SPACING_SECONDS
 
 # name: (GPUs, MIG instances per GPU, processes, containers)
 SCALES = {**TICK_SCALES, "8gpu-512p": (8, 0, 512, 100)}
@@ -66,18 +65,7 @@ def _render(proc: subprocess.Popen) -> float:
 
 
 def run_pairs(base: Path, new: Path, scale: str, pairs: int, block: int, workdir: Path) -> dict:
-    gpus, mig, processes, containers = SCALES[scale]
-    scenario = node_scenario(gpus, processes, mig_instances=mig)
-    path = write_scenario(workdir / "scenario.yaml", scenario)
-    cgroup, proc_root = fake_host(workdir / "host", containers,
-                                  [p["pid"] for p in scenario["processes"]])
-
-    def args(tag: str) -> list[str]:
-        return ["--simulate", path, "--state-dir", str(workdir / f"state-{tag}"),
-                "--pod-resources-socket", "", "--runtime-socket", "",
-                "--cgroup-root", cgroup, "--proc-root", proc_root, "--log-root", "",
-                *STEADY_STATE_ARGS]
-
+    args = paired_host(SCALES[scale], workdir)
     started = {"base": _start(base, args("base")), "new": _start(new, args("new"))}
     workers = {tag: proc for tag, (proc, _) in started.items()}
     try:
