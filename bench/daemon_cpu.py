@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.run import _cpu_seconds, _free_port, _wait_http
+from bench.run import DaemonProc, _cpu_seconds
 from bench.scenarios import node_scenario, write_scenario
 
 TICK_SECONDS = 1.0
@@ -43,32 +41,6 @@ def fake_proc(root: Path, pids: list[int]) -> str:
     return str(root)
 
 
-class _Daemon:
-    def __init__(self, tree: Path, args: list[str], log: Path):
-        import psutil
-
-        self.port = _free_port()
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["PYTHONPATH"] = str(tree)
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}", *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(tree))
-        self.ps = psutil.Process(self.proc.pid)
-        _wait_http(f"http://127.0.0.1:{self.port}/readyz")
-
-    def cpu(self) -> float:
-        return _cpu_seconds(self.ps)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
-
-
 def run_windows(base: Path, new: Path, gpus: int, processes: int, windows: int,
                 window_seconds: float, workdir: Path) -> dict:
     scenario = node_scenario(gpus, processes)
@@ -76,22 +48,20 @@ def run_windows(base: Path, new: Path, gpus: int, processes: int, windows: int,
     proc_root = fake_proc(workdir / "proc", [p["pid"] for p in scenario["processes"]])
     (workdir / "no-cgroups").mkdir()
 
-    def args(tag: str) -> list[str]:
-        return ["--simulate", path, "--state-dir", str(workdir / f"state-{tag}"),
-                "--housekeeping-interval", str(TICK_SECONDS),
-                "--pod-resources-socket", "", "--runtime-socket", "", "--log-root", "",
-                "--cgroup-root", str(workdir / "no-cgroups"), "--proc-root", proc_root]
+    args = ["--simulate", path, "--housekeeping-interval", str(TICK_SECONDS),
+            "--pod-resources-socket", "", "--runtime-socket", "", "--log-root", "",
+            "--cgroup-root", str(workdir / "no-cgroups"), "--proc-root", proc_root]
 
-    daemons = {"base": _Daemon(base, args("base"), workdir / "base.log"),
-               "new": _Daemon(new, args("new"), workdir / "new.log")}
+    daemons = {"base": DaemonProc(args, workdir, base),
+               "new": DaemonProc(args, workdir, new)}
     per_tick = {"base": [], "new": []}
     try:
         time.sleep(WARMUP_SECONDS)
         for _ in range(windows):
-            before = {tag: d.cpu() for tag, d in daemons.items()}
+            before = {tag: _cpu_seconds(d.ps) for tag, d in daemons.items()}
             time.sleep(window_seconds)
             for tag, d in daemons.items():
-                per_tick[tag].append((d.cpu() - before[tag]) * 1000.0
+                per_tick[tag].append((_cpu_seconds(d.ps) - before[tag]) * 1000.0
                                      * TICK_SECONDS / window_seconds)
     finally:
         for d in daemons.values():
