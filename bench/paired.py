@@ -112,17 +112,22 @@ def run_pairs(base: Path, new: Path, scale: str, pairs: int, workdir: Path,
         for w in workers.values():
             w.stdin.close()
             w.wait(timeout=30)
-    ratios = [n / b for n, b in zip(times["new"], times["base"]) if b > 0]
     return {
         "scale": scale, "pairs": pairs, "ticks_per_pair_and_tree": block,
         "base_tick_cpu_ms_median": round(statistics.median(times["base"]), 3),
         "new_tick_cpu_ms_median": round(statistics.median(times["new"]), 3),
-        "ratio_median": round(statistics.median(ratios), 4),
-        "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
+        **pair_ratios(times),
         # The least disturbed ticks of each tree compared (less sensitive to passing load).
         "ratio_of_lower_quartiles": round(statistics.quantiles(times["new"], n=4)[0]
                                           / statistics.quantiles(times["base"], n=4)[0], 4),
     }
+
+
+def pair_ratios(times: dict[str, list[float]]) -> dict:
+    """The per-pair ratios new / base: their median and quartiles."""
+    ratios = [n / b for n, b in zip(times["new"], times["base"]) if b > 0]
+    return {"ratio_median": round(statistics.median(ratios), 4),
+            "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)]}
 
 
 def paired_options(argv: list[str] | None, description: str, scales, *, pairs: int,

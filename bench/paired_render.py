@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.paired import SCALES as TICK_SCALES, paired_host, paired_options
+from bench.paired import SCALES as TICK_SCALES, pair_ratios, paired_host, paired_options
 from bench.run import TICK_SPACING_SECONDS
 
 # name: (GPUs, MIG instances per GPU, processes, containers)
@@ -78,14 +78,12 @@ def run_pairs(base: Path, new: Path, scale: str, pairs: int, block: int, workdir
         for proc in workers.values():
             proc.stdin.close()
             proc.wait(timeout=30)
-    ratios = [n / b for n, b in zip(times["new"], times["base"]) if b > 0]
     return {
         "scale": scale, "pairs": pairs, "renders_per_pair_and_tree": block,
         "base_body_bytes": started["base"][1], "new_body_bytes": started["new"][1],
         "base_render_cpu_ms_median": round(statistics.median(times["base"]), 3),
         "new_render_cpu_ms_median": round(statistics.median(times["new"]), 3),
-        "ratio_median": round(statistics.median(ratios), 4),
-        "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
+        **pair_ratios(times),
     }
 
 
