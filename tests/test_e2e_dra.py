@@ -5,7 +5,6 @@ CDI spec files in a temporary directory and MIG capability minors in a fake proc
 import json
 import signal
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -18,6 +17,7 @@ from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from tests.support.daemon import timed_get
 from tests.support.documents import alias_bomb
 from tests.support.fakehost import build, container_id, make_caps, pod_uid
+from tests.support.grpc_servers import serve_unix
 from tests.support.podresources import old_response
 from tests.support.simulated import start_simulated
 
@@ -53,11 +53,7 @@ def node(tmp_path):
     servers = []
 
     def serve(adder, name):
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        adder(server)
-        server.add_insecure_port(f"unix://{tmp_path / name}")
-        server.start()
-        servers.append(server)
+        servers.append(serve_unix(tmp_path / name, adder))
         return str(tmp_path / name)
 
     yield serve

@@ -5,10 +5,8 @@ the summary decodes as the kubelet's Go types."""
 
 import json
 import urllib.request
-from concurrent import futures
 from functools import partial
 
-import grpc
 import pytest
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
@@ -19,6 +17,7 @@ from tests.support.fakehost import (
 )
 from tests.support import gpus
 from tests.support.gpus import GPU_B as GPU
+from tests.support.grpc_servers import serve_unix
 from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
 from tests.support.simulated import start_simulated
 
@@ -194,10 +193,8 @@ def test_nameless_pods_stay_out_of_pods_until_named(start_daemon, tmp_path):
         assert c["id"] == container_id(n) and "name" not in c
         assert c["accelerators"][0]["id"] == GPU and c["cpu"] and c["memory"]
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), server)
-    server.add_insecure_port(f"unix://{socket_path}")
-    server.start()
+    server = serve_unix(socket_path,
+                        lambda s: cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), s))
     try:
         # The runtime is asked again at most every 10 s; pod 1 moves into pods[] by name.
         summary = daemon.wait_for(lambda s: len(s["pods"]) == 1, timeout=25)
@@ -230,10 +227,8 @@ def test_metrics_server_rule_drops_a_pod_missing_figures():
 
 def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubelet_decoder):
     socket_path = tmp_path / "containerd.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), server)
-    server.add_insecure_port(f"unix://{socket_path}")
-    server.start()
+    server = serve_unix(socket_path,
+                        lambda s: cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), s))
     exporter = Exporter()
     exporter.body = ("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n"
                      f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{UUID="{GPU}",GPU_I_ID="7"}} 0.8\n').encode()

@@ -4,7 +4,6 @@ import logging
 import socket
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -16,6 +15,7 @@ from gpustats.sources.podresources.client import PodResourcesClient, parse_devic
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
 from gpustats.sources.runtime.client import RuntimeNamesClient
+from tests.support.grpc_servers import serve_unix
 
 GPU = "GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01"
 MIG = "MIG-5c1d2a4e-0d3b-4c55-9a61-2b8e6f0c1d02"
@@ -56,11 +56,7 @@ def serve(tmp_path):
 
     def _serve(servicer, adder, name="kubelet.sock"):
         path = tmp_path / name
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        adder(servicer, server)
-        server.add_insecure_port(f"unix://{path}")
-        server.start()
-        servers.append(server)
+        servers.append(serve_unix(path, lambda server: adder(servicer, server), workers=4))
         return str(path)
 
     yield _serve

@@ -12,12 +12,12 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
-from concurrent import futures
 
 import pytest
 
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.grpc_servers import serve_unix
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusServer
 
@@ -107,16 +107,12 @@ class _Runtime(cri_grpc.RuntimeServiceServicer):
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("dcgm")
-    kubelet = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(), kubelet)
     socket_path = workdir / "kubelet.sock"
-    kubelet.add_insecure_port(f"unix://{socket_path}")
-    kubelet.start()
-    runtime = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), runtime)
+    kubelet = serve_unix(socket_path,
+                         lambda s: api_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(), s))
     runtime_socket = workdir / "containerd.sock"
-    runtime.add_insecure_port(f"unix://{runtime_socket}")
-    runtime.start()
+    runtime = serve_unix(runtime_socket,
+                         lambda s: cri_grpc.add_RuntimeServiceServicer_to_server(_Runtime(), s))
     cgroup, proc = build(workdir / "host", {101: (1, 1), 102: (2, 2), 103: (3, 3)})
     scenario = workdir / "scenario.yaml"
     write_scenario(scenario, SCENARIO)

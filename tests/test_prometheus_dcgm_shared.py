@@ -13,13 +13,13 @@ there, observed as 0.
 from __future__ import annotations
 
 import shutil
-from concurrent import futures
 
 import pytest
 import yaml
 
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.grpc_servers import serve_unix
 from tests.support.kubelet_logs import layout
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusServer
@@ -102,11 +102,9 @@ def _job(endpoint: dict, target: str, name: str) -> dict:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("dcgm-shared")
-    kubelet = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(), kubelet)
     socket_path = workdir / "kubelet.sock"
-    kubelet.add_insecure_port(f"unix://{socket_path}")
-    kubelet.start()
+    kubelet = serve_unix(socket_path,
+                         lambda s: api_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(), s))
     cgroup, proc = build(workdir / "host", {101: (1, 1), 102: (2, 2), 103: (3, 3)})
     logs = workdir / "host" / "log"
     layout(logs, {(ns, name, pod_uid(n)): {container: container_id(n)}

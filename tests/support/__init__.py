@@ -18,6 +18,7 @@ Fake hosts, GPUs and peers:
 - ``tracker_fakes``: fake mapping sources for the container tracker, identities, readings.
 - ``sweepers``: the device sweep over the simulated driver on a hand-moved clock.
 - ``housekeeper_fakes``: the housekeeper's sources for ticks a test drives (scripted GPUs).
+- ``grpc_servers``: a fake gRPC peer on a unix socket, started.
 - ``fakeruntime``: a CRI runtime on a unix socket that names containers.
 - ``podresources``: pod-resources responses as older kubelets send them.
 - ``dcgm_exporter``: a fake dcgm-exporter on loopback.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 
 from gpustats.sources.runtime import cri_api_pb2 as cri
 from gpustats.sources.runtime import cri_api_pb2_grpc as cri_grpc
+from tests.support.grpc_servers import serve_unix
 
 
 class NamingRuntime(cri_grpc.RuntimeServiceServicer):
@@ -27,8 +27,5 @@ class NamingRuntime(cri_grpc.RuntimeServiceServicer):
 
 def serve(path: Path, names: dict[str, tuple[str, str, str, str]]) -> grpc.Server:
     """Start the runtime on ``path``; the caller stops it (``server.stop(0)``)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    cri_grpc.add_RuntimeServiceServicer_to_server(NamingRuntime(names), server)
-    server.add_insecure_port(f"unix://{path}")
-    server.start()
-    return server
+    return serve_unix(path, lambda server: cri_grpc.add_RuntimeServiceServicer_to_server(
+        NamingRuntime(names), server))
