@@ -19,6 +19,9 @@ import yaml
 
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import build, container_id, pod_uid, write_scenario
+from tests.support.gpus import (
+    DCGM_MIG_GPU as GPU1, DCGM_MIG_INSTANCE_7 as MIG7, DCGM_WHOLE_GPU as GPU0,
+)
 from tests.support.grpc_servers import serve_unix
 from tests.support.kubelet_logs import layout
 from tests.support.paths import REPO_ROOT
@@ -33,9 +36,6 @@ pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="prometheus not installed")
 
 NODE = "gpu-node-7"
-GPU0 = "GPU-3f2a9c1e-5b7d-4e21-9a0c-7d1e2f3a4b5c"
-GPU1 = "GPU-8c0d1e2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
-MIG7 = "MIG-8c0d1e2f-3a4b-4c5d-8e9f-000000000007"
 GIB = 1 << 30
 COMPONENT = REPO_ROOT / "manifests" / "components" / "dcgm-exporter-scrape-labels"
 

@@ -6,6 +6,11 @@ GPU_A = "GPU-aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 GPU_B = "GPU-bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 GPU_C = "GPU-cccccccc-3333-4333-8333-cccccccccccc"
 H100 = "NVIDIA H100 80GB HBM3"
+# The node the dcgm-exporter vocabulary is checked on through Prometheus: a whole GPU, and a
+# GPU in MIG mode whose instance 7 is held by a pod.
+DCGM_WHOLE_GPU = "GPU-3f2a9c1e-5b7d-4e21-9a0c-7d1e2f3a4b5c"
+DCGM_MIG_GPU = "GPU-8c0d1e2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+DCGM_MIG_INSTANCE_7 = "MIG-8c0d1e2f-3a4b-4c5d-8e9f-000000000007"
 
 
 def device(uuid: str = GPU_A, name: str | None = H100, **fields) -> dict:
