@@ -10,11 +10,11 @@ device's ``unsupported`` list answers NOT_SUPPORTED both as a field and through 
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_uint, cast
+from ctypes import c_uint
 
 import pynvml
 
-from gpustats.simulator.abi import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, set_out
+from gpustats.simulator.abi import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, set_out, struct_at
 
 _U32, _U64, _S64 = (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
                     pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG)
@@ -46,7 +46,7 @@ class FieldCalls:
     def _field_values(self, device, instance, count, values) -> int:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
-        array = cast(values, POINTER(_FieldValue))
+        array = struct_at(values, _FieldValue * count)
         self._advance(device)
         stamp_us = int(self._wall() * 1e6)
         for i in range(count):

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections import Counter
-from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_uint, c_ulonglong, c_void_p, cast
+from ctypes import CFUNCTYPE, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 from typing import Callable
 
 import pynvml
@@ -587,13 +587,13 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         return procs
 
     def _write_processes(self, device, procs, count_ptr, infos) -> int:
-        capacity = cast(count_ptr, POINTER(c_uint))[0]
-        set_out(count_ptr, c_uint, len(procs))
+        count = struct_at(count_ptr, c_uint)
+        capacity, count.value = count.value, len(procs)
         if not procs:
             return SUCCESS
         if infos is None or capacity < len(procs):
             return INSUFFICIENT_SIZE
-        array = cast(infos, POINTER(_ProcessInfo))
+        array = struct_at(infos, _ProcessInfo * len(procs))
         mig_on = bool(device.mig_instances)
         for i, p in enumerate(procs):
             info = array[i]
@@ -622,11 +622,11 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         busy = [p for p in self._process_list(device, None) if p.sm_util_percent is not None]
         if not busy or now_us <= last_seen:
             return NOT_FOUND
-        capacity = cast(count_ptr, POINTER(c_uint))[0]
-        set_out(count_ptr, c_uint, len(busy))
+        count = struct_at(count_ptr, c_uint)
+        capacity, count.value = count.value, len(busy)
         if samples is None or capacity < len(busy):
             return INSUFFICIENT_SIZE
-        array = cast(samples, POINTER(_UtilizationSample))
+        array = struct_at(samples, _UtilizationSample * len(busy))
         for i, p in enumerate(busy):
             sample = array[i]
             sample.pid, sample.timeStamp, sample.smUtil = p.pid, now_us, p.sm_util_percent

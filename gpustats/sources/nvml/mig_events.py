@@ -11,13 +11,12 @@ layout is checked, and the cadence takes over for the rest of the NVML session.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from typing import Iterable
 
 import pynvml
 
-from gpustats.sources.nvml.query import DeviceLost, Querier, error_code
+from gpustats.sources.nvml.query import DeviceLost, Querier, error_code, handle_address
 from gpustats.sources.nvml.session import DeviceHandle
 
 log = logging.getLogger(__name__)
@@ -26,17 +25,13 @@ MIG_CONFIG_CHANGE = pynvml.nvmlEventMigConfigChange
 _MAX_EVENTS_PER_TICK = 64
 
 
-def _address(handle) -> int | None:
-    return ctypes.cast(handle, ctypes.c_void_p).value
-
-
 class MigConfigEvents:
     """``open`` once per session; ``changed`` each tick; ``watches`` says who has events."""
 
     def __init__(self, querier: Querier):
         self._q = querier
         self._set = None
-        self._by_address: dict[int | None, str] = {}
+        self._by_address: dict[int, str] = {}
         self._watched: frozenset[str] = frozenset()
         self.opened = False
 
@@ -67,7 +62,7 @@ class MigConfigEvents:
                 log.info("GPU %s: no MIG configuration events (%s); its MIG layout is re-read "
                          "at a cadence", uuid, exc)
                 continue
-            self._by_address[_address(device.handle)] = uuid
+            self._by_address[handle_address(device.handle)] = uuid
         self._watched = frozenset(self._by_address.values())
         if not self._watched:
             self.close()
@@ -91,7 +86,7 @@ class MigConfigEvents:
                 return watched
             if not data.eventType & MIG_CONFIG_CHANGE:
                 continue
-            uuid = self._by_address.get(_address(data.device))
+            uuid = self._by_address.get(handle_address(data.device))
             named.update((uuid,) if uuid is not None else self._watched)
         return frozenset(named)
 

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import pynvml
 
+from gpustats.sources.nvml.query import handle_address
+
 _INITIAL_CAPACITY = 16
 _GROWTH_TRIES = 3          # a list that keeps outgrowing the array is an error this tick
 
@@ -87,7 +89,7 @@ class ProcessReads:
                 for s in (array[i] for i in range(count))]
 
     def _call(self, what: str, handle, entry: type, call) -> tuple[int, ctypes.Array]:
-        key = (what, _handle_key(handle))
+        key = (what, handle_address(handle))
         array = self._arrays.get(key)
         if array is None:
             array = self._arrays[key] = (entry * _INITIAL_CAPACITY)()
@@ -101,8 +103,3 @@ class ProcessReads:
             # Room for the count asked and some more, as pynvml's wrapper leaves.
             array = self._arrays[key] = (entry * (c_count.value * 2 + 5))()
         raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-
-
-def _handle_key(handle) -> int:
-    """A device handle (``c_nvmlDevice_t``, a pointer) as a dict key: its address."""
-    return ctypes.cast(handle, ctypes.c_void_p).value or 0

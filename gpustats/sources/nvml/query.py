@@ -54,6 +54,19 @@ class _FieldValue(ctypes.Structure):
     _fields_ = pynvml.c_nvmlFieldValue_t._fields_
 
 
+def handle_address(handle: Any) -> int:
+    """A device handle (``c_nvmlDevice_t``, a pointer) as a dict key: the address it holds,
+    read from the pointer's own bytes (``ctypes.cast`` builds two objects to say the same);
+    0 for NULL. Anything that is not a ctypes pointer goes through ``cast``."""
+    try:
+        return _VOID_P_FROM_BUFFER(handle).value or 0
+    except TypeError:
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+_VOID_P_FROM_BUFFER = ctypes.c_void_p.from_buffer
+
+
 class FieldValueArrays:
     """``nvmlDeviceGetFieldValues`` into arrays kept per device and field list: pynvml's
     wrapper builds a new array through per-attribute hooks on every call. The ids are set
@@ -65,7 +78,7 @@ class FieldValueArrays:
         self._arrays: dict[tuple[int, tuple[int, ...]], tuple[ctypes.Array, bytes]] = {}
 
     def get(self, handle: Any, field_ids: tuple[int, ...]) -> ctypes.Array:
-        key = (ctypes.cast(handle, ctypes.c_void_p).value or 0, field_ids)
+        key = (handle_address(handle), field_ids)
         kept = self._arrays.get(key)
         if kept is None:
             array = (_FieldValue * len(field_ids))()
