@@ -3,6 +3,7 @@ arrays kept per device (grown when NVML asks for more), read the same as pynvml'
 
 import pytest
 
+from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A as A
 from tests.support.sweepers import SimulatedSweepers
 
@@ -12,11 +13,16 @@ SAMPLES = "nvmlDeviceGetProcessUtilization"
 
 
 @pytest.fixture
-def simulate(tmp_path):
+def swept(tmp_path):
     sweepers = SimulatedSweepers(tmp_path)
     # sample time stamps follow the hand-moved clock
-    yield lambda scenario: sweepers.start(scenario, wall_epoch=1.7e9)[1:]
+    yield lambda scenario: sweepers.start(scenario, wall_epoch=1.7e9)
     sweepers.close()
+
+
+@pytest.fixture
+def simulate(swept):
+    return lambda scenario: swept(scenario)[1:]
 
 
 def _scenario(processes: int, **process_fields) -> dict:
@@ -75,3 +81,35 @@ def test_a_driver_without_the_v3_symbol_lists_no_processes_and_says_why(simulate
     reading, _ = _tick(sim, sweeper, clock)
     assert reading.processes == ()
     assert "processes" in reading.unsupported_fields
+
+
+def _rewrite(path, sim, scenario: dict) -> None:
+    write_scenario(path, scenario)
+    assert sim.reload()
+
+
+def test_an_unchanged_list_gives_the_same_readings_and_any_change_new_ones(swept):
+    path, sim, sweeper, clock = swept(_scenario(3))
+    first, _ = _tick(sim, sweeper, clock)
+    again, _ = _tick(sim, sweeper, clock)
+    assert again.processes is first.processes               # the driver's bytes were the same
+
+    _rewrite(path, sim, _scenario(3, memory_used_bytes=5 * GIB))     # only memory moved
+    moved, _ = _tick(sim, sweeper, clock)
+    assert [p.memory_used_bytes for p in moved.processes] == [5 * GIB] * 3
+
+    _rewrite(path, sim, _scenario(1, memory_used_bytes=5 * GIB))     # two processes ended
+    ended, _ = _tick(sim, sweeper, clock)
+    assert [p.pid for p in ended.processes] == [1000]
+
+
+def test_a_list_that_shrinks_after_the_array_grew_has_no_stale_entries(swept):
+    path, sim, sweeper, clock = swept(_scenario(40))
+    grown, _ = _tick(sim, sweeper, clock)
+    assert len(grown.processes) == 40
+    _rewrite(path, sim, _scenario(2))
+    shrunk, _ = _tick(sim, sweeper, clock)
+    assert [p.pid for p in shrunk.processes] == [1000, 1001]
+    _rewrite(path, sim, {**_scenario(0)})
+    idle, _ = _tick(sim, sweeper, clock)
+    assert idle.processes == ()

@@ -67,7 +67,6 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._installed_at = monotonic()
         self._refcount = 0
         self._init_attempts = 0
-        self._calls = 0
         self.calls_by_function: Counter[str] = Counter()
         # Benchmarks set ``measure_cpu``: the CPU time spent inside the simulated driver, which
         # stands in for the real driver's and is not gpustats's own.
@@ -101,7 +100,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
 
     @property
     def calls(self) -> int:
-        return self._calls
+        with self._lock:
+            return sum(self.calls_by_function.values())
 
     def install(self) -> None:
         self._previous_lib = pynvml.nvmlLib
@@ -272,20 +272,31 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         return lib
 
     def _wrap(self, name: str, impl):
+        lock, counted, monotonic = self._lock, self.calls_by_function, self._monotonic
+
+        def answer(*args):
+            with lock:
+                counted[name] += 1
+                if monotonic() >= self._next_reload_check:
+                    self._maybe_reload()
+                try:
+                    return impl(*args)
+                except Exception:  # noqa: BLE001 - a fake must never crash the caller
+                    log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
+                    return 999
+
         def call(*args):
+            if self.measure_cpu or self._scenario.call_delay_seconds > 0:
+                return slow(args)
+            return answer(*args)
+
+        def slow(args):
             delay = self._scenario.call_delay_seconds
             if delay > 0:
                 time.sleep(delay)          # outside the lock: a slow driver, not a dead one
             started = time.thread_time() if self.measure_cpu else None
             try:
-                with self._lock:
-                    self._calls += 1
-                    self.calls_by_function[name] += 1
-                    self._maybe_reload()
-                    return impl(*args)
-            except Exception:  # noqa: BLE001 - a fake must never crash the caller
-                log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
-                return 999
+                return answer(*args)
             finally:
                 if started is not None:
                     self.cpu_seconds += time.thread_time() - started

@@ -49,6 +49,7 @@ class UtilizationSample(NamedTuple):
 
 
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+_PROCESS_INFO_BYTES = ctypes.sizeof(_ProcessInfo)
 
 
 def _function(name: str):
@@ -58,24 +59,33 @@ def _function(name: str):
 
 
 class ProcessReads:
-    """Per device handle: the arrays the two calls fill, kept between ticks."""
+    """Per device handle: the arrays the two calls fill, kept between ticks, and the last
+    process list read (the same tuple is handed out again while the driver's bytes are the
+    same, so the sweep need not rebuild what it made of it)."""
 
     def __init__(self):
         self._arrays: dict[tuple[str, int], ctypes.Array] = {}
+        self._processes: dict[int, tuple[bytes, tuple[RunningProcess, ...]]] = {}
 
-    def running_processes(self, handle) -> list[RunningProcess]:
+    def running_processes(self, handle) -> tuple[RunningProcess, ...]:
         """``nvmlDeviceGetComputeRunningProcesses_v3``."""
         fn = _function("nvmlDeviceGetComputeRunningProcesses_v3")
+        address = handle_address(handle)
         count, array = self._call(
-            "processes", handle, _ProcessInfo,
+            "processes", address, _ProcessInfo,
             lambda array, c_count: fn(handle, ctypes.byref(c_count), array))
+        raw = ctypes.string_at(array, count * _PROCESS_INFO_BYTES)
+        kept = self._processes.get(address)
+        if kept is not None and kept[0] == raw:
+            return kept[1]
         out = []
         for i in range(count):
             p = array[i]
             used = p.usedGpuMemory
             out.append(RunningProcess(p.pid, None if used == _NOT_AVAILABLE else used,
                                       p.gpuInstanceId, p.computeInstanceId))
-        return out
+        listed = self._processes[address] = (raw, tuple(out))
+        return listed[1]
 
     def utilization_samples(self, handle, since_us: int) -> list[UtilizationSample]:
         """``nvmlDeviceGetProcessUtilization``: samples newer than ``since_us``
@@ -83,13 +93,13 @@ class ProcessReads:
         fn = _function("nvmlDeviceGetProcessUtilization")
         stamp = ctypes.c_ulonglong(since_us)
         count, array = self._call(
-            "samples", handle, _UtilizationSample,
+            "samples", handle_address(handle), _UtilizationSample,
             lambda array, c_count: fn(handle, array, ctypes.byref(c_count), stamp))
         return [UtilizationSample(s.pid, s.timeStamp, s.smUtil, s.memUtil)
                 for s in (array[i] for i in range(count))]
 
-    def _call(self, what: str, handle, entry: type, call) -> tuple[int, ctypes.Array]:
-        key = (what, handle_address(handle))
+    def _call(self, what: str, address: int, entry: type, call) -> tuple[int, ctypes.Array]:
+        key = (what, address)
         array = self._arrays.get(key)
         if array is None:
             array = self._arrays[key] = (entry * _INITIAL_CAPACITY)()

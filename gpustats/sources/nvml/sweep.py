@@ -95,6 +95,9 @@ class _SweepMemory:
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
     mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
+    # The process list as NVML handed it last tick, and what was made of it: the same list
+    # object (unchanged bytes, see ``ProcessReads``) gives the same readings.
+    processes_read: tuple[object, tuple[ProcessReading, ...]] | None = None
     # (identity read at session open, memory total, that identity with the total): the same
     # object tick after tick while neither changes, not a copy each tick.
     identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
@@ -172,7 +175,7 @@ class DeviceSweeper:
         reasons = q.read(uuid, "clocks_event_reasons",
                          pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
         self._every_few_ticks(device, ident, state, values, slow, mig_changed)
-        processes = self._processes(uuid, h)
+        processes = self._processes(uuid, h, state)
         mps = self._mps(uuid, h, state, processes, slow) if processes else None
         samples = None
         if not state.mig_enabled:
@@ -306,7 +309,7 @@ class DeviceSweeper:
                 return info
         return self._q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
 
-    def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
+    def _processes(self, uuid: str, h: Any, state: _SweepMemory) -> tuple[ProcessReading, ...]:
         raw = self._q.read(uuid, "processes", self._process_reads.running_processes, h)
         if raw is None and self._q.is_unsupported(uuid, "processes"):
             # Drivers without the _v3 symbol (nvml.md §2.9): fall back to _v2.
@@ -314,7 +317,10 @@ class DeviceSweeper:
                                pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
         if not raw:
             return ()
-        return unique_processes(
+        kept = state.processes_read
+        if kept is not None and kept[0] is raw:
+            return kept[1]
+        processes = unique_processes(
             ProcessReading(
                 pid=int(p.pid),
                 memory_used_bytes=int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
@@ -323,6 +329,8 @@ class DeviceSweeper:
             )
             for p in raw
         )
+        state.processes_read = (raw, processes)
+        return processes
 
     def _samples(self, uuid: str, h: Any, state: _SweepMemory,
                  processes: tuple[ProcessReading, ...]) -> tuple[ProcessSample, ...] | None:
