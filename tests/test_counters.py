@@ -217,6 +217,16 @@ def test_an_unencodable_key_is_logged_not_raised(tmp_path, caplog):
     assert "cannot encode" in caplog.text
 
 
+def test_an_unencodable_key_in_a_journal_line_is_logged_and_stays_to_be_written(tmp_path, caplog):
+    counters = EnergyCounters()
+    counters.attach(StateFiles(str(tmp_path)))
+    counters.advance(("device", frozenset({"x"})), 1.0)
+    with caplog.at_level(logging.ERROR):
+        assert not counters.journal()
+    assert "cannot encode" in caplog.text
+    assert not counters.journal()                 # still changed: offered again, never lost
+
+
 def test_journal_replay_restores_what_was_served_after_the_last_snapshot(tmp_path):
     """A kill between two compactions loses nothing that was journaled."""
     counters = EnergyCounters()
