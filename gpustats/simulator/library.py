@@ -172,8 +172,9 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         return True
 
     def _trace(self, event: str, **fields) -> None:
-        write_trace(self._scenario.trace_file, self._wall(), event, self._scenario.trace_tag,
-                    **fields)
+        if self._scenario.trace_file is not None:
+            write_trace(self._scenario.trace_file, self._wall(), event, self._scenario.trace_tag,
+                        **fields)
 
     def _reset_counters(self, scenario: Scenario) -> None:
         self._energy_mj = {d.uuid: float(d.energy_counter_base_millijoules)

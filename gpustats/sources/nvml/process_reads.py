@@ -13,6 +13,7 @@ wrappers raise them, for ``Querier.read`` to classify.
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import NamedTuple
 
 import pynvml
@@ -50,6 +51,11 @@ class UtilizationSample(NamedTuple):
 
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 _PROCESS_INFO_BYTES = ctypes.sizeof(_ProcessInfo)
+# nvmlProcessUtilizationSample_t's members (pid, timeStamp, sm, mem, enc, dec) in the C
+# layout, unpacked all at once from the array's bytes rather than a structure per entry.
+_SAMPLE = struct.Struct("@IQIIII")
+if _SAMPLE.size != ctypes.sizeof(_UtilizationSample):
+    raise ImportError("nvmlProcessUtilizationSample_t is not the layout this module unpacks")
 
 
 def _function(name: str):
@@ -95,8 +101,8 @@ class ProcessReads:
         count, array = self._call(
             "samples", handle_address(handle), _UtilizationSample,
             lambda array, c_count: fn(handle, array, ctypes.byref(c_count), stamp))
-        return [UtilizationSample(s.pid, s.timeStamp, s.smUtil, s.memUtil)
-                for s in (array[i] for i in range(count))]
+        return [UtilizationSample(pid, stamp, sm, memory) for pid, stamp, sm, memory, _, _
+                in _SAMPLE.iter_unpack(ctypes.string_at(array, count * _SAMPLE.size))]
 
     def _call(self, what: str, address: int, entry: type, call) -> tuple[int, ctypes.Array]:
         key = (what, address)
