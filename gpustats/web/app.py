@@ -69,11 +69,15 @@ def stats_blueprint(store: SnapshotStore) -> Blueprint:
     @blueprint.route("/stats/summary/", methods=["GET", "POST"])
     def summary() -> Response:
         # GET: the query; POST: the query and a form body, as the kubelet parses the form.
-        args = request.args if request.method == "GET" else request.values
-        only = _kubelet_flag(args, "only_cpu_and_memory")
-        # strict: the kubelet's keys only, for decoders that reject unknown fields; read by
-        # the same exact-"true" rule (a gpustats flag, not the kubelet's).
-        strict = _kubelet_flag(args, "strict")
+        # A GET with no query (what pollers send) has no flag set: nothing to parse.
+        environ = request.environ
+        only = strict = False
+        if environ.get("QUERY_STRING") or environ["REQUEST_METHOD"] != "GET":
+            args = request.args if environ["REQUEST_METHOD"] == "GET" else request.values
+            only = _kubelet_flag(args, "only_cpu_and_memory")
+            # strict: the kubelet's keys only, for decoders that reject unknown fields; read
+            # by the same exact-"true" rule (a gpustats flag, not the kubelet's).
+            strict = _kubelet_flag(args, "strict")
         body = snapshot_body(store, ("summary", only, strict),
                              lambda s: summary_json(s, only_cpu_and_memory=only, strict=strict),
                              "application/json")
@@ -148,7 +152,7 @@ def metrics_blueprint(store: SnapshotStore, negotiator: MetricsNegotiator | None
     def metrics_view() -> Response:
         if negotiate is None:
             return json_error(404, "not_found", "metrics are not enabled")
-        key, build, content_type = negotiate(request.headers.get("Accept"))
+        key, build, content_type = negotiate(request.environ.get("HTTP_ACCEPT"))
         body = snapshot_body(store, key, build, content_type)
         if body is None:
             return Response(b"", content_type=content_type)      # before the first tick

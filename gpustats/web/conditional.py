@@ -22,6 +22,7 @@ import io
 import threading
 
 from flask import Request, Response
+from werkzeug.datastructures import Headers
 from werkzeug.wsgi import wrap_file
 
 GZIP_LEVEL = 6
@@ -118,30 +119,42 @@ class Body:
         return self._gzipped
 
 
-def _matches(request: Request, quoted_tag: str) -> bool:
+def _matches(request: Request, environ: dict, quoted_tag: str) -> bool:
     """A GET or HEAD whose ``If-None-Match`` names the tag, compared weakly."""
-    if request.method not in ("GET", "HEAD") or "If-None-Match" not in request.headers:
+    if "HTTP_IF_NONE_MATCH" not in environ or environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
         return False
     return request.if_none_match.contains_weak(quoted_tag[1:-1])
+
+
+class _BodyResponse(Response):
+    """A body's 200: its headers, built by ``respond`` (Content-Length included), need none
+    of werkzeug's per-request fix-ups (Location, Content-Location, lengths by status), so
+    they are sent as they are rather than copied and checked again for every request."""
+
+    def get_wsgi_headers(self, environ) -> Headers:
+        return self.headers
 
 
 def respond(request: Request, body: Body, *, cache_control: str = "no-cache",
             vary: tuple[str, ...] = (), headers: tuple[tuple[str, str], ...] = ()) -> Response:
     """200 with the body (gzip when the client accepts it and the body is worth it), or 304
     when ``If-None-Match`` names the representation's ETag."""
-    use_gzip = body.compressible and accepts_gzip(request.headers.get("Accept-Encoding"))
+    # The environ, read once (``request`` is a context proxy; each attribute costs a look-up),
+    # and no header view built per request.
+    environ = request.environ
+    use_gzip = body.compressible and accepts_gzip(environ.get("HTTP_ACCEPT_ENCODING"))
     quoted = f'"{body.tag}.gz"' if use_gzip else f'"{body.tag}"'
     common = [("ETag", quoted), ("Cache-Control", cache_control),
               ("Vary", ", ".join((*vary, "Accept-Encoding"))), *headers]
-    if _matches(request, quoted):
+    if _matches(request, environ, quoted):
         return Response(status=304, headers=common)
     data = body.gzipped() if use_gzip else body.data
     common.append(("Content-Type", body.content_type))
     if use_gzip:
         common.append(("Content-Encoding", "gzip"))
     if len(data) < SHARED_MIN_BYTES:
-        return Response(data, headers=common)
+        return _BodyResponse(data, headers=common)
     common.append(("Content-Length", str(len(data))))
     # BytesIO over bytes shares them until written to: no copy per request.
-    return Response(wrap_file(request.environ, io.BytesIO(data)), headers=common,
-                    direct_passthrough=True)
+    return _BodyResponse(wrap_file(environ, io.BytesIO(data)), headers=common,
+                         direct_passthrough=True)
