@@ -58,10 +58,6 @@ class SaturationSample:
                    pcie_rx_bytes_per_second=reading.pcie_rx_bytes_per_second)
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 # One step between two violation readings: per VIOLATION_FIELDS entry, (increase, elapsed ns),
 # or None where that counter is missing in either reading or went down.
 Step = tuple[tuple[int, float] | None, ...]
@@ -81,15 +77,20 @@ class _Row(NamedTuple):
     step: Step | None = None          # from the newest earlier reading, when this one is new
 
     @classmethod
-    def of(cls, s: SaturationSample) -> "_Row":
+    def of(cls, s: SaturationSample, last: "_Row | None" = None, repeated: bool = False
+           ) -> "_Row":
+        """The row of ``s``; its step from ``last`` (the newest earlier row with a new
+        reading), unless ``repeated`` (``s`` carries the previous sample's reading)."""
         v = s.violations
+        at = v.reference_time_us / 1e6 if v is not None and v.reference_time_us else s.time
+        values = _violation_values(v) if v is not None else None
+        step = None if repeated or last is None else _step_between(
+            last.violations_at, last.violation_values, at, values)
         return cls(s,
                    s.memory_used_bytes / s.memory_total_bytes
                    if s.memory_used_bytes is not None and s.memory_total_bytes else None,
                    _gpm_values(s.gpm) if s.gpm is not None else None,
-                   v.reference_time_us / 1e6 if v is not None and v.reference_time_us
-                   else s.time,
-                   _violation_values(v) if v is not None else None)
+                   at, values, not repeated, step)
 
 
 # The window's values per signal are kept as samples come and go: each signal keeps a column
@@ -112,6 +113,7 @@ class Columns:
     def __init__(self, gpm_fields: int, violation_fields: int, reason_bits: Iterable[int],
                  pressure_threshold: float):
         self._bits = tuple(reason_bits)
+        self._bits_of: dict[int, tuple[int, ...]] = {}
         self._threshold = pressure_threshold
         self.memory: deque[float] = deque()
         self.pressured = 0                           # memory ratios at or above the threshold
@@ -170,9 +172,20 @@ class Columns:
         mask = row.sample.reasons
         if mask is not None:
             self.masks += sign
-            for i, bit in enumerate(self._bits):
-                if mask & bit:
-                    self.bit_counts[i] += sign
+            counts = self.bit_counts
+            for i in self._set_bits(mask):
+                counts[i] += sign
+
+    def _set_bits(self, mask: int) -> tuple[int, ...]:
+        """Which of the reason bits ``mask`` sets (their positions), worked out once per mask:
+        a GPU's mask rarely changes from one sample to the next."""
+        found = self._bits_of.get(mask)
+        if found is None:
+            if len(self._bits_of) >= 256:
+                self._bits_of.clear()
+            found = self._bits_of[mask] = tuple(
+                i for i, bit in enumerate(self._bits) if mask & bit)
+        return found
 
     def violation_sums(self, skip_first: tuple[bool, ...],
                        first: tuple | None) -> list[tuple[int, float, int] | None]:
@@ -202,12 +215,16 @@ def _pcie(row) -> tuple[float | None, float | None]:
 def _step(a: _Row, b: _Row) -> Step | None:
     """The step from reading ``a`` to reading ``b``; None unless both exist and time moved
     forward between them."""
-    ta, tb = a.violations_at, b.violations_at
-    if a.violation_values is None or b.violation_values is None or tb - ta <= 0:
+    return _step_between(a.violations_at, a.violation_values, b.violations_at,
+                         b.violation_values)
+
+
+def _step_between(ta: float, a: tuple | None, tb: float, b: tuple | None) -> Step | None:
+    if a is None or b is None or tb - ta <= 0:
         return None
     ns = (tb - ta) * 1e9
     return tuple((vb - va, ns) if va is not None and vb is not None and vb >= va else None
-                 for va, vb in zip(a.violation_values, b.violation_values))
+                 for va, vb in zip(a, b))
 
 
 def _first_step(rows) -> tuple[Step | None, _Row | None]:
@@ -244,9 +261,11 @@ def _reason_ratios(columns: Columns, oldest_mask: int | None
                  for (name, bit), count in zip(REASON_BITS, columns.bit_counts))
 
 
-def _with_oldest(column: deque[float], oldest: float | None) -> list[float]:
-    """The column's values, the oldest row's first when it gave one."""
-    return [oldest, *column] if oldest is not None else list(column)
+def _column_max(column: deque[float], oldest: float | None) -> float | None:
+    """The largest of a column and the oldest row's value; None when neither has one."""
+    if oldest is None:
+        return max(column, default=None)
+    return max(max(column, default=oldest), oldest)
 
 
 def _column_mean(column: deque[float], oldest: float | None) -> float | None:
@@ -273,31 +292,30 @@ class SaturationWindow:
         return tuple(r.sample for r in self._rows)
 
     def add(self, sample: SaturationSample) -> None:
-        row = self._with_step(_Row.of(sample))
-        if self._rows:
+        rows = self._rows
+        violations = sample.violations
+        # The previous sample's reading carried over (the same object): no new reading.
+        repeated = violations is not None and bool(rows) \
+            and violations is rows[-1].sample.violations
+        row = _Row.of(sample, self._last_reading, repeated)
+        if not repeated:
+            self._last_reading = row
+        if rows:
             self._columns.push(row)
-        self._rows.append(row)
+        rows.append(row)
         horizon = sample.time - self.window_seconds
         # Keep one sample at or before the horizon as the base of counter deltas.
-        while len(self._rows) > 1 and self._rows[1].sample.time <= horizon:
-            self._rows.popleft()
-            self._columns.pop(self._rows[0])
-
-    def _with_step(self, row: _Row) -> _Row:
-        """``row`` with whether its violation reading is new, and its step when it is."""
-        previous = self._rows[-1].sample.violations if self._rows else None
-        violations = row.sample.violations
-        if violations is not None and violations is previous:
-            return row._replace(new_reading=False)
-        last, self._last_reading = self._last_reading, row
-        return row._replace(step=_step(last, row)) if last is not None else row
+        while len(rows) > 1 and rows[1].sample.time <= horizon:
+            rows.popleft()
+            self._columns.pop(rows[0])
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
         rows, columns = self._rows, self._columns
         # Every row but the oldest is in the window; the oldest is when it is not before it.
         oldest = rows[0] if rows and rows[0].sample.time >= rows[-1].sample.time \
             - self.window_seconds else None
-        ratios = _with_oldest(columns.memory, oldest.memory_ratio if oldest else None)
+        oldest_ratio = oldest.memory_ratio if oldest is not None else None
+        ratios = len(columns.memory) + (oldest_ratio is not None)
         oldest_gpm = oldest.gpm if oldest is not None and oldest.gpm is not None \
             else (None,) * len(GPM_MEANS)
         means = {name: _column_mean(column, value)
@@ -321,9 +339,9 @@ class SaturationWindow:
             window_seconds=self.window_seconds,
             throttle_violation_ratios=_violation_ratios(rows, columns),
             throttle_reason_ratios=_reason_ratios(columns, oldest_sample.reasons),
-            memory_used_ratio_avg=_mean(ratios),
-            memory_used_ratio_max=max(ratios) if ratios else None,
-            memory_pressure_ratio=pressured / len(ratios) if ratios else None,
+            memory_used_ratio_avg=_column_mean(columns.memory, oldest_ratio),
+            memory_used_ratio_max=_column_max(columns.memory, oldest_ratio),
+            memory_pressure_ratio=pressured / ratios if ratios else None,
             xid_error_count=xid_events_in_window,
             sm_active_avg=scaled("sm_active_percent", 0.01),
             sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
