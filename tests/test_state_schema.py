@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from gpustats.engine.state_files import NewerStateVersion
 from gpustats.engine.state_schema import (
-    SCHEMA_VERSION, DeviceRecord, JournalEncoder, journal_entry, parse_journal_entry,
-    parse_state_document, state_document,
+    SCHEMA_VERSION, DeviceRecord, journal_entry, parse_journal_entry, parse_state_document,
+    state_document,
 )
 
 RECORD = DeviceRecord(idle_watts=61.5, energy_counter_mj=12, boot_id="b", read_at=3.0, index=0)
@@ -34,32 +32,6 @@ def test_a_journal_line_parses_back_to_what_built_it():
                     "devices": {"GPU-a": {"name": "H100"}}}
     assert parse_journal_entry(line) == (5, {("pod", "uid", "GPU-a"): 0.0},
                                          {"GPU-a": DeviceRecord(name="H100")})
-
-
-_KEYS = st.tuples(st.sampled_from(["device", "process", "pod", "unattributed"]),
-                  st.text(max_size=12), st.one_of(st.none(), st.integers()),
-                  st.one_of(st.none(), st.integers(min_value=0)))
-_JOULES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers())
-_RECORDS = st.builds(DeviceRecord, idle_watts=st.one_of(st.none(), st.floats()),
-                     energy_counter_mj=st.one_of(st.none(), st.integers(min_value=0)),
-                     read_at=st.one_of(st.none(), st.floats()), name=st.one_of(st.none(), st.text()))
-
-
-@given(lines=st.lists(st.tuples(st.integers(min_value=0), st.floats(),
-                                st.lists(st.tuples(_KEYS, _JOULES), max_size=6),
-                                st.dictionaries(st.text(max_size=8), _RECORDS, max_size=3)),
-                      min_size=1, max_size=4),
-       max_keys=st.integers(min_value=1, max_value=8))
-def test_the_journal_encoder_writes_what_json_writes_line_after_line(lines, max_keys):
-    encoder = JournalEncoder(max_keys=max_keys)         # keys kept, dropped and kept again
-    for sequence, at, counters, devices in lines:
-        assert encoder.encode(sequence, at, counters, devices) == json.dumps(
-            journal_entry(sequence, at, counters, devices), separators=(",", ":")).encode()
-
-
-def test_the_journal_encoder_refuses_what_json_refuses():
-    with pytest.raises(TypeError):
-        JournalEncoder().encode(1, 0.0, [(("device", object()), 1.0)], {})
 
 
 @pytest.mark.parametrize("document", [

@@ -30,8 +30,7 @@ from typing import Callable, Hashable, Iterable
 
 from gpustats.engine.state_files import StateFiles
 from gpustats.engine.state_schema import (
-    DeviceRecord, JournalEncoder, Key, journal_entry, parse_journal_entry, parse_state_document,
-    state_document,
+    DeviceRecord, Key, journal_entry, parse_journal_entry, parse_state_document, state_document,
 )
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,6 @@ class EnergyCounters:
         self._lock = threading.Lock()
         self._writing = threading.Lock()             # one writer of the state files at a time
         self._files: StateFiles | None = None
-        self._journal_encoder = JournalEncoder()
 
     # ------------------------------------------------------------ counters
 
@@ -190,15 +188,10 @@ class EnergyCounters:
             self._sequence += 1
             keys, uuids = self._dirty, self._dirty_devices
             values, records = self._values, self._devices
-            counters = [(k, values[k]) for k in keys if k in values]
-            changed = {u: records[u] for u in uuids if u in records}
-            sequence, at = self._sequence, self._wall()
+            entry = journal_entry(self._sequence, self._wall(),
+                                  ((k, values[k]) for k in keys if k in values),
+                                  {u: records[u] for u in uuids if u in records})
             self._dirty, self._dirty_devices = set(), set()
-        try:
-            entry = self._journal_encoder.encode(sequence, at, counters, changed)
-        except (TypeError, ValueError):      # a key that JSON cannot hold: a bug
-            # The entry as a value: appending it fails to encode it again, and says so.
-            entry = journal_entry(sequence, at, counters, changed)
         if self._files.append(entry):
             return True
         with self._lock:

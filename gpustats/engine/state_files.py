@@ -123,10 +123,10 @@ def read_state_file(path: str, max_bytes: int, uid: int) -> bytes | None:
         os.close(fd)
 
 
-def encode_journal_line(entry: dict | bytes) -> bytes:
-    """``<crc32 of the JSON, 8 hex digits> <JSON>\\n`` of ``entry``, or of ``entry``'s compact
-    JSON when it is given encoded (``TypeError``/``ValueError`` if the entry is not JSON)."""
-    body = entry if isinstance(entry, bytes) else json.dumps(entry, separators=(",", ":")).encode()
+def encode_journal_line(entry: dict) -> bytes:
+    """``<crc32 of the JSON, 8 hex digits> <JSON>\\n`` (``TypeError``/``ValueError`` if the
+    entry is not JSON)."""
+    body = json.dumps(entry, separators=(",", ":")).encode()
     return b"%08x %s\n" % (zlib.crc32(body), body)
 
 
@@ -267,9 +267,9 @@ class StateFiles:
 
     # ------------------------------------------------------------ writing
 
-    def append(self, entry: dict | bytes) -> bool:
-        """One whole journal line of ``entry`` (or of its JSON, encoded), or nothing; no fsync
-        (the page cache outlives a killed process)."""
+    def append(self, entry: dict) -> bool:
+        """One whole journal line, or nothing; no fsync (the page cache outlives a killed
+        process)."""
         try:
             line = encode_journal_line(entry)
         except (TypeError, ValueError) as exc:   # a key that JSON cannot hold: a bug

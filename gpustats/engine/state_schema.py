@@ -11,7 +11,6 @@ gpustats a ``NewerStateVersion``.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from typing import Hashable, Iterable, Mapping
@@ -80,48 +79,6 @@ def journal_entry(sequence: int, at: float, counters: Iterable[tuple[Key, float]
         "counters": [[list(k), v] for k, v in counters],
         "devices": {u: record_dict(r) for u, r in devices.items()},
     }
-
-
-class JournalEncoder:
-    """Journal lines' compact JSON, byte for byte ``json.dumps(journal_entry(...),
-    separators=(",", ":"))``, with each counter key's JSON kept between lines: a tick writes
-    the same keys as the one before, and encoding them again was most of a line's cost.
-
-    Keys are tuples of strings and integers (``Key``); at most ``max_keys`` are kept (all are
-    dropped when that is reached, and kept again as they come).
-    """
-
-    def __init__(self, max_keys: int = 65536):
-        self._keys: dict[Key, str] = {}
-        self._max_keys = max_keys
-
-    def encode(self, sequence: int, at: float, counters: Iterable[tuple[Key, float]],
-               devices: Mapping[str, DeviceRecord]) -> bytes:
-        """``TypeError`` / ``ValueError`` for what JSON cannot hold, as ``json.dumps``."""
-        keys = self._keys
-        parts = []
-        for key, value in counters:
-            text = keys.get(key)
-            if text is None:
-                if len(keys) >= self._max_keys:
-                    keys.clear()
-                text = keys[key] = _compact(list(key))
-            parts.append(f"[{text},{_json_number(value)}]")
-        return (f'{{"sequence":{_compact(sequence)},"at":{_json_number(at)},'
-                f'"counters":[{",".join(parts)}],'
-                f'"devices":{_compact({u: record_dict(r) for u, r in devices.items()})}}}'
-                ).encode()
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _json_number(value: object) -> str:
-    """``json.dumps`` of a number: a finite float is its ``repr``, as json writes it."""
-    if type(value) is float and math.isfinite(value):
-        return float.__repr__(value)
-    return _compact(value)
 
 
 def record_dict(record: DeviceRecord) -> dict:
