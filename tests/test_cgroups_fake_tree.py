@@ -70,14 +70,20 @@ def test_v1_discovery_per_controller_paths(tmp_path):
     assert usage.start_time is not None
 
 
-def test_v2_discovery_and_usage(tmp_path):
+def _v2_container(tmp_path, cpu_stat: str):
+    """A cgroup v2 root holding container C1 of a best-effort pod, with its usage files."""
     root = tmp_path / "cg"
     _write(root, {"cgroup.controllers": "cpu memory\n"})
     scope = (root / "kubepods.slice" / "kubepods-besteffort.slice" /
              f"kubepods-besteffort-pod{UID_}.slice" / f"cri-containerd-{C1}.scope")
-    _write(scope, {"cpu.stat": "usage_usec 250\nuser_usec 200\n", "memory.current": "4096\n",
+    _write(scope, {"cpu.stat": cpu_stat, "memory.current": "4096\n",
                    "memory.stat": "anon 1024\ninactive_file 96\npgfault 3\npgmajfault 0\n",
                    "memory.max": "8192\n"})
+    return root, scope
+
+
+def test_v2_discovery_and_usage(tmp_path):
+    root, scope = _v2_container(tmp_path, "usage_usec 250\nuser_usec 200\n")
     _write(scope.parent / f"cri-containerd-{C2}.scope" / "container", {})   # crun child
     reader = CgroupReader(HostRoots(cgroup=str(root)))
     found = reader.discover()
@@ -93,13 +99,7 @@ def test_v2_discovery_and_usage(tmp_path):
 def test_memory_figures_follow_every_input_from_read_to_read(tmp_path):
     """Figures worked out once are kept while their inputs stay; each read still carries its
     own time, and a change to any one file (memory.stat alone too) shows at the next read."""
-    root = tmp_path / "cg"
-    _write(root, {"cgroup.controllers": "cpu memory\n"})
-    scope = (root / "kubepods.slice" / "kubepods-besteffort.slice" /
-             f"kubepods-besteffort-pod{UID_}.slice" / f"cri-containerd-{C1}.scope")
-    _write(scope, {"cpu.stat": "usage_usec 250\n", "memory.current": "4096\n",
-                   "memory.stat": "anon 1024\ninactive_file 96\npgfault 3\npgmajfault 0\n",
-                   "memory.max": "8192\n"})
+    root, scope = _v2_container(tmp_path, "usage_usec 250\n")
     now = iter(range(100, 200))
     reader = CgroupReader(HostRoots(cgroup=str(root)), kept_files=16, wall=lambda: next(now))
     ref = reader.discover().containers[C1].cgroup

@@ -9,12 +9,13 @@ device's ``unsupported`` list answers NOT_SUPPORTED both as a field and through 
 
 from __future__ import annotations
 
-import ctypes
 from ctypes import c_uint
 
 import pynvml
 
-from gpustats.simulator.abi import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, set_out, struct_at
+from gpustats.simulator.abi import (
+    INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, plain, set_out, struct_at,
+)
 
 _U32, _U64, _S64 = (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
                     pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG)
@@ -28,10 +29,7 @@ _CLOCKS = {pynvml.NVML_CLOCK_SM: ("sm_clock", "sm_clock_mhz"),
            pynvml.NVML_CLOCK_MEM: ("memory_clock", "memory_clock_mhz")}
 
 
-class _FieldValue(ctypes.Structure):
-    """pynvml's ``c_nvmlFieldValue_t`` layout without its Python-level attribute hooks."""
-
-    _fields_ = pynvml.c_nvmlFieldValue_t._fields_
+_FieldValue = plain(pynvml.c_nvmlFieldValue_t)
 
 
 _REMAPPED = {pynvml.NVML_FI_DEV_REMAPPED_COR: 0, pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,

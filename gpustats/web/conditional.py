@@ -7,10 +7,11 @@ identity bytes, so equal bodies share a tag and a restart cannot reuse one for o
 the gzip copy is its own representation (``.gz``). ``If-None-Match`` is compared weakly
 (RFC 9110 §13.1.2) on GET and HEAD.
 
-Per-request work is kept to header look-ups: the negotiated coding is memoized per
-``Accept-Encoding`` value, the header list is built once per body and coding, and a large body
-is handed to the server as a file (``wsgi.file_wrapper``), so waitress sends it from the one
-shared buffer instead of copying it into each connection's output buffer.
+Per-request work is kept to look-ups in the request's environ and a few header tuples: the
+negotiated coding is memoized per ``Accept-Encoding`` value, a 200's headers are sent as they
+are built here (werkzeug would copy and check them again), and a large body is handed to the
+server as a file (``wsgi.file_wrapper``), so waitress sends it from the one shared buffer
+instead of copying it into each connection's output buffer.
 """
 
 from __future__ import annotations

@@ -6,18 +6,20 @@ contract lets the caller pass its own array with its capacity (``infoCount`` /
 ``processSamplesCount`` in, the number written out), answering INSUFFICIENT_SIZE with the
 count needed when it is too small (nvml.h). So each device keeps one array per call, grown
 when NVML asks for more (then asked again at once), and entries are read from plain ctypes
-structures of pynvml's layouts. Errors are pynvml's ``NVMLError`` subclasses, as its
-wrappers raise them, for ``Querier.read`` to classify.
+structures of pynvml's layouts into the sweep's ``ProcessReading``s. Errors are pynvml's
+``NVMLError`` subclasses, as its wrappers raise them, for ``Querier.read`` to classify.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
-from typing import NamedTuple
+from dataclasses import replace
+from typing import Iterable, NamedTuple
 
 import pynvml
 
+from gpustats.model.device import ProcessReading
 from gpustats.sources.nvml.query import handle_address
 
 _INITIAL_CAPACITY = 16
@@ -32,16 +34,6 @@ class _UtilizationSample(ctypes.Structure):
     _fields_ = pynvml.c_nvmlProcessUtilizationSample_t._fields_
 
 
-class RunningProcess(NamedTuple):
-    """The fields of ``nvmlProcessInfo_t`` the sweep reads; memory ``None`` where NVML gives
-    NVML_VALUE_NOT_AVAILABLE (as pynvml's wrapper does)."""
-
-    pid: int
-    usedGpuMemory: int | None
-    gpuInstanceId: int
-    computeInstanceId: int
-
-
 class UtilizationSample(NamedTuple):
     pid: int
     timeStamp: int
@@ -50,12 +42,51 @@ class UtilizationSample(NamedTuple):
 
 
 _NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+_NO_INSTANCE = 0xFFFFFFFF
 _PROCESS_INFO_BYTES = ctypes.sizeof(_ProcessInfo)
 # nvmlProcessUtilizationSample_t's members (pid, timeStamp, sm, mem, enc, dec) in the C
 # layout, unpacked all at once from the array's bytes rather than a structure per entry.
 _SAMPLE = struct.Struct("@IQIIII")
 if _SAMPLE.size != ctypes.sizeof(_UtilizationSample):
     raise ImportError("nvmlProcessUtilizationSample_t is not the layout this module unpacks")
+
+
+def unique_processes(processes) -> tuple[ProcessReading, ...]:
+    """One entry per (PID, GPU instance): NVML lists a process once per context, so a PID can
+    appear twice; counting it twice would bill it twice. The larger memory figure is kept."""
+    merged: dict[tuple[int, int | None], ProcessReading] = {}
+    for p in processes:
+        key = (p.pid, p.gpu_instance_id)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = p
+        elif p.memory_used_bytes is not None and (seen.memory_used_bytes is None
+                                                   or p.memory_used_bytes > seen.memory_used_bytes):
+            merged[key] = replace(seen, memory_used_bytes=p.memory_used_bytes)
+    return tuple(merged.values())
+
+
+def process_readings(listed: Iterable) -> tuple[ProcessReading, ...]:
+    """NVML's process entries (this module's, or pynvml's ``_v2`` ones) as readings, one per
+    (PID, GPU instance). Memory NVML cannot give (NVML_VALUE_NOT_AVAILABLE, which pynvml's
+    wrapper turns into ``None``) is absent; so is the GPU instance of a process outside MIG."""
+    return unique_processes(
+        ProcessReading(
+            pid=int(p.pid),
+            memory_used_bytes=_memory(p.usedGpuMemory),
+            gpu_instance_id=_instance_id(getattr(p, "gpuInstanceId", None)),
+            compute_instance_id=_instance_id(getattr(p, "computeInstanceId", None)),
+        )
+        for p in listed
+    )
+
+
+def _memory(value: int | None) -> int | None:
+    return None if value is None or value == _NOT_AVAILABLE else int(value)
+
+
+def _instance_id(value: int | None) -> int | None:
+    return None if value is None or value == _NO_INSTANCE else int(value)
 
 
 def _function(name: str):
@@ -66,15 +97,15 @@ def _function(name: str):
 
 class ProcessReads:
     """Per device handle: the arrays the two calls fill, kept between ticks, and the last
-    process list read (the same tuple is handed out again while the driver's bytes are the
-    same, so the sweep need not rebuild what it made of it)."""
+    process list read (the same readings are handed out again while the driver's bytes are
+    the same, rather than built anew every tick)."""
 
     def __init__(self):
         self._arrays: dict[tuple[str, int], ctypes.Array] = {}
-        self._processes: dict[int, tuple[bytes, tuple[RunningProcess, ...]]] = {}
+        self._processes: dict[int, tuple[bytes, tuple[ProcessReading, ...]]] = {}
 
-    def running_processes(self, handle) -> tuple[RunningProcess, ...]:
-        """``nvmlDeviceGetComputeRunningProcesses_v3``."""
+    def running_processes(self, handle) -> tuple[ProcessReading, ...]:
+        """``nvmlDeviceGetComputeRunningProcesses_v3``, as ``process_readings``."""
         fn = _function("nvmlDeviceGetComputeRunningProcesses_v3")
         address = handle_address(handle)
         count, array = self._call(
@@ -84,14 +115,9 @@ class ProcessReads:
         kept = self._processes.get(address)
         if kept is not None and kept[0] == raw:
             return kept[1]
-        out = []
-        for i in range(count):
-            p = array[i]
-            used = p.usedGpuMemory
-            out.append(RunningProcess(p.pid, None if used == _NOT_AVAILABLE else used,
-                                      p.gpuInstanceId, p.computeInstanceId))
-        listed = self._processes[address] = (raw, tuple(out))
-        return listed[1]
+        readings = process_readings(array[i] for i in range(count))
+        self._processes[address] = (raw, readings)
+        return readings
 
     def utilization_samples(self, handle, since_us: int) -> list[UtilizationSample]:
         """``nvmlDeviceGetProcessUtilization``: samples newer than ``since_us``
@@ -101,7 +127,7 @@ class ProcessReads:
         count, array = self._call(
             "samples", handle_address(handle), _UtilizationSample,
             lambda array, c_count: fn(handle, array, ctypes.byref(c_count), stamp))
-        return [UtilizationSample(pid, stamp, sm, memory) for pid, stamp, sm, memory, _, _
+        return [UtilizationSample(pid, taken, sm, memory) for pid, taken, sm, memory, _, _
                 in _SAMPLE.iter_unpack(ctypes.string_at(array, count * _SAMPLE.size))]
 
     def _call(self, what: str, address: int, entry: type, call) -> tuple[int, ctypes.Array]:

@@ -38,13 +38,12 @@ from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
 from gpustats.sources.nvml.mig import MigInstance, layout_change, mig_readings, read_layout
 from gpustats.sources.nvml.mig_events import MigConfigEvents
-from gpustats.sources.nvml.process_reads import ProcessReads
+from gpustats.sources.nvml.process_reads import ProcessReads, process_readings
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
 
 log = logging.getLogger(__name__)
 
-_NO_INSTANCE = 0xFFFFFFFF
 _MIG_EVENT_BACKSTOP = 10          # with MIG events: layout also re-read every 10 slow ticks
 _VIOLATION_POLICIES = (
     ("power_ns", pynvml.NVML_PERF_POLICY_POWER),
@@ -52,25 +51,6 @@ _VIOLATION_POLICIES = (
     ("sync_boost_ns", pynvml.NVML_PERF_POLICY_SYNC_BOOST),
     ("board_limit_ns", pynvml.NVML_PERF_POLICY_BOARD_LIMIT),
 )
-
-
-def unique_processes(processes) -> tuple[ProcessReading, ...]:
-    """One entry per (PID, GPU instance): NVML lists a process once per context, so a PID can
-    appear twice; counting it twice would bill it twice. The larger memory figure is kept."""
-    merged: dict[tuple[int, int | None], ProcessReading] = {}
-    for p in processes:
-        key = (p.pid, p.gpu_instance_id)
-        seen = merged.get(key)
-        if seen is None:
-            merged[key] = p
-        elif p.memory_used_bytes is not None and (seen.memory_used_bytes is None
-                                                   or p.memory_used_bytes > seen.memory_used_bytes):
-            merged[key] = replace(seen, memory_used_bytes=p.memory_used_bytes)
-    return tuple(merged.values())
-
-
-def _instance_id(value: int | None) -> int | None:
-    return None if value is None or value == _NO_INSTANCE else int(value)
 
 
 @dataclass
@@ -95,9 +75,6 @@ class _SweepMemory:
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
     mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
-    # The process list as NVML handed it last tick, and what was made of it: the same list
-    # object (unchanged bytes, see ``ProcessReads``) gives the same readings.
-    processes_read: tuple[object, tuple[ProcessReading, ...]] | None = None
     # (identity read at session open, memory total, that identity with the total): the same
     # object tick after tick while neither changes, not a copy each tick.
     identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
@@ -175,7 +152,7 @@ class DeviceSweeper:
         reasons = q.read(uuid, "clocks_event_reasons",
                          pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
         self._every_few_ticks(device, ident, state, values, slow, mig_changed)
-        processes = self._processes(uuid, h, state)
+        processes = self._processes(uuid, h)
         mps = self._mps(uuid, h, state, processes, slow) if processes else None
         samples = None
         if not state.mig_enabled:
@@ -309,28 +286,14 @@ class DeviceSweeper:
                 return info
         return self._q.read(uuid, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
 
-    def _processes(self, uuid: str, h: Any, state: _SweepMemory) -> tuple[ProcessReading, ...]:
-        raw = self._q.read(uuid, "processes", self._process_reads.running_processes, h)
-        if raw is None and self._q.is_unsupported(uuid, "processes"):
+    def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
+        readings = self._q.read(uuid, "processes", self._process_reads.running_processes, h)
+        if readings is None and self._q.is_unsupported(uuid, "processes"):
             # Drivers without the _v3 symbol (nvml.md §2.9): fall back to _v2.
             raw = self._q.read(uuid, "processes_v2",
                                pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
-        if not raw:
-            return ()
-        kept = state.processes_read
-        if kept is not None and kept[0] is raw:
-            return kept[1]
-        processes = unique_processes(
-            ProcessReading(
-                pid=int(p.pid),
-                memory_used_bytes=int(p.usedGpuMemory) if p.usedGpuMemory is not None else None,
-                gpu_instance_id=_instance_id(getattr(p, "gpuInstanceId", None)),
-                compute_instance_id=_instance_id(getattr(p, "computeInstanceId", None)),
-            )
-            for p in raw
-        )
-        state.processes_read = (raw, processes)
-        return processes
+            return process_readings(raw) if raw else ()
+        return readings or ()
 
     def _samples(self, uuid: str, h: Any, state: _SweepMemory,
                  processes: tuple[ProcessReading, ...]) -> tuple[ProcessSample, ...] | None:
