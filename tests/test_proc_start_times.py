@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gpustats.hostfs import HostRoots
-from gpustats.sources.procs import ProcReader
+from gpustats.sources.procs import ProcReader, parse_start_time
 
 
 @pytest.fixture
@@ -44,7 +44,8 @@ def test_a_listed_process_is_read_without_opening_its_file_again(children, opens
     reader = ProcReader(HostRoots(proc="/proc"), kept_files=8)
     try:
         first = reader.start_times([child.pid, child.pid])
-        assert first == {child.pid: reader.start_time(child.pid)}
+        with open(f"/proc/{child.pid}/stat") as stat:
+            assert first == {child.pid: parse_start_time(stat.read())}
         assert first[child.pid] is not None
         opens.clear()
         assert reader.start_times([child.pid]) == first

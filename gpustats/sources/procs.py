@@ -103,13 +103,9 @@ class ProcReader:
         self._stats = KeptFiles(kept_files)
         self._stat_paths: dict[int, tuple[str, str]] = {}   # last tick's PIDs: name, stat path
 
-    def start_time(self, pid: int) -> int | None:
-        """The process's start time in clock ticks; ``None`` when gone or unreadable."""
-        return _start_or_none(read_text(self._roots.proc_path(str(pid), "stat"), self._report,
-                                        max_bytes=65536))
-
     def start_times(self, pids: Iterable[int]) -> dict[int, int | None]:
-        """``start_time`` of each PID, for one tick.
+        """Each PID's start time in clock ticks (``None`` when gone or unreadable), for one
+        tick.
 
         Each ``stat`` file stays open while its PID is asked for tick after tick, and is
         re-read with ``pread``. A kept file names one process, not a PID: once that process
