@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from ctypes import POINTER, c_ulonglong, c_void_p, cast
+from ctypes import c_ulonglong, c_void_p
 
 import pynvml
 
@@ -143,7 +143,7 @@ class EventCalls:
 
     def _fill_event(self, data_ptr, device, event_type: int, event_data: int) -> None:
         data = struct_at(data_ptr, pynvml.c_nvmlEventData_t)
-        cast(ctypes.addressof(data), POINTER(c_void_p))[0] = self._handle_of(device)
+        set_out(ctypes.addressof(data), c_void_p, self._handle_of(device))   # .device, first
         data.eventType = event_type
         data.eventData = event_data
         data.gpuInstanceId = NO_INSTANCE
