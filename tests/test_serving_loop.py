@@ -30,7 +30,8 @@ def _buffer(conn: _Channel, data: bytes) -> None:
     conn.total_outbufs_len += len(data)
 
 
-def _held_elsewhere(lock) -> tuple[threading.Event, threading.Event]:
+def _held_elsewhere(lock) -> threading.Event:
+    """``lock`` taken by another thread until the returned event is set."""
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -40,7 +41,7 @@ def _held_elsewhere(lock) -> tuple[threading.Event, threading.Event]:
 
     threading.Thread(target=hold, daemon=True).start()
     assert held.wait(5)
-    return held, release
+    return release
 
 
 def test_nothing_buffered_is_not_writable(channel):
@@ -57,7 +58,7 @@ def test_output_a_worker_is_sending_itself_is_not_writable(channel):
     worker and went round again until the worker let go."""
     channel.requests = [object()]
     _buffer(channel, b"HTTP/1.1 200 OK\r\n")
-    _, release = _held_elsewhere(channel.outbuf_lock)
+    release = _held_elsewhere(channel.outbuf_lock)
     try:
         assert not channel.writable()
     finally:
@@ -75,7 +76,7 @@ def test_output_left_by_a_worker_that_let_go_is_writable(channel):
 def test_a_connection_to_close_is_writable_whoever_holds_the_lock(channel):
     channel.requests = [object()]
     channel.close_when_flushed = True
-    _, release = _held_elsewhere(channel.outbuf_lock)
+    release = _held_elsewhere(channel.outbuf_lock)
     try:
         assert channel.writable()
     finally:
