@@ -10,6 +10,7 @@ import yaml
 from gpustats.model.device import RemappedRowsReading
 from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.nvml.query import Querier, _FieldValue
 from gpustats.sources.nvml.session import NvmlSession
 from gpustats.sources.nvml.sweep import DeviceSweeper
 from tests.support.clock import Clock
@@ -253,3 +254,41 @@ def test_the_identity_with_its_memory_total_is_kept_until_the_total_changes(simu
     third = _tick(sweeper, clock)
     assert third.identity.memory_total_bytes == 40 * GIB
     assert third.identity.uuid == A
+
+
+def _answered(entries):
+    """A Querier whose field call fills in ``entries``: (value type, union member, value,
+    return code) per field, stamped 1000 + position."""
+    class Arrays:
+        def get(self, handle, field_ids):
+            array = (_FieldValue * len(field_ids))()
+            for i, (entry, field_id, (value_type, member, value, code)) in enumerate(
+                    zip(array, field_ids, entries)):
+                entry.fieldId, entry.valueType, entry.nvmlReturn = field_id, value_type, code
+                entry.timestamp = 1000 + i
+                setattr(entry.value, member, value)
+            return array
+
+    querier = Querier(CollectionErrors())
+    querier._field_arrays = Arrays()
+    return querier
+
+
+def test_each_value_type_decodes_as_its_union_member():
+    ok = pynvml.NVML_SUCCESS
+    entries = [
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 251.25, ok),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 1, ok),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**63 + 5, ok),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1, ok),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40), ok),
+        (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -7, ok),
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535, ok),
+        (99, "ullVal", 12, ok),                                   # a type this code does not know
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 13, pynvml.NVML_ERROR_UNKNOWN),
+    ]
+    names = [(f"f{i}", 200 + i) for i in range(len(entries))]
+    values = _answered(entries).field_values("GPU-x", None, names)
+    assert values == {"f0": (251.25, 1000), "f1": (2**32 - 1, 1001), "f2": (2**63 + 5, 1002),
+                      "f3": (2**64 - 1, 1003), "f4": (-(2**40), 1004), "f5": (-7, 1005),
+                      "f6": (65535, 1006)}
