@@ -120,7 +120,9 @@ class DeviceSweeper:
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
-            state = self._state.setdefault(device.index, _SweepMemory())
+            state = self._state.get(device.index)
+            if state is None:
+                state = self._state[device.index] = _SweepMemory()
             try:
                 readings.append(self._read(device, device.identity, state,
                                            device.identity.uuid in mig_changed))
