@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.counters import DeviceRecord, EnergyCounters
 from gpustats.engine.persister import COMPACTION_FAILED, JOURNAL_FAILED, Persister
 from gpustats.engine.state_files import (
     CORRUPT_SUFFIX,
@@ -232,13 +232,13 @@ def test_journal_replay_restores_what_was_served_after_the_last_snapshot(tmp_pat
     counters = EnergyCounters()
     counters.attach(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 10.0)
-    counters.update_device("GPU-a", idle_watts=61.0, energy_counter_mj=5000)
+    counters.set_device("GPU-a", DeviceRecord(idle_watts=61.0, energy_counter_mj=5000))
     assert counters.persist()
     for _ in range(3):
         counters.advance(("device", "GPU-a"), 2.5)
         counters.advance(("pod", "u", "GPU-a"), 1.0)
         assert counters.journal()
-    counters.update_device("GPU-a", energy_counter_mj=9000)
+    counters.set_device("GPU-a", DeviceRecord(idle_watts=61.0, energy_counter_mj=9000))
     assert counters.journal()
     # no persist, no close: as after SIGKILL
     reloaded = EnergyCounters()
@@ -338,9 +338,9 @@ def test_a_fifo_in_place_of_a_state_file_does_not_block(tmp_path, name, caplog):
 
 def test_device_records_round_trip_and_reject_bad_types(tmp_path):
     counters = EnergyCounters()
-    counters.update_device("GPU-a", idle_watts=60.5, energy_counter_mj=123, boot_id="b",
-                           read_at=10.0, index=1, pci_bus_id="00000000:3B:00.0",
-                           name="NVIDIA H100", minor_number=1)
+    counters.set_device("GPU-a", DeviceRecord(
+        idle_watts=60.5, energy_counter_mj=123, boot_id="b", read_at=10.0, index=1,
+        pci_bus_id="00000000:3B:00.0", name="NVIDIA H100", minor_number=1))
     assert persist_to(counters, tmp_path)
     loaded = EnergyCounters()
     loaded.load(StateFiles(str(tmp_path)))

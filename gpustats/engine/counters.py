@@ -25,7 +25,6 @@ import logging
 import math
 import threading
 import time
-from dataclasses import replace
 from typing import Callable, Hashable, Iterable
 
 from gpustats.engine.state_files import StateFiles
@@ -147,12 +146,11 @@ class EnergyCounters:
         with self._lock:
             return dict(self._devices)
 
-    def update_device(self, uuid: str, **changes: object) -> None:
+    def set_device(self, uuid: str, record: DeviceRecord) -> None:
+        """The GPU's whole record, as a tick worked it out (journaled when it changed)."""
         with self._lock:
-            record = self._devices.get(uuid) or DeviceRecord()
-            updated = replace(record, **changes)
-            if updated != record:
-                self._devices[uuid] = updated
+            if record != self._devices.get(uuid):
+                self._devices[uuid] = record
                 self._dirty_devices.add(uuid)
             self._seen[("gpu", uuid)] = self._wall()
 

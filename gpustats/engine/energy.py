@@ -31,7 +31,7 @@ from gpustats.attribution import (
     GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device,
     learned_idle_power, plausible_max_watts, tick_energy_joules,
 )
-from gpustats.engine.counters import EnergyCounters
+from gpustats.engine.counters import DeviceRecord, EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 
@@ -160,13 +160,13 @@ class EnergyAccountant:
 
     def _remember(self, reading: DeviceReading, state: _EnergyBaseline) -> None:
         ident = reading.identity
-        self._counters.update_device(
-            ident.uuid, idle_watts=state.learned_idle_watts,
-            energy_counter_mj=reading.energy_counter_millijoules,
-            boot_id=self._boot_id if reading.energy_counter_millijoules is not None else None,
-            read_at=self._wall() if reading.energy_counter_millijoules is not None else None,
+        counter = reading.energy_counter_millijoules
+        self._counters.set_device(ident.uuid, DeviceRecord(
+            idle_watts=state.learned_idle_watts, energy_counter_mj=counter,
+            boot_id=self._boot_id if counter is not None else None,
+            read_at=self._wall() if counter is not None else None,
             index=ident.index, pci_bus_id=ident.pci_bus_id, name=ident.name,
-            minor_number=ident.minor_number)
+            minor_number=ident.minor_number))
 
     def forget_missing(self, present_uuids: set[str]) -> None:
         """Drop the baselines of GPUs not in this tick's sweep (gone from the driver's list,
