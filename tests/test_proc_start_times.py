@@ -83,3 +83,22 @@ def test_files_of_pids_no_longer_listed_are_closed_and_the_limit_holds(children,
     finally:
         reader.close()
     assert len(reader._stats) == 0
+
+
+@pytest.mark.parametrize("tail_fields", [30, 0])
+def test_the_start_time_is_field_22_counted_after_the_command_name(tail_fields):
+    # Fields 3-21, the start time (22), then the rest of a real line (or none of it).
+    fields = ["S"] + [str(n) for n in range(4, 22)] + ["987654"] + ["7"] * tail_fields
+    line = f"4242 (a (b) c) {' '.join(fields)}\n"
+    assert parse_start_time(line) == 987654
+
+
+@pytest.mark.parametrize("line", [
+    "4242 no command name 0 0\n",
+    "4242 (worker) S " + " ".join(["0"] * 17) + "\n",          # field 21 is the last
+    "4242 (worker) S " + " ".join(["0"] * 18) + " -5 0 0\n",   # negative
+    "4242 (worker) S " + " ".join(["0"] * 18) + " soon 0 0\n",
+])
+def test_a_stat_line_without_a_start_time_is_refused(line):
+    with pytest.raises(ValueError):
+        parse_start_time(line)

@@ -48,7 +48,7 @@ def parse_start_time(stat_text: str) -> int:
     _, sep, rest = stat_text.rpartition(")")
     if not sep:
         raise ValueError("no command name")
-    fields = rest.split()
+    fields = rest.split(None, 20)    # up to field 22, the other ~30 left unsplit
     if len(fields) < 20:
         raise ValueError("too few fields")
     start = int(fields[19])          # fields[0] is field 3 (state), so field 22 is [19]
