@@ -15,7 +15,7 @@ attributed energy sums to the active energy (up to float rounding).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Iterable, Mapping
 
 from gpustats.model.attribution import (
@@ -25,6 +25,7 @@ from gpustats.model.attribution import (
     DeviceAttribution, ProcessAttribution,
 )
 from gpustats.model.device import MigInstanceReading, ProcessReading, ProcessSample
+from gpustats.model.record import record
 
 # A counter delta above GLITCH_FACTOR × the largest plausible power × dt is a glitch or a
 # reset, not energy. Without a power limit, FALLBACK_MAX_WATTS bounds a board (B200: 1000 W).
@@ -32,7 +33,7 @@ GLITCH_FACTOR = 2.0
 FALLBACK_MAX_WATTS = 1500.0
 
 
-@dataclass(frozen=True)
+@record
 class EnergyDelta:
     joules: float | None
     source: str | None            # "counter", "integrated" or None
@@ -116,7 +117,7 @@ def active_energy_joules(tick_joules: float | None, idle_watts: float | None,
     return max(0.0, tick_joules - idle_watts * dt_seconds)
 
 
-@dataclass(frozen=True)
+@record
 class DeviceTickInput:
     device_uuid: str
     dt_seconds: float

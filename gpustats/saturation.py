@@ -17,13 +17,13 @@ whose source gave nothing in the window is ``None`` (absent), never 0:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from itertools import islice
 from operator import attrgetter
 from typing import Iterable, NamedTuple
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
 from gpustats.model.health import Saturation
+from gpustats.model.record import record
 
 REASON_BITS = (("sw_power_cap", 0x4), ("hw_slowdown", 0x8), ("sync_boost", 0x10),
                ("sw_thermal", 0x20), ("hw_thermal", 0x40), ("hw_power_brake", 0x80))
@@ -37,7 +37,7 @@ _violation_values = attrgetter(*(name for _, name in VIOLATION_FIELDS))
 _gpm_values = attrgetter(*GPM_MEANS)
 
 
-@dataclass(frozen=True)
+@record
 class SaturationSample:
     time: float                                    # monotonic seconds
     violations: ViolationReading | None = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Hashable, Iterable, Mapping
 
 from gpustats.engine.state_files import NewerStateVersion
+from gpustats.model.record import record
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -23,7 +24,7 @@ READABLE_VERSIONS = (1, 2)
 Key = tuple[Hashable, ...]
 
 
-@dataclass(frozen=True)
+@record
 class DeviceRecord:
     """What the daemon remembers of one GPU between runs (every field optional)."""
 
