@@ -65,6 +65,8 @@ def _struct_code(ctype: type) -> str:
 # tenth of a µs, six of them an entry). Both formats come from the ctypes declarations, in
 # native alignment as ctypes lays them out; the value is the union member ``valueType`` names.
 _ENTRY = struct.Struct("@" + "".join(_struct_code(t) for _, t in _FieldValue._fields_))
+if _ENTRY.size != ctypes.sizeof(_FieldValue):
+    raise ImportError("nvmlFieldValue_t is not the layout this module unpacks")
 _VALUE_TYPES = dict(pynvml.c_nvmlValue_t._fields_)
 _VALUE_READERS = {value_type: struct.Struct("@" + _struct_code(_VALUE_TYPES[member])).unpack_from
                   for value_type, member in _FIELD_VALUE_MEMBERS.items()}
