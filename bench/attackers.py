@@ -1,5 +1,5 @@
 """Hostile peers for the soak: idle sockets, trickling sockets, large POSTs, smuggled requests,
-and a probe.
+pipelining clients that read nothing or a trickle, and probes.
 
 Each attacker is a thread bounded by a stop event; sockets the server closes are re-opened, so
 the pressure holds for the whole run. The probe times ``/healthz`` (and ``/readyz``) on fresh
@@ -178,6 +178,117 @@ class Smuggler(_Attacker):
                 self.other += 1
 
 
+class PipelinedNonReaders(_Attacker):
+    """``count`` connections with a small receive buffer, each sending one packet of
+    ``depth`` pipelined ``GET path`` requests and then never reading; re-opened when the
+    server closes them. Against a server whose workers wait for a client to read, every
+    worker ends up parked on one of them."""
+
+    RECEIVE_BUFFER = 4096
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 8, depth: int = 330,
+                 path: str = "/metrics"):
+        super().__init__(port, stop)
+        self.count = count
+        self.request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * depth
+        self.sent_bytes = 0
+        self.reopened = 0
+
+    def open(self) -> socket.socket | None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RECEIVE_BUFFER)
+        s.settimeout(2)
+        try:
+            s.connect(("127.0.0.1", self.port))
+            s.sendall(self.request)
+        except OSError:
+            s.close()
+            return None
+        self.sent_bytes += len(self.request)
+        return s
+
+    def run(self) -> None:
+        socks = [self.open() for _ in range(self.count)]
+        while not self.stop.wait(1.0):
+            for i, s in enumerate(socks):
+                if s is None or closed_by_peer(s):
+                    if s is not None:
+                        s.close()
+                    socks[i] = self.open()
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
+
+class PipelinedSlowReaders(_Attacker):
+    """``count`` connections, each pipelining ``depth`` requests for a small body (copied
+    into the server's output buffer, not shared) and reading ``read_bytes`` every ``every``
+    seconds to look alive; re-opened when the server closes them."""
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 24, depth: int = 273,
+                 path: str = "/openapi.json", read_bytes: int = 2048, every: float = 2.0):
+        super().__init__(port, stop)
+        self.count = count
+        self.request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * depth
+        self.read_bytes = read_bytes
+        self.every = every
+        self.sent_bytes = 0
+        self.reopened = 0
+
+    def open(self) -> socket.socket | None:
+        s = self.connect()
+        if s is None:
+            return None
+        try:
+            s.sendall(self.request)
+        except OSError:
+            s.close()
+            return None
+        self.sent_bytes += len(self.request)
+        return s
+
+    def run(self) -> None:
+        socks = [self.open() for _ in range(self.count)]
+        while not self.stop.wait(self.every):
+            for i, s in enumerate(socks):
+                alive = s is not None
+                if s is not None:
+                    s.setblocking(False)
+                    try:
+                        alive = s.recv(self.read_bytes) != b""
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        alive = False
+                if not alive:
+                    if s is not None:
+                        s.close()
+                    socks[i] = self.open()
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock``, without reading what it sent.
+
+    A peer that never reads cannot see the server's FIN behind the unread bytes, so this sends
+    an empty line (ignored between requests, RFC 9112 section 2.2): to a closed connection
+    the kernel answers with a reset, which the next call sees."""
+    sock.setblocking(False)
+    try:
+        sock.send(b"\r\n")
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(2)
+
+
 def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
     """Everything the server sends until it closes the connection or ``timeout`` passes."""
     sock.settimeout(0.2)
@@ -268,8 +379,11 @@ def start_all(port: int, pid: int, stop: threading.Event, health_port: int | Non
     """Every attacker and the probes, started; returns them for ``report``."""
     found = {"idle": IdleSockets(port, stop), "trickle": TricklingSockets(port, stop),
              "posts": LargePosts(port, stop, pid),
-             "healthz": Probe(port, stop, "/healthz"), "summary": Probe(port, stop,
-                                                                       "/stats/summary")}
+             "pipelined_non_readers": PipelinedNonReaders(port, stop),
+             "pipelined_slow_readers": PipelinedSlowReaders(port, stop),
+             "healthz": Probe(port, stop, "/healthz"), "readyz": Probe(port, stop, "/readyz"),
+             "summary": Probe(port, stop, "/stats/summary"),
+             "metrics": Probe(port, stop, "/metrics")}
     found["smuggler"] = Smuggler(port, stop)
     if health_port is not None:
         found["trickle_health_port"] = TricklingSockets(health_port, stop)
@@ -293,10 +407,13 @@ def report(found: dict) -> dict:
            "smuggling_refused_400": found["smuggler"].refused_400,
            "smuggled_answered": found["smuggler"].smuggled_answered,
            "smuggling_other": found["smuggler"].other}
+    for name in ("pipelined_non_readers", "pipelined_slow_readers"):
+        out[f"{name}_sent_bytes"] = found[name].sent_bytes
+        out[f"{name}_reopened"] = found[name].reopened
     if "trickle_health_port" in found:
         out["trickling_sockets_health_port"] = found["trickle_health_port"].count
         out["trickling_reopened_health_port"] = found["trickle_health_port"].reopened
-    for name in ("healthz", "summary", "healthz_health_port"):
+    for name in ("healthz", "readyz", "summary", "metrics", "healthz_health_port"):
         if name in found:
             out[f"probe_{name}"] = found[name].figures()
     return out

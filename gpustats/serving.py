@@ -56,6 +56,15 @@ CLEANUP_SECONDS = 2
 IDLE_WAKE_SECONDS = 30              # no client connection: nothing to expire, sleep long
 ACCEPT_BATCH = 64                   # connections accepted per wake-up of the serving loop
 REPORT_SECONDS = 60                 # timed-out and displaced connections: one log line a minute
+# Output a client has not read yet, held by the serving loop (a worker never waits for it):
+PIPELINE_DEPTH = 4                  # requests parsed ahead on one connection; the rest wait unparsed
+CONNECTION_OUTPUT_BYTES = 4 * 1024 * 1024   # past this, a connection's next request waits
+ALL_OUTPUT_BYTES = 8 * 1024 * 1024          # past this, only connections with none pending are read
+OUTPUT_DEADLINE_SECONDS = 10        # a connection over its own budget this long is closed
+# waitress parks a worker in ``write_soon`` while a connection holds more than its high-water
+# mark of unsent output; the budgets above bound what a connection can hold, so that wait
+# (one worker lost to each client that does not read) is never reached.
+NEVER_WAIT_BYTES = 1 << 62
 
 
 class RequestTimeout(Error):
@@ -108,22 +117,70 @@ class _Channel(HTTPChannel):
     # waitress's clock (``time.time``) for these, as for ``last_activity``.
     request_began: float | None = None
     body_began: float | None = None
+    held = b""                       # received, not parsed yet: requests past the depth
+    over_budget_since: float | None = None
 
     def received(self, data: bytes) -> bool:
+        """Parses requests from ``data`` until ``PIPELINE_DEPTH`` are waiting to be served.
+
+        waitress parses everything one receive brings: one 8 KiB packet of pipelined requests
+        became hundreds of queued requests, each answered into the connection's buffer
+        whether or not the client read. Past the depth, the rest of ``data`` is held unparsed
+        (at most one receive: the socket is not read while it is held) and the serving loop
+        parses it once the connection has room (``Server.feed_held``)."""
+        if not data:
+            return False
         with self.requests_lock:
+            if self.will_close or self.close_when_flushed:
+                return False                 # the connection closes after its last answer
             if self.requests and self.requests[-1].error is not None:
-                return False                 # the connection closes after that answer
-        before = self.request
-        handled = super().received(data)
+                return False
+            while data:
+                if len(self.requests) >= PIPELINE_DEPTH:
+                    self.held = data
+                    self.server.hold(self)
+                    break
+                data = self._parse_one(data)
+        return True
+
+    def _parse_one(self, data: bytes) -> bytes:
+        """Feeds ``data`` to the request in progress; returns what it did not consume."""
         request = self.request
         if request is None:
-            self.request_began = self.body_began = None
-            return handled
-        if request is not before:
+            request = self.request = self.parser_class(self.adj)
             self.request_began, self.body_began = self.last_activity, None
+        consumed = request.received(data)
         if request.headers_finished and self.body_began is None:
             self.body_began = self.last_activity
-        return handled
+        if (request.expect_continue and request.headers_finished and not self.requests
+                and not self.sent_continue):
+            self.send_continue()
+        if not request.completed:
+            return data[consumed:] if consumed else b""
+        self.sent_continue = False
+        if not request.empty:
+            self.requests.append(request)
+            if len(self.requests) == 1:
+                self.server.add_task(self)   # otherwise the worker takes it after the last
+        self.request = None
+        self.request_began = self.body_began = None
+        # An error answer closes the connection: what follows is not parsed (``_Parser``
+        # consumed it all already).
+        return b"" if request.error is not None else data[consumed:]
+
+    def feedable(self, all_output: int) -> bool:
+        """Room to parse held requests: few enough waiting, little enough unsent output (any
+        at all only while all connections together are under their budget)."""
+        pending = self.total_outbufs_len
+        return (len(self.requests) < PIPELINE_DEPTH and pending < CONNECTION_OUTPUT_BYTES
+                and (not pending or all_output < ALL_OUTPUT_BYTES))
+
+    def feed_held(self) -> None:
+        data, self.held = self.held, b""
+        self.received(data)
+
+    def readable(self) -> bool:
+        return not self.held and super().readable()
 
     def writable(self) -> bool:
         """Output to send, except what a worker is sending itself right now.
@@ -196,7 +253,9 @@ class _Server(TcpWSGIServer):
         super().__init__(*args, **kwargs)
         self.timed_out = 0
         self.displaced = 0
-        self._reported = (0, 0)
+        self.over_budget_closed = 0
+        self._held: set[_Channel] = set()
+        self._reported = (0, 0, 0)
         self._candidates: list[tuple[float, _Channel]] = []
         self._report_at = 0.0
 
@@ -265,24 +324,66 @@ class _Server(TcpWSGIServer):
                 self.displaced += 1
                 return
 
+    def hold(self, channel: _Channel) -> None:
+        """``channel`` holds requests past the pipelining depth: ``feed_held`` looks at it."""
+        self._held.add(channel)
+
+    def feed_held(self) -> None:
+        """Parses held requests on each connection that has room for them again.
+
+        Run by the serving loop after every wake-up: a worker finishing a request, or output
+        sent, is what makes room, and both wake the loop."""
+        if not self._held:
+            return
+        all_output = self.unsent_output()
+        for channel in list(self._held):
+            if channel._fileno is None or not channel.held:
+                self._held.discard(channel)
+            elif channel.feedable(all_output):
+                self._held.discard(channel)
+                channel.feed_held()
+
+    def unsent_output(self) -> int:
+        """Output answered and not yet read by the clients, all connections together."""
+        return sum(channel.total_outbufs_len for channel in self.active_channels.values())
+
     def maintenance(self, now: float) -> None:
-        super().maintenance(now)             # idle connections
         self._candidates = []                # sorted again when room is next needed
+        idle_before = now - self.adj.channel_timeout
         for channel in list(self.active_channels.values()):
+            if not channel.requests and channel.last_activity < idle_before:
+                # Closed here, not marked for the next write as waitress does: a client that
+                # reads nothing leaves its socket never writable, so that write never came.
+                channel.handle_close()
+                continue
             part = channel.overdue(now)
             if part is not None:
                 channel.time_out(part)
                 self.timed_out += 1
+            self._check_output_budget(channel, now)
         self._report(now)
 
+    def _check_output_budget(self, channel: _Channel, now: float) -> None:
+        """Closes a connection that has held more unsent output than its budget for
+        ``OUTPUT_DEADLINE_SECONDS``: a client that reads too slowly, or not at all."""
+        if channel.total_outbufs_len <= CONNECTION_OUTPUT_BYTES:
+            channel.over_budget_since = None
+        elif channel.over_budget_since is None:
+            channel.over_budget_since = now
+        elif now - channel.over_budget_since > OUTPUT_DEADLINE_SECONDS:
+            channel.handle_close()
+            self.over_budget_closed += 1
+
     def _report(self, now: float) -> None:
-        counts = (self.timed_out, self.displaced)
+        counts = (self.timed_out, self.displaced, self.over_budget_closed)
         if counts == self._reported or now < self._report_at:
             return
         log.info("%s:%s: %d request(s) timed out before arriving whole, %d waiting "
-                 "connection(s) closed to make room at the limit of %d (since start)",
+                 "connection(s) closed to make room at the limit of %d, %d connection(s) "
+                 "closed for holding over %d MiB of unread output for %d s (since start)",
                  self.effective_host, self.effective_port, counts[0], counts[1],
-                 self.adj.connection_limit)
+                 self.adj.connection_limit, counts[2], CONNECTION_OUTPUT_BYTES >> 20,
+                 OUTPUT_DEADLINE_SECONDS)
         self._reported, self._report_at = counts, now + REPORT_SECONDS
 
 
@@ -296,6 +397,7 @@ def _run(server) -> None:
         while sockets:
             wasyncore.poll2(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS,
                             sockets)
+            server.feed_held()
     except (SystemExit, KeyboardInterrupt):
         server.task_dispatcher.shutdown()
 
@@ -307,6 +409,7 @@ def _server(app, host: str, port: int, *, threads: int, connections: int) -> _Se
         channel_timeout=CHANNEL_TIMEOUT_SECONDS, cleanup_interval=CLEANUP_SECONDS,
         asyncore_loop_timeout=CLEANUP_SECONDS, asyncore_use_poll=True,
         max_request_body_size=MAX_BODY_BYTES, max_request_header_size=MAX_HEADER_BYTES,
+        outbuf_high_watermark=NEVER_WAIT_BYTES,
         # Responses stay in memory (a /metrics body is a few MB at most): a spilled one would
         # land in /tmp, a small memory-backed volume in the DaemonSet.
         outbuf_overflow=64 * 1024 * 1024)

@@ -1,4 +1,5 @@
-"""The serving loop asks to write to a connection only when a write there can happen."""
+"""The serving loop: writes only where a write can happen, parses pipelined requests a few at
+a time, and holds unread output within its budgets."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import threading
 import pytest
 from flask import Flask
 
-from gpustats.serving import Listeners, _Channel, _server
+from gpustats.serving import (ALL_OUTPUT_BYTES, CONNECTION_OUTPUT_BYTES, OUTPUT_DEADLINE_SECONDS,
+                              PIPELINE_DEPTH, Listeners, _Channel, _server)
 from waitress import wasyncore
 
 
@@ -126,3 +128,111 @@ def test_requests_are_answered_whole_with_few_loop_turns(monkeypatch):
         thread.join(10)
         listeners.data.task_dispatcher.shutdown()
     assert not thread.is_alive()
+
+
+@pytest.fixture
+def running():
+    """A data listener with ``/n/<i>`` (a small body naming ``i``) and ``/large``, served
+    by the real loop in a thread; yields (port, server)."""
+    app = Flask("t")
+    app.add_url_rule("/n/<int:i>", "n", lambda i: f"answer {i}".encode())
+    app.add_url_rule("/large", "large", lambda: b"z" * 500_000)
+    listeners = Listeners(app, ("127.0.0.1", 0))
+    thread = threading.Thread(target=listeners.run, daemon=True)
+    thread.start()
+    yield int(Listeners.port_of(listeners.data)), listeners.data
+    sockets = listeners.data._map
+    listeners.data.trigger.pull_trigger(lambda: [s.close() for s in list(sockets.values())])
+    thread.join(10)
+    listeners.data.task_dispatcher.shutdown()
+
+
+def _read_answers(sock: socket.socket, count: int) -> list[bytes]:
+    """The bodies of ``count`` answers read off ``sock`` in order (each has a length)."""
+    sock.settimeout(10)
+    stream, bodies = b"", []
+    while len(bodies) < count:
+        head, sep, rest = stream.partition(b"\r\n\r\n")
+        if sep:
+            length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            if len(rest) >= length:
+                bodies.append(rest[:length])
+                stream = rest[length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(bodies)} answers"
+        stream += chunk
+    return bodies
+
+
+def test_pipelined_requests_past_the_depth_are_all_answered_in_order(running):
+    """Requests past ``PIPELINE_DEPTH`` wait unparsed, and are parsed and answered in turn
+    as the ones before them are served: nothing is lost or reordered."""
+    port, _ = running
+    count = 12 * PIPELINE_DEPTH
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"".join(f"GET /n/{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                              for i in range(count)))
+        assert _read_answers(sock, count) == [f"answer {i}".encode() for i in range(count)]
+
+
+def test_a_connection_that_does_not_read_has_few_requests_parsed(running):
+    """Hundreds of pipelined requests in one packet: the unread answers stop at the
+    connection's output budget (or the budget for all), the rest is never parsed."""
+    port, server = running
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"GET /large HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+        channel = None
+        for _ in range(50):
+            threading.Event().wait(0.05)
+            channel = next(iter(server.active_channels.values()), None)
+            if channel is not None and channel.held and not channel.requests:
+                break
+        assert channel is not None and channel.held
+        assert len(channel.requests) <= PIPELINE_DEPTH
+        answered = channel.total_outbufs_len // 500_000
+        assert answered <= CONNECTION_OUTPUT_BYTES // 500_000 + PIPELINE_DEPTH
+        # Every worker is free: another client is answered at once.
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as other:
+            other.sendall(b"GET /n/7 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_answers(other, 1) == [b"answer 7"]
+
+
+def test_a_connection_over_its_budget_too_long_is_closed(channel, monkeypatch):
+    now = 1000.0
+    _buffer(channel, b"x" * (CONNECTION_OUTPUT_BYTES + 1))
+    server = channel.server
+    server._check_output_budget(channel, now)
+    assert channel._fileno is not None
+    server._check_output_budget(channel, now + OUTPUT_DEADLINE_SECONDS)
+    assert channel._fileno is not None
+    server._check_output_budget(channel, now + OUTPUT_DEADLINE_SECONDS + 0.1)
+    assert channel._fileno is None and server.over_budget_closed == 1
+
+
+def test_a_connection_back_under_its_budget_starts_over(channel):
+    server = channel.server
+    _buffer(channel, b"x" * (CONNECTION_OUTPUT_BYTES + 1))
+    server._check_output_budget(channel, 0.0)
+    channel.total_outbufs_len = 10
+    server._check_output_budget(channel, 5.0)
+    channel.total_outbufs_len = CONNECTION_OUTPUT_BYTES + 1
+    server._check_output_budget(channel, OUTPUT_DEADLINE_SECONDS + 1.0)
+    assert channel._fileno is not None
+
+
+@pytest.mark.parametrize("pending, all_output, waiting, feedable", [
+    (0, 0, 0, True),
+    (0, ALL_OUTPUT_BYTES * 4, 0, True),         # nothing of its own: a probe still answers
+    (1000, ALL_OUTPUT_BYTES, 0, False),         # all connections over budget
+    (CONNECTION_OUTPUT_BYTES, 0, 0, False),     # its own budget
+    (0, 0, PIPELINE_DEPTH, False),              # deep enough already
+])
+def test_held_requests_are_parsed_only_with_room(channel, pending, all_output, waiting,
+                                                 feedable):
+    channel.total_outbufs_len = pending
+    channel.requests = [object()] * waiting
+    assert channel.feedable(all_output) is feedable
