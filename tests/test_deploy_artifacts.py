@@ -122,6 +122,10 @@ def test_checkov_no_failed_checks():
     assert all(len(reason) > 20 for reason in reasons.values())
 
 
+def pod_labels(ds: dict) -> dict:
+    return ds["spec"]["template"]["metadata"]["labels"]
+
+
 def test_daemonset_contract():
     ds = yaml.safe_load((MANIFESTS / "daemonset.yaml").read_text())
     pod = ds["spec"]["template"]["spec"]
@@ -139,12 +143,20 @@ def test_daemonset_contract():
         assert sc["allowPrivilegeEscalation"] is False
         assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
     # gpustats on the pod's loopback only; the proxy is the one way in.
-    assert "--listen=127.0.0.1:9477" in c["args"] and "ports" not in c
+    assert "--listen=127.0.0.1:9477" in c["args"]
     assert "--upstream=http://127.0.0.1:9477/" in proxy["args"]
     assert "--ignore-paths=/healthz,/readyz" in proxy["args"]
     assert proxy["ports"][0]["containerPort"] == 9478
+    # The probes reach a listener of their own, which the pod network cannot: no client of
+    # the data port can make the kubelet restart the pod.
+    assert "--health-listen=0.0.0.0:9479" in c["args"]
+    assert c["ports"] == [{"name": "health", "containerPort": 9479, "protocol": "TCP"}]
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        assert c[probe]["httpGet"] == {"path": path, "port": 9478, "scheme": "HTTPS"}
+        assert c[probe]["httpGet"] == {"path": path, "port": "health"}
+    policy = yaml.safe_load((MANIFESTS / "networkpolicy.yaml").read_text())
+    assert policy["spec"]["podSelector"]["matchLabels"] == pod_labels(ds)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": 9478, "protocol": "TCP"}]}]
     # No runtime socket by default: not in the args, not among the volumes.
     assert not any(a.startswith("--runtime-socket") for a in c["args"])
     assert "--log-root=/var/log" in c["args"]
