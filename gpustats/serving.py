@@ -23,6 +23,15 @@ spooled to temporary files. A node agent on a pod network gets none of that trus
 - errors found before the application sees the request are JSON, like the application's;
 - the serving loop does not spin on a connection whose worker is sending its own output
   (``_Channel.writable``);
+- a worker never waits for a client to read: waitress parked a worker on every connection
+  holding more than 16 MB of unsent output, so eight clients pipelining hundreds of requests
+  and reading nothing took every worker. Instead a connection has at most
+  ``PIPELINE_DEPTH`` requests parsed ahead (the rest of what it sent waits unparsed, one
+  receive at most, and its socket is not read meanwhile); its next request is parsed only
+  while its unread output is under ``CONNECTION_OUTPUT_BYTES`` and, unless it has none, the
+  output of all connections together is under ``ALL_OUTPUT_BYTES``; a connection over its
+  own budget for ``OUTPUT_DEADLINE_SECONDS`` is closed, and so is one idle for
+  ``CHANNEL_TIMEOUT_SECONDS`` whatever it holds unsent;
 - ``/healthz`` and ``/readyz`` can also be served on a separate small listener with its own
   thread and connection budget (``--health-listen``), so probes answer while the data port is
   saturated.
