@@ -259,3 +259,173 @@ def test_a_slow_connect_and_slow_headers_share_one_deadline(exporter, caplog, mo
     # 1.2 s in all; waiting 1.2 s for the headers after a 1 s connect would be 2.2 s.
     assert time.monotonic() - started < 1.9
     assert "did not answer within 1.2 s" in caplog.text
+
+
+# ------------------------------------------------------------------ bounds on one scrape
+
+def activity_lines(count: int, family: str = dcgm.PRIMARY) -> str:
+    """``count`` activity series, each with labels of its own."""
+    return "".join(f'{family}{{UUID="GPU-{n}",GPU_I_ID="{n % 7 + 7}",pod="p{n}"}} 0.5\n'
+                   for n in range(count))
+
+
+class TickingClock:
+    """A CPU clock that moves ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float):
+        self.step = step
+        self.now = 0.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+def test_series_up_to_the_cap_are_read_one_more_is_refused():
+    assert len(parse_dcgm_activity(activity_lines(10), max_series=10)) == 10
+    with pytest.raises(dcgm.TooManySeries, match="more than 10 activity series"):
+        parse_dcgm_activity(activity_lines(11), max_series=10)
+
+
+def test_the_cap_counts_both_families_and_not_the_others():
+    text = activity_lines(6) + activity_lines(6, dcgm.FALLBACK)
+    with pytest.raises(dcgm.TooManySeries):
+        parse_dcgm_activity(text, max_series=10)
+    assert len(parse_dcgm_activity(activity_lines(10) + activity_lines(5000, "DCGM_FI_DEV_X"),
+                                   max_series=10)) == 10
+
+
+def test_the_cap_stops_the_parse_before_the_rest_of_the_body(monkeypatch):
+    parsed = []
+    real = dcgm._parse
+    monkeypatch.setattr(dcgm, "_parse", lambda text: parsed.append(text) or real(text))
+    parser = dcgm.ActivityParser(max_series=100)
+    pieces = [activity_lines(60).encode()] * 10
+    with pytest.raises(dcgm.TooManySeries):
+        for piece in pieces:
+            parser.feed(piece)
+    assert len(parsed) == 1               # the second piece went past the cap unparsed
+
+
+def test_the_cpu_deadline_is_checked_after_every_piece():
+    clock = TickingClock(0.1)
+    parser = dcgm.ActivityParser(cpu_seconds=0.35, cpu_clock=clock)     # read once: 0.1
+    fed = 0
+    with pytest.raises(dcgm.CpuDeadline, match="more than 0.35 s of CPU"):
+        for _ in range(100):
+            parser.feed(b"# filler\n" * 1000)
+            fed += 1
+    assert fed == 3                       # 0.2, 0.3, 0.4: the fourth piece was the last
+
+
+def test_a_clock_that_stands_still_never_reaches_the_deadline():
+    text = activity_lines(1000) + "# filler\n" * 100_000
+    assert len(parse_dcgm_activity(text, cpu_seconds=0.0, cpu_clock=lambda: 5.0)) == 1000
+
+
+def test_a_tiny_budget_stops_a_body_of_any_family():
+    with pytest.raises(dcgm.CpuDeadline):
+        parse_dcgm_activity(activity_lines(10, "DCGM_FI_DEV_X"), cpu_seconds=-1.0)
+
+
+def test_only_the_activity_lines_reach_the_parser(monkeypatch):
+    parsed = []
+    real = dcgm._parse
+    monkeypatch.setattr(dcgm, "_parse", lambda text: parsed.append(text) or real(text))
+    text = GOOD + "DCGM_FI_PROF_GR_ENGINE_ACTIVE_EXTRA{UUID=\"GPU-a\"} 0.3\n" \
+        + "  DCGM_FI_PROF_SM_ACTIVE\t{UUID=\"GPU-c\"} 0.1\n"
+    assert parse_dcgm_activity(text)[("GPU-c", None)] == 0.1
+    lines = "".join(parsed).splitlines()
+    assert lines and all(line.lstrip().startswith((dcgm.PRIMARY + "{", dcgm.FALLBACK))
+                         for line in lines)
+    assert not any("_EXTRA" in line or "#" in line or "GPU_UTIL" in line for line in lines)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(min_value=1, max_value=400), max_size=30))
+def test_pieces_cut_anywhere_parse_as_the_whole(cuts):
+    body = (GOOD + activity_lines(20)).encode()
+    parser = dcgm.ActivityParser()
+    start = 0
+    for size in cuts:
+        parser.feed(body[start:start + size])
+        start += size
+    parser.feed(body[start:])
+    assert parser.close() == parse_dcgm_activity(body.decode())
+
+
+def test_a_line_too_long_is_garbage_kept_or_carried():
+    long_value = "x" * dcgm.MAX_LINE_BYTES
+    with pytest.raises(ValueError, match="line longer than"):
+        parse_dcgm_activity(f'{dcgm.PRIMARY}{{UUID="{long_value}"}} 0.5\n')
+    parser = dcgm.ActivityParser()
+    parser.feed(b"# HELP " + b"x" * (dcgm.MAX_LINE_BYTES - 7))      # at the cap: carried
+    with pytest.raises(ValueError, match="line longer than"):
+        parser.feed(b"x")
+
+
+def test_garbage_is_still_told_from_a_page_without_activity_series():
+    assert parse_dcgm_activity("\n\n# TYPE X gauge\nX 1\n" + "Y{a=\"b\"} 2\n" * 100) == {}
+    with pytest.raises(ValueError):
+        parse_dcgm_activity("\n" * 70_000 + "<html><body>login</body></html>\n")
+
+
+def failing_state(errors):
+    (state,) = errors.states()
+    assert state.source == "dcgm_exporter" and state.state == "failing"
+    return state
+
+
+def test_too_many_series_marks_the_source_failing_and_logs_it(exporter, caplog):
+    from gpustats.sources.errors import CollectionErrors
+    errors = CollectionErrors()
+    exporter.body = activity_lines(dcgm.MAX_SERIES + 1).encode()
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, failure_backoff_seconds=0,
+                                errors=errors)
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    state = failing_state(errors)
+    assert state.last_error_reason == "too_many_series"
+    assert f"more than {dcgm.MAX_SERIES} activity series" in state.last_error
+    assert errors.totals() == (("dcgm_exporter", "too_many_series", 1),)
+    assert "dcgm_exporter failing (too_many_series)" in caplog.text
+    exporter.body = activity_lines(dcgm.MAX_SERIES).encode()
+    assert len(client.activity()) == dcgm.MAX_SERIES      # at the cap: read, and recovered
+
+
+def test_a_scrape_past_its_cpu_budget_marks_the_source_failing(exporter, caplog):
+    from gpustats.sources.errors import CollectionErrors
+    errors = CollectionErrors()
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, errors=errors,
+                                cpu_seconds=0.5, cpu_clock=TickingClock(1.0))
+    with caplog.at_level(logging.WARNING):
+        assert client.activity() is None
+    state = failing_state(errors)
+    assert state.last_error_reason == "cpu_deadline"
+    assert "more than 0.5 s of CPU" in state.last_error
+    assert "dcgm_exporter failing (cpu_deadline)" in caplog.text
+
+
+def test_the_cpu_budget_counts_from_the_start_of_the_scrape(exporter):
+    clock = TickingClock(0.0)
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, cpu_clock=clock)
+    assert client.activity() == parse_dcgm_activity(GOOD)
+    assert clock.reads >= 2               # read when the scrape began, and after each piece
+
+
+def test_a_large_body_of_activity_series_stops_at_the_cap_not_the_end(exporter):
+    from gpustats.sources.errors import CollectionErrors
+    errors = CollectionErrors()
+    exporter.body = activity_lines(60_000).encode()          # about 3 MB
+    client = DcgmExporterClient(exporter.url, cache_seconds=0, errors=errors,
+                                timeout_seconds=5.0)
+    assert client.activity() is None
+    assert failing_state(errors).last_error_reason == "too_many_series"
+
+
+def test_the_body_cap_is_what_a_real_exporter_serves_with_margin():
+    # 16 GPUs x 8 (the GPU and 7 instances) x ~60 families x ~400 bytes a line: ~3 MB.
+    assert 4 * 1024 * 1024 <= dcgm.MAX_BODY_BYTES <= 16 * 1024 * 1024
+    assert 256 < dcgm.MAX_SERIES <= 4096

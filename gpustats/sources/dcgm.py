@@ -5,20 +5,39 @@ instance, falling back per instance to ``DCGM_FI_PROF_SM_ACTIVE``. Series are ke
 ``UUID`` label (the parent GPU; ``uuid`` with the exporter's ``--use-old-namespace``) and
 ``GPU_I_ID`` (absent on a GPU without MIG: instance ``None``). Responses are cached for
 ``cache_seconds`` (``failure_backoff_seconds`` after a failure) and fetched by one caller at a
-time; a down, slow or garbage exporter yields ``None``, is counted and logged when it starts
-failing and when it recovers. Falling back to GPM or an equal split is the caller's job.
+time; a down, slow, garbage or oversized exporter yields ``None``, is counted and logged when
+it starts failing and when it recovers. Falling back to GPM or an equal split is the caller's
+job.
 
 Fetched with ``requests`` through one session kept across scrapes. One fetch never takes
 longer than ``timeout_seconds`` in all, connect and body together: the socket timeout is set to
 what is left of that deadline before every receive, so an exporter that drips a byte at a time
-is cut off at the deadline (not per chunk); the body is streamed and reading stops past
-``MAX_BODY_BYTES``; redirects are refused.
+is cut off at the deadline (not per chunk); redirects are refused.
+
+The body is parsed as it streams in, never held whole: each piece's complete lines are
+searched for the two families' sample lines (a regular expression, no Python loop over the
+other lines) and only those reach prometheus_client's parser; the first ``SNIFF_LINES``
+non-blank lines are kept to tell an exposition without them from garbage (an HTML page, say).
+One scrape stops, and the source is marked failing with its reason, at the first of:
+
+- ``MAX_BODY_BYTES`` (8 MiB) read: ``garbage``. A real exporter's page for 16 GPUs with
+  every MIG instance and Kubernetes labels is a few MB at most;
+- a line longer than ``MAX_LINE_BYTES`` (16 KiB) among those kept: ``garbage``;
+- more than ``MAX_SERIES`` (2,048) activity sample lines: ``too_many_series``. A node has at
+  most 16 GPUs x (the GPU + 7 instances) x 2 families = 256; the cap leaves 8 label variants
+  of each (pods sharing a GPU, say). prometheus_client takes 25-50 us a line, so the cap
+  holds the parse to about 0.1 s;
+- more than ``SCRAPE_CPU_SECONDS`` (0.25 s) of this thread's CPU time
+  (``time.thread_time``) since the scrape began, reading and parsing together:
+  ``cpu_deadline``. Checked after every piece (at most 64 KiB), so it overruns by one
+  piece's parse, milliseconds.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -35,19 +54,35 @@ log = logging.getLogger(__name__)
 
 PRIMARY = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 FALLBACK = "DCGM_FI_PROF_SM_ACTIVE"
-MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_LINE_BYTES = 16 * 1024
+MAX_SERIES = 2048
+SCRAPE_CPU_SECONDS = 0.25
+READ_BYTES = 65536
+SNIFF_LINES = 20
 SOURCE = "dcgm_exporter"
 
 Activity = dict[tuple[str, int | None], float]
 
+# A sample line of either family: the exact name, then labels or the value.
+_ACTIVITY_LINE = re.compile(rb"^[ \t]*(?:" + PRIMARY.encode() + rb"|" + FALLBACK.encode()
+                            + rb")[{ \t][^\n]*", re.MULTILINE)
+_NON_BLANK_LINE = re.compile(rb"^[^\S\n]*\S[^\n]*", re.MULTILINE)
 
-SNIFF_LINES = 20
+
+class Overloaded(ValueError):
+    """The exposition costs more than a real node's would: the scrape stopped. ``reason`` is
+    the failure reason the source is marked with."""
+
+    reason = "overloaded"
 
 
-def _activity_lines(text: str) -> str:
-    """Only the two families' sample lines: the rest of a large exposition is not parsed."""
-    return "\n".join(line for line in text.splitlines()
-                     if line.lstrip().startswith((PRIMARY, FALLBACK))) + "\n"
+class TooManySeries(Overloaded):
+    reason = "too_many_series"
+
+
+class CpuDeadline(Overloaded):
+    reason = "cpu_deadline"
 
 
 def _parse(text: str) -> list:
@@ -55,12 +90,6 @@ def _parse(text: str) -> list:
         return list(text_string_to_metric_families(text))
     except Exception as exc:  # noqa: BLE001 - the parser raises assorted types on garbage
         raise ValueError(f"not Prometheus text: {exc}") from None
-
-
-def _check_exposition(text: str) -> None:
-    """``ValueError`` unless the first lines parse as Prometheus text (an HTML page, say)."""
-    head = [line for line in text.splitlines() if line.strip()][:SNIFF_LINES]
-    _parse("\n".join(head) + "\n")
 
 
 def _instance_id(labels: dict[str, str]) -> tuple[bool, int | None]:
@@ -72,33 +101,102 @@ def _instance_id(labels: dict[str, str]) -> tuple[bool, int | None]:
     return False, None
 
 
-def parse_dcgm_activity(text: str) -> Activity:
+def _decode(lines: list[bytes]) -> str:
+    return b"\n".join(lines).decode("utf-8", errors="replace") + "\n"
+
+
+class ActivityParser:
+    """Prometheus text fed in pieces as it arrives, to the activity map, within the bounds.
+
+    ``feed`` each piece, then ``close`` for the map. Raises ``ValueError`` on garbage (an
+    unparsable activity line, none and a head that is not Prometheus text, a line too long),
+    ``TooManySeries`` past ``max_series`` activity lines and ``CpuDeadline`` past
+    ``cpu_seconds`` of ``cpu_clock`` from its creation.
+    """
+
+    def __init__(self, *, max_series: int = MAX_SERIES,
+                 cpu_seconds: float = SCRAPE_CPU_SECONDS,
+                 cpu_clock: Callable[[], float] = time.thread_time):
+        self._max_series = max_series
+        self._cpu_seconds = cpu_seconds
+        self._cpu_clock = cpu_clock
+        self._cpu_deadline = cpu_clock() + cpu_seconds
+        self._carry = b""                   # the last, incomplete line
+        self._head: list[bytes] = []        # the first non-blank lines, for garbage detection
+        self._series = 0
+        self._primary: Activity = {}
+        self._fallback: Activity = {}
+
+    def feed(self, data: bytes) -> None:
+        complete, _, self._carry = (self._carry + data).rpartition(b"\n")
+        if len(self._carry) > MAX_LINE_BYTES:
+            raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
+        self._take(complete)
+
+    def close(self) -> Activity:
+        """The map, once the whole body was fed."""
+        self._take(self._carry)
+        self._carry = b""
+        if not self._series:
+            _parse(_decode(self._head))
+        merged = dict(self._fallback)
+        merged.update(self._primary)
+        return merged
+
+    def _take(self, complete: bytes) -> None:
+        """The complete lines of one piece: the head kept, activity lines parsed."""
+        if len(self._head) < SNIFF_LINES:
+            found = _NON_BLANK_LINE.finditer(complete)
+            self._head += [m.group() for _, m in zip(range(SNIFF_LINES - len(self._head)),
+                                                     found)]
+        wanted = _ACTIVITY_LINE.findall(complete)
+        if wanted:
+            self._count(wanted)
+            self._add(_parse(_decode(wanted)))
+        self._check_cpu()
+
+    def _count(self, wanted: list[bytes]) -> None:
+        self._series += len(wanted)
+        if self._series > self._max_series:
+            raise TooManySeries(f"more than {self._max_series} activity series")
+        if any(len(line) > MAX_LINE_BYTES for line in wanted):
+            raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
+
+    def _check_cpu(self) -> None:
+        if self._cpu_clock() > self._cpu_deadline:
+            raise CpuDeadline(f"reading and parsing took more than {self._cpu_seconds:g} s "
+                              "of CPU")
+
+    def _add(self, families: list) -> None:
+        for family in families:
+            for sample in family.samples:
+                target = self._primary if sample.name == PRIMARY else \
+                    self._fallback if sample.name == FALLBACK else None
+                uuid = sample.labels.get("UUID") or sample.labels.get("uuid")
+                ok, gi = _instance_id(sample.labels)
+                value = sample.value
+                if target is None or not uuid or not ok \
+                        or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    continue
+                target[(uuid, gi)] = min(1.0, max(0.0, float(value)))
+
+
+def parse_dcgm_activity(text: str, *, max_series: int = MAX_SERIES,
+                        cpu_seconds: float = SCRAPE_CPU_SECONDS,
+                        cpu_clock: Callable[[], float] = time.thread_time) -> Activity:
     """(GPU UUID, GPU instance id or None) → activity ratio 0..1.
 
     Lines of other families are not parsed; ``ValueError`` when an activity line is
-    unparsable, or when there is none and the text does not start like Prometheus text.
+    unparsable, or when there is none and the text does not start like Prometheus text
+    (``TooManySeries`` and ``CpuDeadline``, both ``ValueError``, past the bounds).
     Non-finite values and series without a GPU UUID are skipped; ratios are clamped to 0..1.
     """
-    primary: Activity = {}
-    fallback: Activity = {}
-    wanted = _activity_lines(text)
-    if wanted == "\n":
-        _check_exposition(text)
-    families = _parse(wanted)
-    for family in families:
-        for sample in family.samples:
-            target = primary if sample.name == PRIMARY else \
-                fallback if sample.name == FALLBACK else None
-            uuid = sample.labels.get("UUID") or sample.labels.get("uuid")
-            ok, gi = _instance_id(sample.labels)
-            value = sample.value
-            if target is None or not uuid or not ok or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value):
-                continue
-            target[(uuid, gi)] = min(1.0, max(0.0, float(value)))
-    merged = dict(fallback)
-    merged.update(primary)
-    return merged
+    parser = ActivityParser(max_series=max_series, cpu_seconds=cpu_seconds,
+                            cpu_clock=cpu_clock)
+    data = text.encode("utf-8", errors="replace")
+    for start in range(0, len(data), READ_BYTES):
+        parser.feed(data[start:start + READ_BYTES])
+    return parser.close()
 
 
 class _Deadline(Exception):
@@ -123,9 +221,16 @@ def _session() -> requests.Session:
 
 
 class DcgmExporterClient:
+    """The exporter's activity map, fetched and parsed within the module's bounds.
+
+    ``max_series``, ``cpu_seconds`` and ``cpu_clock`` are ``ActivityParser``'s, for one
+    scrape (reading and parsing)."""
+
     def __init__(self, url: str, *, timeout_seconds: float = 1.0, cache_seconds: float = 2.0,
                  failure_backoff_seconds: float = 10.0, errors: CollectionErrors | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_series: int = MAX_SERIES,
+                 cpu_seconds: float = SCRAPE_CPU_SECONDS,
+                 cpu_clock: Callable[[], float] = time.thread_time):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -135,6 +240,9 @@ class DcgmExporterClient:
         self._backoff_seconds = max(cache_seconds, failure_backoff_seconds)
         self._errors = errors or CollectionErrors()
         self._clock = clock
+        self._max_series = max_series
+        self._cpu_seconds = cpu_seconds
+        self._cpu_clock = cpu_clock
         self._lock = threading.Lock()
         self._session = _session()       # one connection pool, kept alive across scrapes
         self._cached: Activity | None = None
@@ -161,14 +269,17 @@ class DcgmExporterClient:
         """Let go of the kept-alive connection."""
         self._session.close()
 
-    def _read_body(self) -> str:
-        """GET the URL within one total deadline (wall time, whatever the server's pace).
+    def _scrape(self) -> Activity:
+        """GET the URL within one total deadline (wall time, whatever the server's pace) and
+        parse the body as it comes, within the parser's bounds.
 
         Redirects are not followed (the exporter's URL is configured, not discovered). The
-        body is streamed and reading stops at the cap. Before every receive the socket's
-        timeout is set to what is left of the deadline, so neither a silent nor a dripping
-        server holds the tick past it.
+        body is streamed and reading stops at the cap or when the parser gives up. Before
+        every receive the socket's timeout is set to what is left of the deadline, so neither
+        a silent nor a dripping server holds the tick past it.
         """
+        parser = ActivityParser(max_series=self._max_series, cpu_seconds=self._cpu_seconds,
+                                cpu_clock=self._cpu_clock)
         deadline = time.monotonic() + self._timeout
 
         def left() -> float:
@@ -192,31 +303,31 @@ class DcgmExporterClient:
                 raise _Refused(f"HTTP {response.status_code} {response.reason}")
             raw = response.raw
             sock = getattr(raw.connection, "sock", None)
-            chunks, size = [], 0
+            size = 0
             while True:
                 remaining = left()
                 if sock is not None:
                     sock.settimeout(remaining)
-                chunk = raw.read1(65536)
+                chunk = raw.read1(READ_BYTES)
                 if not chunk:
                     raw.release_conn()        # read to the end: kept alive for the next scrape
                     break
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
                     raise ValueError(f"body larger than {MAX_BODY_BYTES} bytes")
-                chunks.append(chunk)
+                parser.feed(chunk)
         except (socket.timeout, TimeoutError, urllib3.exceptions.TimeoutError):
             raise _Deadline() from None
         except urllib3.exceptions.HTTPError as exc:     # the body broke off, say
             raise OSError(str(exc)) from None
         finally:
             response.close()      # an unread rest is not drained: the connection is dropped
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return parser.close()
 
     def _fetch(self) -> Activity | None:
         self.requests += 1
         try:
-            activity = parse_dcgm_activity(self._read_body())
+            activity = self._scrape()
         except _Deadline:
             self._errors.failed(SOURCE, "timeout", f"dcgm-exporter {self._url} did not answer "
                                 f"within {self._timeout:.1f} s; MIG activity falls back")
@@ -224,6 +335,11 @@ class DcgmExporterClient:
         except (OSError, requests.RequestException, _Refused) as exc:
             self._errors.failed(SOURCE, "down", f"dcgm-exporter {self._url} unreachable "
                                 f"({exc or type(exc).__name__}); MIG activity falls back")
+            return None
+        except Overloaded as exc:
+            self._errors.failed(SOURCE, exc.reason, f"dcgm-exporter {self._url} serves more "
+                                f"than a node would ({exc}); scrape stopped, MIG activity "
+                                "falls back")
             return None
         except ValueError as exc:
             self._errors.failed(SOURCE, "garbage", f"dcgm-exporter {self._url} answered garbage "
