@@ -1,8 +1,8 @@
 """Pure power and energy attribution (Kepler's model, extended): no I/O, no clocks.
 
 Per device and tick: idle power is the configured value or else the lowest power that held
-for a few ticks;
-``active = max(0, total − idle)``. The tick's energy comes from the hardware counter delta
+for a few idle ticks (no process, 0 % duty; ``idle_tick``);
+``active = max(0, total − idle)``, all of the tick while no idle is known. The tick's energy comes from the hardware counter delta
 when there is one (resets and glitches detected), else the trapezoid of two power samples.
 Active energy is split across processes: exclusive → all of it; time-sliced or MPS → by SM
 utilization samples since the last timestamp; processes but no usable samples → equal split;
@@ -59,6 +59,27 @@ def learned_idle_power(previous: float | None, recent_watts: tuple[float, ...],
     return sustained if previous is None else min(previous, sustained)
 
 
+def idle_tick(processes_known: bool, processes: tuple[ProcessReading, ...],
+              samples: tuple[ProcessSample, ...] | None, duty_percent: int | None,
+              mig_enabled: bool = False) -> bool:
+    """Whether a tick shows the GPU idle, so that its power may teach the idle.
+
+    Its process list was read, and either it is empty with the duty cycle read as 0 % (a MIG
+    GPU reports no duty cycle: an empty list is enough there), or the duty cycle reads 0 % and
+    every listed process's utilization samples show no SM work (a notebook holding an idle
+    context). Without samples a listed process may be working: not idle. A busy reading
+    never becomes the idle: a GPU that never idles (a training node) would keep a busy power
+    as its idle and bill that much less for ever."""
+    if not processes_known:
+        return False
+    if not processes:
+        return duty_percent == 0 or (mig_enabled and duty_percent is None)
+    if duty_percent != 0 or samples is None:
+        return False
+    listed = {p.pid for p in processes}
+    return not any(s.sm_util_percent > 0 for s in samples if s.pid in listed)
+
+
 def active_power(total_watts: float | None, idle_watts: float | None) -> float | None:
     if not _finite(total_watts) or not _finite(idle_watts):
         return None
@@ -111,8 +132,14 @@ def tick_energy_joules(prev_counter_mj: int | None, cur_counter_mj: int | None,
 
 def active_energy_joules(tick_joules: float | None, idle_watts: float | None,
                          dt_seconds: float) -> float | None:
-    """The tick's energy above idle, never negative."""
-    if not _finite(tick_joules) or not _finite(idle_watts) or not dt_seconds > 0:
+    """The tick's energy above idle, never negative. With no idle known (none configured,
+    none seen yet) the whole tick is active: a GPU busy from its first tick is billed in full
+    to whoever runs on it, not left unbilled until it idles."""
+    if not _finite(tick_joules) or not dt_seconds > 0:
+        return None
+    if idle_watts is None:
+        return max(0.0, tick_joules)
+    if not _finite(idle_watts):
         return None
     return max(0.0, tick_joules - idle_watts * dt_seconds)
 

@@ -5,11 +5,11 @@
 trapezoid of power samples otherwise. Where the power call is not supported, power is the
 counter's rate over the tick.
 
-Idle without ``--idle-power-watts`` is learned: the lowest power that held for
-``IDLE_HOLD_TICKS`` consecutive ticks (so one 0 W glitch never becomes the idle), kept per
-GPU UUID across restarts. Until a GPU has that many readings and nothing was learned before,
-the highest reading so far stands in (the first tick's power: nothing above it is known to be
-active yet).
+Idle without ``--idle-power-watts`` is learned from idle ticks only (0 % duty, and no process
+listed or none of them computing: ``attribution.idle_tick``): the lowest power that held for ``IDLE_HOLD_TICKS``
+consecutive idle ticks (so one 0 W glitch never becomes the idle), kept per GPU UUID across
+restarts. A GPU never seen idle has no idle: its whole energy is active, billed to its
+processes from the first tick, and its idle stays absent rather than a busy reading.
 
 After a restart, or when a lost GPU (or one gone from the sweep) is back, when the hardware
 counter is continuous with the last reading (same boot, not below it, and no more than the
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpustats.attribution import (
-    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device,
+    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device, idle_tick,
     learned_idle_power, plausible_max_watts, tick_energy_joules,
 )
 from gpustats.engine.counters import DeviceRecord, EnergyCounters
@@ -61,6 +61,11 @@ class EnergyAccountant:
         self._wall = wall
         self._state: dict[str, _EnergyBaseline] = {}
 
+    @property
+    def boot_id(self) -> str | None:
+        """The boot this daemon runs in (``None``: not known)."""
+        return self._boot_id
+
     def account(self, reading: DeviceReading,
                 mig_activity: Mapping[int, float] | None = None) -> DeviceAttribution | None:
         """One tick of one device; ``None`` for a lost device. Counters are advanced by the
@@ -90,7 +95,7 @@ class EnergyAccountant:
         power = reading.power_watts
         if power is None and delta.source == "counter" and dt > 0:
             power = delta.joules / dt           # no power call: the counter's rate
-        idle = self._idle(uuid, state, power)
+        idle = self._idle(uuid, state, power, reading)
         active_energy = active_energy_joules(delta.joules, idle, dt)
         device_energy = None
         if reading.energy_counter_millijoules is not None:
@@ -146,17 +151,22 @@ class EnergyAccountant:
                  now_mj, elapsed)
         return state, None
 
-    def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None) -> float | None:
+    def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None,
+              reading: DeviceReading) -> float | None:
+        """The configured idle, else the one learned from idle ticks (None: never seen)."""
         configured = self._configured_idle(uuid)
         if configured is not None:
             return configured
-        if power is not None:
+        if power is not None and idle_tick("processes" not in reading.unsupported_fields,
+                                           reading.processes, reading.process_samples,
+                                           reading.utilization_percent,
+                                           bool(reading.mig_enabled)):
             state.recent_watts.append(power)
+        else:
+            state.recent_watts.clear()       # the hold counts consecutive idle ticks
         state.learned_idle_watts = learned_idle_power(
             state.learned_idle_watts, tuple(state.recent_watts), IDLE_HOLD_TICKS)
-        if state.learned_idle_watts is not None:
-            return state.learned_idle_watts
-        return max(state.recent_watts) if state.recent_watts else None
+        return state.learned_idle_watts
 
     def _remember(self, reading: DeviceReading, state: _EnergyBaseline) -> None:
         ident = reading.identity

@@ -632,7 +632,9 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
             return NOT_SUPPORTED
         now_us = int(self._wall() * 1e6)
         busy = [p for p in self._process_list(device, None) if p.sm_util_percent is not None]
-        if not busy or now_us <= last_seen:
+        if not busy or now_us <= last_seen or self._idling(device):
+            # Nothing ran since the last sample: in an idle phase the processes keep their
+            # contexts and compute nothing.
             return NOT_FOUND
         count = struct_at(count_ptr, c_uint)
         capacity, count.value = count.value, len(busy)

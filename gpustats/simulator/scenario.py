@@ -50,8 +50,8 @@ nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_in
 ``gpm``), ``events_supported`` (default true), ``idle_cycle`` (``{watts, idle_seconds,
 busy_seconds, start}``: the GPU draws ``watts`` in idle phases and ``power_watts`` in busy
 ones, alternating from the simulator's start, idle first unless ``start: busy``, and its duty
-cycle reads 0 while idle; see ``idle_cycle.py``). Rewriting ``mig_instances`` while MIG stays
-on is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
+cycle and its processes' utilization samples read 0 while idle; see ``idle_cycle.py``).
+Rewriting ``mig_instances`` while MIG stays on is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
 handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets
 one ``nvmlEventMigConfigChange`` for that GPU.
 
