@@ -237,3 +237,246 @@ def test_runtime_answer_kept_for_the_same_ids_and_asked_again_while_some_are_una
 def test_runtime_absent_socket(tmp_path):
     client = RuntimeNamesClient(str(tmp_path / "none.sock"), timeout_seconds=0.2)
     assert client.names({"a" * 64}) == {}
+
+
+# ------------------------------------------------------------------ the reply, bounded
+# The reply is read from its wire bytes: only GPU resources (and DRA claims) kept, repeated
+# strings shared, and a reply over the documented counts refused as malformed while the last
+# good listing is served until stale.
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes([value]))
+
+
+def _pod_field(body: bytes) -> bytes:
+    """``body`` (a PodResources' bytes) as one ``pod_resources`` field of the reply."""
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _reference_allocations(data: bytes):
+    """What protobuf's own decoding gives for ``data``: the reply read the way gpustats read
+    it before it read the wire bytes itself."""
+    from gpustats.model.containers import PodDeviceAllocation
+    from gpustats.model.dra import ClaimDevice
+
+    out = []
+    for pod in api.ListPodResourcesResponse.FromString(data).pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if devices.resource_name.startswith("nvidia.com/"):
+                    out += [PodDeviceAllocation(pod.name, pod.namespace, container.name,
+                                                devices.resource_name, i, parse_device_id(i))
+                            for i in devices.device_ids]
+            for dynamic in container.dynamic_resources:
+                for r in dynamic.claim_resources:
+                    claim = ClaimDevice(
+                        dynamic.claim_name, dynamic.claim_namespace, r.driver_name or None,
+                        r.pool_name or None, r.device_name or None,
+                        r.share_id if r.HasField("share_id") else None,
+                        tuple(d.name for d in r.cdi_devices if d.name))
+                    out.append(PodDeviceAllocation(
+                        pod.name, pod.namespace, container.name, claim.driver_name or "",
+                        f"{claim.pool_name or ''}/{claim.device_name or ''}", None, claim))
+    return tuple(out)
+
+
+def _replicas_reply():
+    """Two pods of one namespace; pod a's two containers hold replicas of one GPU."""
+    def holding(name, *ids):
+        return api.ContainerResources(name=name, devices=[
+            api.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=list(ids))])
+
+    return api.ListPodResourcesResponse(pod_resources=[
+        api.PodResources(name="a", namespace="ml", containers=[
+            holding("main", f"{GPU}::0", f"{GPU}::1"), holding("side", f"{GPU}::2")]),
+        api.PodResources(name="b", namespace="ml", containers=[holding("main", f"{GPU}::3")]),
+    ]).SerializeToString()
+
+
+def test_only_gpu_resources_are_kept_and_counted():
+    """Other device plugins' devices are skipped unread: not kept, not counted toward the
+    device limit, not even decoded (a NIC's ID that is not UTF-8 refuses nothing)."""
+    from gpustats.sources.podresources.client import ReplyLimits, allocations_from_reply
+
+    nic = api.ContainerDevices(resource_name="example.com/nic",
+                               device_ids=[f"nic{n}" for n in range(50)]).SerializeToString()
+    not_utf8 = b"\x0a\x0frdma/hca_shared\x12\x02\xff\xfe"       # resource, one device ID
+    container = (api.ContainerResources(name="main", devices=[
+        api.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[GPU, MIG]),
+        api.ContainerDevices(resource_name="amd.com/gpu", device_ids=["0000:03:00.0"]),
+    ], dynamic_resources=[api.DynamicResource(claim_name="c", claim_namespace="ml",
+                                              claim_resources=[api.ClaimResource(
+                                                  driver_name="gpu.nvidia.com")])])
+        .SerializeToString() + b"\x12" + _varint(len(nic)) + nic
+        + b"\x12" + _varint(len(not_utf8)) + not_utf8)
+    pod = api.PodResources(name="p", namespace="ml").SerializeToString() + \
+        b"\x1a" + _varint(len(container)) + container
+    allocations = allocations_from_reply(_pod_field(pod), ReplyLimits(devices=3))
+    assert [(a.resource_name, a.device_id) for a in allocations] == [
+        ("nvidia.com/gpu", GPU), ("nvidia.com/gpu", MIG), ("gpu.nvidia.com", "/")]
+
+
+def test_repeated_strings_are_one_object_each():
+    from gpustats.sources.podresources.client import allocations_from_reply
+
+    a0, a1, side, b = allocations_from_reply(_replicas_reply())
+    assert a0.pod_name is a1.pod_name is side.pod_name
+    assert a0.pod_namespace is b.pod_namespace                  # across pods
+    assert a0.container_name is a1.container_name is b.container_name      # "main"
+    assert a0.resource_name is side.resource_name is b.resource_name
+    assert a0.device.uuid is a1.device.uuid is side.device.uuid is b.device.uuid
+    assert (a0.device.replica, b.device.replica) == (0, 3)
+
+
+def test_repeated_strings_are_shared_through_the_client(serve):
+    servicer = Lister()
+    servicer.List = lambda request, context: api.ListPodResourcesResponse.FromString(
+        _replicas_reply())
+    path = serve(servicer, api_grpc.add_PodResourcesListerServicer_to_server)
+    a0, a1, side, b = PodResourcesClient(path, timeout_seconds=1.0).allocations()
+    assert a0.pod_name is side.pod_name and a0.pod_namespace is b.pod_namespace
+    assert a0.device.uuid is b.device.uuid
+
+
+@pytest.mark.parametrize("limits, body, count", [
+    ({"pods": 2}, b"".join(_pod_field(b"") for _ in range(3)), "more than 2 pods"),
+    ({"devices": 3}, _replicas_reply(), "more than 3 GPU and claim devices"),
+    ({"fields": 100}, b"\x10\x01" * 101, "more than 100 fields"),      # unknown varints
+])
+def test_a_reply_over_a_limit_is_refused(limits, body, count):
+    from gpustats.sources.grpc_channel import ReplyRefused
+    from gpustats.sources.podresources.client import ReplyLimits, allocations_from_reply
+
+    with pytest.raises(ReplyRefused, match=count) as refused:
+        allocations_from_reply(body, ReplyLimits(**limits))
+    assert refused.value.reason == "reply_over_limits"
+
+
+@pytest.mark.parametrize("body", [
+    b"\xff\xff\xff\xff not a protobuf", b"\x0a\x05ab",              # past its end
+    b"\x0b", b"\x00\x01",                                           # a group; field 0
+    _pod_field(b"\x0a\x02\xc3\x28" + api.PodResources(containers=[api.ContainerResources(
+        devices=[api.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[GPU])])])
+        .SerializeToString()),                     # a GPU holder's name that is not UTF-8
+])
+def test_an_unreadable_reply_is_refused_as_malformed(body):
+    from gpustats.sources.grpc_channel import ReplyRefused
+    from gpustats.sources.podresources.client import allocations_from_reply
+
+    with pytest.raises(ReplyRefused) as refused:
+        allocations_from_reply(body)
+    assert refused.value.reason == "malformed_reply"
+
+
+def test_reading_8_mib_of_empty_entries_is_bounded_in_time_and_memory():
+    """Protobuf decodes 8 MiB of empty device entries into ~256 MB; the reader stops at its
+    field count, having kept nothing."""
+    import tracemalloc
+
+    from gpustats.sources.grpc_channel import ReplyRefused
+    from gpustats.sources.podresources.client import allocations_from_reply
+
+    entries = b"\x12\x00" * ((4 << 20) - 16)
+    container = b"\x1a" + _varint(len(entries)) + entries
+    body = _pod_field(container)
+    assert len(body) > 8_000_000
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ReplyRefused, match="fields"):
+            allocations_from_reply(body)
+        elapsed = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 2.0                 # ~0.15 s untraced
+    assert peak < 1 << 20
+
+
+def test_fields_in_any_order_and_repeated_read_as_protobuf_reads_them():
+    """Names after the containers, a name given twice (the last wins), an unknown field and
+    CPU IDs between: the same allocations as protobuf's decoding of the same bytes."""
+    from gpustats.sources.podresources.client import allocations_from_reply
+
+    containers = api.PodResources(containers=[api.ContainerResources(
+        name="main", cpu_ids=[1, 2, 3], devices=[api.ContainerDevices(
+            device_ids=[GPU], resource_name="nvidia.com/gpu")])]).SerializeToString()
+    pod = (containers + b"\x98\x06\x07"                 # field 99, a varint: unknown
+           + api.PodResources(name="first", namespace="ml").SerializeToString()
+           + api.PodResources(name="last").SerializeToString())
+    body = _pod_field(pod)
+    assert allocations_from_reply(body) == _reference_allocations(body)
+    assert allocations_from_reply(body)[0].pod_name == "last"
+
+
+_NAMES = st.sampled_from(["", "a", "ml", "trainer-0", "é", "x" * 200])
+_IDS = st.sampled_from([GPU, MIG, f"{GPU}::3", f"{MIG}::12", "nvidia0", "",
+                        "MIG-GPU-7f1c2a4e-0d3b-4c55-9a61-2b8e6f0c1d01/3/0"])
+_RESOURCES = st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "example.com/nic",
+                              "nvidia.com", ""])
+_CLAIM_RESOURCES = st.builds(
+    lambda cdi, driver, pool, device, share: api.ClaimResource(
+        cdi_devices=[api.CDIDevice(name=n) for n in cdi], driver_name=driver,
+        pool_name=pool, device_name=device, share_id=share),
+    st.lists(_NAMES, max_size=2), _NAMES, _NAMES, _NAMES, st.none() | _NAMES)
+_CONTAINERS = st.builds(
+    lambda name, devices, dynamic: api.ContainerResources(
+        name=name, devices=[api.ContainerDevices(resource_name=r, device_ids=ids)
+                            for r, ids in devices],
+        dynamic_resources=[api.DynamicResource(claim_name=c, claim_namespace=n,
+                                               claim_resources=rs) for c, n, rs in dynamic]),
+    _NAMES, st.lists(st.tuples(_RESOURCES, st.lists(_IDS, max_size=3)), max_size=3),
+    st.lists(st.tuples(_NAMES, _NAMES, st.lists(_CLAIM_RESOURCES, max_size=2)), max_size=2))
+_REPLIES = st.builds(
+    lambda pods: api.ListPodResourcesResponse(pod_resources=[
+        api.PodResources(name=n, namespace=ns, containers=cs) for n, ns, cs in pods]),
+    st.lists(st.tuples(_NAMES, _NAMES, st.lists(_CONTAINERS, max_size=3)), max_size=4))
+
+
+@given(_REPLIES)
+def test_the_reader_reads_what_protobuf_decodes(response):
+    from gpustats.sources.podresources.client import allocations_from_reply
+
+    body = response.SerializeToString()
+    assert allocations_from_reply(body) == _reference_allocations(body)
+
+
+def test_a_reply_over_the_limits_keeps_the_last_good_listing_until_stale(tmp_path, caplog):
+    """A hostile kubelet's 5.8 MB reply (2,000 pods x 50 GPU replicas, 200-character names)
+    refused: the source fails with its reason and one log line, the last good listing is
+    served until ``stale_after_seconds``; a normal reply again recovers it."""
+    from bench.hostile_kubelet import HostileKubelet, hostile_reply, normal_reply
+    from gpustats.sources.errors import CollectionErrors
+
+    errors, now = CollectionErrors(), [0.0]
+    with HostileKubelet(tmp_path / "kubelet.sock", normal_reply([GPU])) as kubelet:
+        client = PodResourcesClient(kubelet.socket_path, timeout_seconds=5.0, cache_seconds=10,
+                                    stale_after_seconds=60, errors=errors,
+                                    monotonic=lambda: now[0])
+        good = client.allocations()
+        assert [a.device.uuid for a in good] == [GPU]
+        generation = client.generation
+        kubelet.reply = hostile_reply()
+        with caplog.at_level(logging.WARNING):
+            for now[0] in (10.0, 30.0, 50.0):
+                assert client.allocations() is good            # the last good listing
+        assert kubelet.calls == 4 and client.generation == generation
+        (state,) = errors.states()
+        assert (state.source, state.state, state.last_error_reason) == \
+            ("pod_resources", "failing", "reply_over_limits")
+        assert "more than 10,000 GPU and claim devices" in state.last_error
+        assert "last good listing is kept" in state.last_error
+        failing = [r.getMessage() for r in caplog.records if "pod_resources failing" in
+                   r.getMessage()]
+        assert len(failing) == 1 and "reply_over_limits" in failing[0]
+        now[0] = 70.0
+        assert client.allocations() is None                    # stale: no mapping at all
+        kubelet.reply = normal_reply([GPU])
+        now[0] = 80.0
+        assert [a.device.uuid for a in client.allocations()] == [GPU]
+        assert errors.states()[0].state == "ok"

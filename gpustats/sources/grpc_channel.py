@@ -5,7 +5,9 @@ before any connect (an absent socket is "source off", logged once, no retry stor
 call is counted and logged when the source starts failing and when it recovers; the channel
 is reused across calls. Replies are capped at ``MAX_RECEIVE_BYTES``: grpc refuses a larger
 message from its length prefix (RESOURCE_EXHAUSTED) before buffering it, so a huge reply
-costs neither memory nor a tick.
+costs neither memory nor a tick. A reply under the cap that the caller will not use (over its
+own counts, or malformed) is refused by raising ``ReplyRefused`` from ``invoke``: the source
+fails with that reason, as when the call itself fails.
 grpc itself is imported only once a socket exists (it is ~20 MB of a daemon's memory, and
 bare-metal hosts have neither socket).
 """
@@ -24,6 +26,15 @@ from gpustats.sources.errors import CollectionErrors
 # runaway reply (decoded, a reply costs several times its wire size in Python objects) far
 # from the daemon's memory limit.
 MAX_RECEIVE_BYTES = 8 * 1024 * 1024
+
+
+class ReplyRefused(Exception):
+    """The peer answered, but with a reply the caller will not use: the source fails for
+    ``reason`` (a short snake_case word, shown as the source's error reason)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 class UnixChannel:
@@ -56,7 +67,8 @@ class UnixChannel:
 
     def call(self, make_stub: Callable[[Any], Any],
              invoke: Callable[[Any, float], Any]) -> Any | None:
-        """``invoke(stub, timeout)``; ``None`` when the socket is absent or the call failed."""
+        """``invoke(stub, timeout)``; ``None`` when the socket is absent, the call failed or
+        ``invoke`` refused the reply (``ReplyRefused``)."""
         if not self._present():
             self._errors.absent(self._source)
             return None
@@ -78,6 +90,10 @@ class UnixChannel:
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL,
                         grpc.StatusCode.RESOURCE_EXHAUSTED):
                 self.close()
+            return None
+        except ReplyRefused as refused:
+            self._errors.failed(self._source, refused.reason, f"{self._what} call on "
+                                f"{self.socket_path}: reply refused: {refused}")
             return None
         self._errors.succeeded(self._source)
         return reply
