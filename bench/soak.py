@@ -7,13 +7,18 @@
 at ``--churn`` per second (real cgroup v2 groups under /sys/fs/cgroup/unified where this user
 may create them, a fake cgroup tree otherwise); the simulated GPUs' power and utilization
 change every second. Beside them, unless ``--no-attackers``: 200 idle sockets, 100 sockets
-trickling a header byte a second, a stream of POSTs declaring 300 MB bodies and a stream of
+trickling a header byte a second, a stream of POSTs declaring 300 MB bodies, a stream of
 requests framed by both Content-Length and Transfer-Encoding with a second request smuggled
-after them, on the data port, and 100 more trickling sockets on the health port (more than
-its 64 connections) (``bench/attackers.py``), while probes time /healthz and /stats/summary
-on fresh connections (1 s timeout) on the data port and on the separate health port.
-Reported: requests, 5xx and errors, RSS after warm-up and at the end, thread count over time,
-and the attack figures.
+after them, 8 connections pipelining 330 /metrics requests and never reading, and 24
+pipelining 273 /openapi.json requests and reading 2 KB every 2 s, on the data port, and 100
+more trickling sockets on the health port (more than its 64 connections)
+(``bench/attackers.py``); a kubelet whose pod-resources reply lists 2,000 pods x 50 GPU
+replicas (``bench/hostile_kubelet.py``) and a dcgm-exporter serving 30 MB of activity series
+for the one MIG GPU (``bench/hostile_exporter.py``); while probes time /healthz, /readyz,
+/stats/summary and /metrics on fresh connections (1 s timeout) on the data port and /healthz
+on the separate health port.
+Reported: requests, 5xx and errors, RSS after warm-up and at the end (medians of five
+seconds), thread count over time, and the attack figures.
 The history window is set to the warm-up, so it is full (steady) when RSS is first taken.
 """
 
@@ -23,10 +28,12 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -34,6 +41,8 @@ import psutil
 import yaml
 
 from bench import attackers as attack
+from bench.hostile_exporter import HostileExporter
+from bench.hostile_kubelet import HostileKubelet, hostile_reply
 from bench.run import DaemonProc, _free_port
 from bench.scenarios import node_scenario
 
@@ -108,6 +117,27 @@ class Churn:
                     pass
 
 
+def with_a_mig_gpu(scenario: dict, instances: int = 3) -> dict:
+    """The scenario's last GPU in MIG mode, its processes spread over its instances: the
+    daemon scrapes dcgm-exporter only for MIG activity."""
+    last = scenario["devices"][-1]
+    last["mig_instances"] = [
+        {"gpu_instance_id": 7 + k, "compute_instance_id": 0, "profile": "1g.10gb",
+         "memory_total_bytes": 10 << 30} for k in range(instances)]
+    on_it = [p for p in scenario["processes"] if p["device"] == last["uuid"]]
+    for k, process in enumerate(on_it):
+        process.pop("sm_util_percent", None)
+        process["gpu_instance_id"] = 7 + k % instances
+    return scenario
+
+
+def median_rss(samples: list[dict]) -> float | None:
+    """The median RSS of ``samples``: growth is a leak's slope, not one transient peak (a
+    hostile kubelet's reply costs ~15 MB for a fraction of a second every 15 s)."""
+    values = sorted(s["rss_mb"] for s in samples)
+    return values[len(values) // 2] if values else None
+
+
 def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
              warmup: float = 5.0, workdir: Path | None = None, attackers: bool = True) -> dict:
     own_tmp = workdir is None
@@ -120,22 +150,33 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         base.mkdir(parents=True, exist_ok=True)
         (base / "cgroup.controllers").write_text("cpu memory\n")
         cgroup_root = str(base)
-    scenario = node_scenario(8, 32)
+    scenario = with_a_mig_gpu(node_scenario(8, 32)) if attackers else node_scenario(8, 32)
     scenario_path = workdir / "soak.yaml"
 
     def write_scenario(step: int) -> None:
         for i, d in enumerate(scenario["devices"]):
             d["power_watts"] = 150 + (step * 37 + i * 11) % 500
-            d["utilization_percent"] = (step * 13 + i * 7) % 100
+            if "mig_instances" not in d:
+                d["utilization_percent"] = (step * 13 + i * 7) % 100
         tmp = scenario_path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(scenario))
         tmp.replace(scenario_path)
 
     write_scenario(0)
     health_port = _free_port()
+    peers: list = []
+    sources = ["--pod-resources-socket", "", "--runtime-socket", ""]
+    if attackers:
+        # A kubelet answering 2,000 pods x 50 GPU replicas, and a dcgm-exporter serving 30 MB
+        # of activity series: both refused, neither may cost a tick or memory.
+        kubelet = HostileKubelet(workdir / "kubelet.sock", hostile_reply()).start()
+        exporter = HostileExporter(threading.Event()).start()
+        exporter.arm()
+        peers = [kubelet, exporter]
+        sources = ["--pod-resources-socket", kubelet.socket_path, "--runtime-socket", "",
+                   "--dcgm-exporter-url", exporter.url]
     daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
-                         "--housekeeping-interval", "1", "--pod-resources-socket", "",
-                         "--runtime-socket", "", "--idle-power-watts", "100",
+                         "--housekeeping-interval", "1", *sources, "--idle-power-watts", "100",
                          "--health-listen", f"127.0.0.1:{health_port}",
                          # The history ring grows until its window is full (every churned
                          # container keeps its rows for the window): make it full by the end
@@ -198,10 +239,15 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
             t.join(15)
         # Attackers finish before the daemon stops: a POST cut off by the shutdown is no answer.
         attack_report = attack.report(attacks) if attacks is not None else None
+        if attack_report is not None:
+            attack_report.update(hostile_sources(daemon.port))
         churner.stop()
         daemon.stop()
+        for peer in peers:
+            (peer.stop if isinstance(peer, HostileKubelet) else peer.close)()
     after_warm = [s for s in samples if s["t"] >= warmup] or samples
-    rss_end = samples[-1]["rss_mb"]
+    rss_warm = median_rss(after_warm[:5]) if after_warm else rss_warm
+    rss_end = median_rss(samples[-5:])
     result = {
         "seconds": seconds, "clients": clients, "churn_per_second": churn,
         "real_cgroups": real, "containers_created": churner.created,
@@ -220,6 +266,21 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
     if own_tmp:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def hostile_sources(port: int) -> dict:
+    """Whether the daemon took the hostile kubelet and exporter for failing sources."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for source in ("pod_resources", "dcgm_exporter"):
+        match = re.search(r'gpustats_source_failing\{[^}]*source="%s"[^}]*\} (\S+)' % source,
+                          text)
+        out[f"{source}_failing"] = float(match.group(1)) if match else None
+    return out
 
 
 def main() -> int:
@@ -241,12 +302,16 @@ def main() -> int:
         a = result["attack"]
         ok = ok and a["spooled_files_max"] == 0 and a["large_posts_other"] == 0 \
             and a["probe_healthz_health_port"]["failures"] == 0 \
-            and a["smuggled_answered"] == 0 and a["smuggling_other"] == 0
+            and a["smuggled_answered"] == 0 and a["smuggling_other"] == 0 \
+            and all(a[f"probe_{name}"]["failures"] == 0
+                    for name in ("healthz", "readyz", "summary", "metrics")) \
+            and a.get("pod_resources_failing") == 1 and a.get("dcgm_exporter_failing") == 1
     print("targets:", "met" if ok else "NOT met",
           "(zero 5xx, RSS growth < 5% after warm-up, thread count constant; with attackers: "
           "every large POST refused with 413, nothing spooled, every doubly framed request "
-          "refused with 400 and the request smuggled after it never answered, every /healthz "
-          "probe on the health port answered within 1 s beside 100 trickling sockets)")
+          "refused with 400 and the request smuggled after it never answered, every probe on "
+          "the data port and every /healthz probe on the health port answered within 1 s, the "
+          "hostile kubelet and exporter refused as failing sources)")
     return 0 if ok else 1
 
 

@@ -10,7 +10,7 @@ def test_short_soak(tmp_path):
     assert result["containers_created"] >= 80
     assert result["threads_min"] == result["threads_max"], result
     assert result["rss_growth_ratio"] < 0.10, result      # the 10-minute run holds 5%
-    attack = result["attack"]         # idle, trickling, large-POST and smuggling peers beside
+    attack = result["attack"]     # idle, trickling, large-POST, smuggling, pipelining peers beside
     assert attack["large_posts_413"] >= 1 and attack["large_posts_other"] == 0, attack
     assert attack["spooled_files_max"] == 0
     assert attack["smuggling_refused_400"] >= 1 and attack["smuggling_other"] == 0, attack
@@ -18,3 +18,8 @@ def test_short_soak(tmp_path):
     # 100 trickling sockets on the 64-connection health port, and every probe answered
     assert attack["trickling_reopened_health_port"] >= 1, attack
     assert attack["probe_healthz_health_port"]["failures"] == 0, attack
+    # Pipelining clients that read nothing or a trickle take no worker from the probes.
+    for name in ("healthz", "readyz", "summary", "metrics"):
+        assert attack[f"probe_{name}"]["failures"] == 0, (name, attack)
+    # The hostile kubelet and dcgm-exporter are refused as failing sources.
+    assert attack["pod_resources_failing"] == 1 and attack["dcgm_exporter_failing"] == 1, attack
