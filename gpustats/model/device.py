@@ -22,12 +22,15 @@ class DeviceIdentity:
 
 @record
 class ProcessReading:
-    """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses)."""
+    """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses), or one that did
+    SM work since the last tick without being in that list at this tick (``listed`` False:
+    it ended, or dropped its context, between ticks; only its utilization samples show it)."""
 
     pid: int
     memory_used_bytes: int | None = None
     gpu_instance_id: int | None = None      # None when not MIG
     compute_instance_id: int | None = None
+    listed: bool = True
 
 
 @record

@@ -590,8 +590,13 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
 
     # ------------------------------------------------------------ processes
 
-    def _process_list(self, device, instance, *, mps_only: bool = False):
+    def _process_list(self, device, instance, *, mps_only: bool = False,
+                      between_ticks: bool = False):
+        """The device's (or instance's) processes: those in the driver's list, and with
+        ``between_ticks`` also those that run only between its reads."""
         procs = self._scenario.processes_by_device.get(device.uuid, ())
+        if not between_ticks:
+            procs = [p for p in procs if not p.between_ticks]
         if instance is not None:
             procs = [p for p in procs if p.gpu_instance_id == instance.gpu_instance_id]
         if mps_only:
@@ -631,7 +636,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         if device.mig_instances:
             return NOT_SUPPORTED
         now_us = int(self._wall() * 1e6)
-        busy = [p for p in self._process_list(device, None) if p.sm_util_percent is not None]
+        busy = [p for p in self._process_list(device, None, between_ticks=True)
+                if p.sm_util_percent is not None]
         if not busy or now_us <= last_seen or self._idling(device):
             # Nothing ran since the last sample: in an idle phase the processes keep their
             # contexts and compute nothing.

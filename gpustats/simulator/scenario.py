@@ -57,7 +57,9 @@ one ``nvmlEventMigConfigChange`` for that GPU.
 
 Process keys: ``pid`` (required), ``device`` (a device UUID, required), ``sm_util_percent``
 (present: the process has utilization samples), ``memory_used_bytes``, ``gpu_instance_id`` (MIG),
-``mps`` (bool: also listed as an MPS client).
+``mps`` (bool: also listed as an MPS client), ``between_ticks`` (bool: the process drops its
+CUDA context before every read of the process list and makes it again after, so it is never
+listed, while its SM work shows in the utilization samples).
 
 XID event keys: ``device`` (UUID), ``xid`` (int, for ``type: xid``, the default),
 ``type`` (``xid``, ``single_bit_ecc`` or ``double_bit_ecc``), ``after_seconds`` (since the
@@ -155,6 +157,7 @@ class SimProcess:
     memory_used_bytes: int | None
     gpu_instance_id: int | None
     mps: bool
+    between_ticks: bool = False      # never in the process list; its samples still come
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,7 @@ def _process(value: Any, where: str, uuids: set[str]) -> SimProcess:
         memory_used_bytes=_number(data, "memory_used_bytes", where, None, integer=True),
         gpu_instance_id=_number(data, "gpu_instance_id", where, None, integer=True),
         mps=bool(data.get("mps", False)),
+        between_ticks=bool(data.get("between_ticks", False)),
     )
 
 

@@ -44,6 +44,9 @@ from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
 
 log = logging.getLogger(__name__)
 
+# How long a PID no longer listed keeps its newest sample's stamp (the driver's sample buffer
+# covers seconds).
+SAMPLE_MEMORY_US = 60_000_000
 _MIG_EVENT_BACKSTOP = 10          # with MIG events: layout also re-read every 10 slow ticks
 _VIOLATION_POLICIES = (
     ("power_ns", pynvml.NVML_PERF_POLICY_POWER),
@@ -78,6 +81,18 @@ class _SweepMemory:
     # (identity read at session open, memory total, that identity with the total): the same
     # object tick after tick while neither changes, not a copy each tick.
     identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
+
+
+def _sampled_only(processes: tuple[ProcessReading, ...],
+                  samples: tuple[ProcessSample, ...] | None) -> tuple[ProcessReading, ...]:
+    """Processes that did SM work since the last tick but are not in the list at this one
+    (``listed`` False), in the order their samples came."""
+    listed = {p.pid for p in processes}
+    found: dict[int, ProcessReading] = {}
+    for s in samples or ():
+        if s.sm_util_percent > 0 and s.pid not in listed and s.pid not in found:
+            found[s.pid] = ProcessReading(pid=s.pid, listed=False)
+    return tuple(found.values())
 
 
 class DeviceSweeper:
@@ -158,7 +173,9 @@ class DeviceSweeper:
         mps = self._mps(uuid, h, state, processes, slow) if processes else None
         samples = None
         if not state.mig_enabled:
-            samples = self._samples(uuid, h, state, processes) if processes else ()
+            samples = self._samples(uuid, h, state, processes)
+            if "processes" not in q.unsupported_fields(uuid):
+                processes = processes + _sampled_only(processes, samples)
         gpm = self._gpm.device(uuid, h)
         if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
@@ -305,6 +322,8 @@ class DeviceSweeper:
         newer than the newest one of any process would drop a less busy process's older-stamped
         sample every time (seen on an H100: an 80%/20% pair read as 100%/0%). So ask from the
         oldest per-process timestamp and drop, per process, what was already counted.
+        Asked also when no process is listed: a process that ended, or dropped its context,
+        between two ticks shows only here, and its work is not billed to a bystander.
         ``()`` when NVML has none (NOT_FOUND: idle).
         """
         seen = state.sample_timestamp_by_pid
@@ -329,7 +348,11 @@ class DeviceSweeper:
         if samples:
             state.last_sample_timestamp_us = max(state.last_sample_timestamp_us,
                                                  max(s.timestamp_us for s in samples))
-        for gone in set(seen) - pids:
+        # A PID no longer listed keeps its stamp while the driver may still hand out its
+        # older samples (they would be counted twice); its stamp goes once that long is past.
+        forget_before = state.last_sample_timestamp_us - SAMPLE_MEMORY_US
+        for gone in [pid for pid, stamp in seen.items()
+                     if pid not in pids and stamp < forget_before]:
             del seen[gone]
         return tuple(samples)
 
