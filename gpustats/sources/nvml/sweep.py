@@ -41,12 +41,14 @@ from gpustats.sources.nvml.mig_events import MigConfigEvents
 from gpustats.sources.nvml.process_reads import ProcessReads, process_readings
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
+from gpustats.sources.wall_clock import WallClockSteps
 
 log = logging.getLogger(__name__)
 
 # How long a PID no longer listed keeps its newest sample's stamp (the driver's sample buffer
 # covers seconds).
 SAMPLE_MEMORY_US = 60_000_000
+FUTURE_SAMPLE_SLACK_US = 1_000_000
 _MIG_EVENT_BACKSTOP = 10          # with MIG events: layout also re-read every 10 slow ticks
 _VIOLATION_POLICIES = (
     ("power_ns", pynvml.NVML_PERF_POLICY_POWER),
@@ -76,6 +78,16 @@ class _SweepMemory:
     mig_enabled: bool | None = None
     mig_instances: list[MigInstance] = field(default_factory=list)
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
+
+    def rebase_samples(self, step_us: int) -> None:
+        """The wall clock stepped by ``step_us``: the sample times seen move with it, so the
+        next read asks from the same instant on the new clock (after a step back, samples
+        newer than a stamp on the old clock would not come for as long as the step)."""
+        if self.last_sample_timestamp_us:
+            self.last_sample_timestamp_us = max(0, self.last_sample_timestamp_us + step_us)
+        seen = self.sample_timestamp_by_pid
+        for pid, stamp in seen.items():
+            seen[pid] = max(0, stamp + step_us)
     mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
     lost: bool = False
     # (identity read at session open, memory total, that identity with the total): the same
@@ -115,6 +127,7 @@ class DeviceSweeper:
         self._energy = DeferredEnergy(energy_every)
         self._mig_events = MigConfigEvents(self._q)
         self._process_reads = ProcessReads()
+        self._wall_steps = WallClockSteps(wall, monotonic)
 
     @property
     def calls(self) -> int:
@@ -132,6 +145,12 @@ class DeviceSweeper:
         """Read all devices; a lost device is reported as lost, the others as usual."""
         readings = []
         mig_changed = self._mig_events.changed()
+        step_us = self._wall_steps.step_us()
+        if step_us:
+            log.warning("the wall clock stepped %+.1f s; NVML sample times re-based",
+                        step_us / 1e6)
+            for memory in self._state.values():
+                memory.rebase_samples(step_us)
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
@@ -337,9 +356,12 @@ class DeviceSweeper:
         if raw is NOT_FOUND:
             return ()
         samples = []
+        # A sample stamped after now was taken before the wall clock stepped back: counted
+        # already, or lost with the step.
+        latest = int(self._wall() * 1e6) + FUTURE_SAMPLE_SLACK_US
         for s in raw:
             pid, stamp = int(s.pid), int(s.timeStamp)
-            if stamp <= seen.get(pid, since):
+            if stamp <= seen.get(pid, since) or stamp > latest:
                 continue                     # counted last time
             samples.append(ProcessSample(pid=pid, timestamp_us=stamp,
                                          sm_util_percent=int(s.smUtil),

@@ -1,0 +1,83 @@
+"""A wall-clock step leaves the time-sliced split as it was.
+
+NVML stamps utilization samples with the wall clock and the sweep asks for those newer than
+the newest seen. After the clock stepped back 600 s none were newer for 600 s, so the split
+fell back to equal (a 75/25 pair billed 50/50). The step is told from the monotonic clock and
+the stamps seen are re-based by it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpustats.sources.wall_clock import WallClockSteps
+from tests.support.fakehost import build, container_id, containers_by_id
+from tests.support.gpus import GPU_A as GPU, device
+from tests.support.simulated import start_simulated
+
+FAKETIME = [Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"),
+            Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1")]
+
+
+class Clocks:
+    def __init__(self):
+        self.wall, self.mono = 1000.0, 50.0
+
+    def advance(self, seconds: float, step: float = 0.0) -> None:
+        self.mono += seconds
+        self.wall += seconds + step
+
+
+def test_steps_are_told_from_drift():
+    clocks = Clocks()
+    steps = WallClockSteps(lambda: clocks.wall, lambda: clocks.mono)
+    assert steps.step_us() == 0                       # the first look: nothing to compare
+    clocks.advance(1.0)
+    assert steps.step_us() == 0
+    clocks.advance(1.0, step=-600.0)
+    assert steps.step_us() == -600_000_000
+    clocks.advance(1.0, step=0.0005)                  # slewing, not a step
+    assert steps.step_us() == 0
+    clocks.advance(1.0, step=30.0)
+    assert steps.step_us() == 30_000_000
+
+
+def energy(summary: dict, n: int) -> float:
+    found = containers_by_id(summary).get(container_id(n))
+    return found["accelerators"][0].get("attributedEnergyJoules", 0.0) if found else 0.0
+
+
+@pytest.fixture
+def faketime_library() -> Path:
+    found = next((p for p in FAKETIME if p.exists()), None)
+    if found is None:
+        pytest.skip("libfaketime is not installed (Debian: libfaketime)")
+    return found
+
+
+def test_a_step_back_of_the_wall_clock_keeps_the_75_25_split(start_daemon, tmp_path,
+                                                              faketime_library):
+    """The daemon runs under libfaketime, its wall clock (and only it) stepped from a file."""
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = {"LD_PRELOAD": str(faketime_library), "FAKETIME_TIMESTAMP_FILE": str(offset),
+           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    scenario = {"devices": [device(power_watts=400)], "processes": [
+        {"pid": 101, "device": GPU, "sm_util_percent": 75},
+        {"pid": 102, "device": GPU, "sm_util_percent": 25}]}
+    daemon, _ = start_simulated(start_daemon, tmp_path, scenario,
+                                build(tmp_path / "host", {101: (1, 1), 102: (2, 2)}),
+                                "--housekeeping-interval", "0.2", "--pod-resources-socket", "",
+                                "--runtime-socket", "", "--idle-power-watts", "100", env=env)
+    before = daemon.wait_for(lambda s: energy(s, 1) + energy(s, 2) > 300)
+    offset.write_text("-600\n")                        # an NTP step back of ten minutes
+    after = daemon.wait_for(lambda s: energy(s, 1) + energy(s, 2)
+                            > energy(before, 1) + energy(before, 2) + 1200, timeout=30)
+    a = energy(after, 1) - energy(before, 1)
+    b = energy(after, 2) - energy(before, 2)
+    assert a / (a + b) == pytest.approx(0.75, abs=0.03), (a, b)
+    assert "wall clock stepped" in daemon.log()
