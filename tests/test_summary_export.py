@@ -188,6 +188,25 @@ def test_nameless_pods_list_their_containers_at_the_top_level():
     assert out["containers"][0]["cpu"] == {"time": rfc3339(T), "usageCoreNanoSeconds": 7}
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_recreated_pod_is_listed_once_by_the_uid_listed(strict):
+    """``ml/db-0`` re-created: the old pod (kept for its counters, or still running during
+    the overlap) is superseded by the new one; ``pods[]`` has one ``ml/db-0``, the new, and
+    the old one's containers are listed nowhere (consumers key them by pod name too)."""
+    old = PodStats(uid="u-old", name="db-0", namespace="ml", superseded_by="u-new",
+                   containers=(ContainerStats(container_id="a" * 64, name="db"),),
+                   accelerators=(PodAccelerator("GPU-a", None, 1466.0),))
+    new = PodStats(uid="u-new", name="db-0", namespace="ml",
+                   containers=(ContainerStats(container_id="b" * 64, name="db"),),
+                   accelerators=(PodAccelerator("GPU-a", 180.0, 906.0),))
+    out = summary_dict(_snapshot(pods=(old, new)), strict=strict)
+    assert [p["podRef"]["uid"] for p in out["pods"]] == ["u-new"]
+    assert "containers" not in out
+    if not strict:
+        assert out["pods"][0]["accelerators"] == [
+            {"id": "GPU-a", "attributedPowerWatts": 180.0, "attributedEnergyJoules": 906.0}]
+
+
 def _everything():
     """A snapshot that sets every extension key the summary has: MIG, DRA claims (resolved
     and not), pod accelerators, a nameless pod's container, health and saturation."""

@@ -64,10 +64,15 @@ class Rollup:
         # Last tick's entries of containers that hold no GPU and no claim, with what they were
         # built from (identity, names, usage): kept while those are the same objects.
         self._plain: dict[str, tuple] = {}
+        # Each served pod's tick of first sight (ticks counted here): of pods sharing a
+        # namespace/name, the one seen last is the newest (see ``_listed_instead``).
+        self._ticks = 0
+        self._first_seen: dict[str, int] = {}
 
     def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
               usage: Mapping[object, ContainerUsage]) -> ContainerView:
         """Containers and pods with the usage read and the figures the ledger settled."""
+        self._ticks += 1
         parts = _TickParts(mapped, settled, _process_memory_known(mapped.devices),
                            _processes_by_container(processes, mapped.pid_to_container))
         entries = self._remember_entries(mapped.holdings.held)
@@ -88,8 +93,8 @@ class Rollup:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
                 loose.append(stats)
-        self._keep_pods(mapped, entries, stats_by_pod)
-        return ContainerView(self._pods(parts, stats_by_pod, usage), tuple(loose),
+        live = self._keep_pods(mapped, entries, stats_by_pod)
+        return ContainerView(self._pods(parts, stats_by_pod, live, usage), tuple(loose),
                              mapped.pid_to_container)
 
     def _plain_stats(self, last: tuple | None, cid: str, identity: ContainerIdentity,
@@ -128,14 +133,16 @@ class Rollup:
         return tuple(accelerators)
 
     def _keep_pods(self, mapped: MappedTick, entries: dict[str, set[GpuKey]],
-                   stats_by_pod: dict[str, list[ContainerStats]]) -> None:
+                   stats_by_pod: dict[str, list[ContainerStats]]) -> set[str]:
         """Pods served though none of their containers is shown; gone containers forgotten
-        once their counters are."""
+        once their counters are. Returns the live pods: those with a cgroup or a container
+        (and so any that holds a GPU now)."""
         # A pod is served while it exists: also while none of its containers does (its only
         # app container restarting, the sandbox alive), by its cgroup.
         for uid in mapped.pods:
             if uid not in stats_by_pod:
                 stats_by_pod[uid] = []
+        live_pods = set(stats_by_pod)
         # ... and while a container of it is retained (its counters kept), the pod's cgroup
         # gone or never found. Containers gone and no longer retained are forgotten.
         retained, pod_of, live = self._counters.retained, self._pod_of, mapped.containers
@@ -147,32 +154,63 @@ class Rollup:
             else:
                 del entries[cid]
                 pod_of.pop(cid, None)
+        return live_pods
 
     def _pods(self, parts: "_TickParts", stats_by_pod: dict[str, list[ContainerStats]],
-              usage: Mapping[object, ContainerUsage]) -> tuple[PodStats, ...]:
+              live: set[str], usage: Mapping[object, ContainerUsage]) -> tuple[PodStats, ...]:
         """Each served pod, named by a container of it (else by its last known names)."""
-        names = parts.mapped.names
         pod_history: dict[str, dict[str, float]] = {}
         for key, total in self._counters.items("pod"):
             pod_history.setdefault(key[1], {})[key[2]] = total
+        served = sorted(stats_by_pod.items())
+        named = {uid: self._pod_name(uid, members, parts.mapped.names)
+                 for uid, members in served}
+        instead = self._listed_instead(named, live, usage)
         pod_stats = []
-        known_names = self._pod_names
-        for uid, members in sorted(stats_by_pod.items()):
-            pod_names = next((names[c.container_id] for c in members
-                              if c.container_id in names), None) if names else None
-            if pod_names is not None and pod_names.pod_name is not None:
-                known_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
-            name, namespace = known_names.get(uid, (None, None))
+        for uid, members in served:
+            name, namespace = named[uid]
             gpus, history = parts.pod_gpus.get(uid), pod_history.get(uid)
             pod_stats.append(PodStats(
                 uid=uid, name=name, namespace=namespace,
                 usage=usage.get(("pod", uid), _NO_USAGE), containers=tuple(members),
                 accelerators=self._pod_accelerators(uid, gpus or (), parts.settled,
                                                     history or {}, parts.pod_claims.get(uid, {}))
-                if gpus or history else ()))         # no GPU now or before: none to list
-        for gone in known_names.keys() - stats_by_pod.keys():
-            del known_names[gone]
+                if gpus or history else (),         # no GPU now or before: none to list
+                superseded_by=instead.get(uid)))
+        for known in (self._pod_names, self._first_seen):
+            for gone in known.keys() - stats_by_pod.keys():
+                del known[gone]
         return tuple(pod_stats)
+
+    def _pod_name(self, uid: str, members: list[ContainerStats],
+                  names: Mapping[str, ContainerNames]) -> tuple[str | None, str | None]:
+        """(name, namespace) of a pod: a container of it names it, else its last known names."""
+        pod_names = next((names[c.container_id] for c in members
+                          if c.container_id in names), None) if names else None
+        if pod_names is not None and pod_names.pod_name is not None:
+            self._pod_names[uid] = (pod_names.pod_name, pod_names.pod_namespace)
+        return self._pod_names.get(uid, (None, None))
+
+    def _listed_instead(self, named: Mapping[str, tuple[str | None, str | None]],
+                        live: set[str], usage: Mapping[object, ContainerUsage]
+                        ) -> dict[str, str]:
+        """Pod UID -> the UID listed under its namespace/name instead, for pods sharing one
+        (a pod re-created under its name). As the kubelet does, a pod that ended (kept while
+        its counters are retained) gives way to a live one; of those left, the newest is
+        listed: the one first seen last, then the one whose pod cgroup was created last."""
+        first_seen, tick = self._first_seen, self._ticks
+        by_name: dict[tuple[str, str], list[str]] = {}
+        for uid, (name, namespace) in named.items():
+            first_seen.setdefault(uid, tick)
+            if name and namespace:
+                by_name.setdefault((namespace, name), []).append(uid)
+        instead: dict[str, str] = {}
+        for uids in by_name.values():
+            if len(uids) > 1:
+                listed = max(uids, key=lambda uid: (
+                    uid in live, first_seen[uid], _created(usage.get(("pod", uid))), uid))
+                instead.update((uid, listed) for uid in uids if uid != listed)
+        return instead
 
     def _remember_entries(self, held: Mapping[ContainerKey, str | None]) -> dict[str, set[GpuKey]]:
         """Each container's GPU entries that may hold a counter: those it held this tick or
@@ -242,6 +280,12 @@ class Rollup:
 
 
 _NO_USAGE = ContainerUsage()
+
+
+def _created(usage: ContainerUsage | None) -> float:
+    """A pod cgroup's creation time, for ordering; -inf when unknown."""
+    start = usage.start_time if usage is not None else None
+    return start if start is not None else float("-inf")
 
 
 def _container_stats(cid: str, identity: ContainerIdentity, n: ContainerNames | None,

@@ -233,9 +233,10 @@ def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, PodRow]:
 
 
 def _pod_rows(snapshot: Snapshot) -> tuple[PodRow, ...]:
-    """Pods holding GPUs, the most power first."""
+    """Pods holding GPUs, the most power first; one per namespace/name (a pod re-created
+    under its name: the one the Summary API lists)."""
     index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
-    pods = [_pod_row(pod, index_of) for pod in snapshot.pods if pod.accelerators]
+    pods = [_pod_row(pod, index_of) for pod in snapshot.listed_pods() if pod.accelerators]
     pods.sort(key=lambda p: (-p[0], p[1].namespace, p[1].pod))
     return tuple(row for _, row in pods)
 

@@ -270,8 +270,10 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
     devices = {d.identity.uuid: d for d in snapshot.devices}
     # A pod no source names stays out of pods[]: consumers key pods by namespace/name, so two
     # nameless pods would overwrite each other. Its containers are listed at the top level
-    # with the pod's UID until a name source names the pod.
-    named = [p for p in snapshot.pods if _named(p)]
+    # with the pod's UID until a name source names the pod. For the same reason one pod is
+    # listed per namespace/name (``listed_pods``): a pod re-created under its name gives way
+    # to the new one, as in the kubelet's own Summary.
+    named = [p for p in snapshot.listed_pods() if _named(p)]
     loose = [(c, p.uid if p is not None else c.pod_uid)
              for p, c in snapshot.containers_with_pods() if p is None or not _named(p)]
     out: dict[str, Any] = {

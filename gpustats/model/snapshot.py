@@ -113,6 +113,10 @@ class PodStats:
     usage: ContainerUsage = ContainerUsage()
     containers: tuple[ContainerStats, ...] = ()
     accelerators: tuple[PodAccelerator, ...] = ()
+    # The UID of the pod listed under this one's namespace/name instead (a pod re-created
+    # under its name, as a StatefulSet's are); None: this one is listed. Its counters are
+    # served all the same.
+    superseded_by: str | None = None
 
 
 @record
@@ -141,6 +145,12 @@ class Snapshot:
     pods: tuple[PodStats, ...] = ()
     containers: tuple[ContainerStats, ...] = ()   # outside Kubernetes pods
     status: DaemonStatus = DaemonStatus()
+
+    def listed_pods(self) -> tuple[PodStats, ...]:
+        """The pods a view keyed by namespace/name lists (the Summary API, the page): at most
+        one per namespace/name, as the kubelet lists them; ``pods`` holds every pod whose
+        counters are served."""
+        return tuple(p for p in self.pods if p.superseded_by is None)
 
     def containers_with_pods(self) -> Iterator[tuple[PodStats | None, ContainerStats]]:
         """Every container with the pod it runs in: the pods' containers in pod order, then
