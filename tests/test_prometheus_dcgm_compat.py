@@ -121,7 +121,8 @@ def node(tmp_path_factory):
                             "--pod-resources-socket", str(socket_path),
                             "--runtime-socket", str(runtime_socket),
                             "--node-name", NODE, "--saturation-window", "5",
-                            "--dcgm-compat"], workdir)
+                            # Its GPUs never idle: the idle panel needs a configured idle.
+                            "--idle-power-watts", "60", "--dcgm-compat"], workdir)
     prometheus = None
     try:
         daemon.wait_ready()
