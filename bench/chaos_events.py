@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 
+from bench import chaos_checks as checks
 from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS
 
 # Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).
@@ -153,6 +155,34 @@ def sigterm(run, rng):
     run.restart(signal.SIGTERM, rng.uniform(0.2, 1.0))
 
 
+def reboot(run, rng):
+    """The node reboots: a new boot id, the daemon killed with everything else, and every
+    process back with the PID and start time it had. Each is another process: its counter
+    starts from zero (the checker forgets the process series' highest values; a process
+    counter that goes on from before the reboot is a violation), while its container's and
+    pod's counters go on."""
+    before = {key: value for key, value in _served(run).items() if key[0] == checks.PROCESS}
+    run.note(f"reboot: boot id {run.world.reboot(rng)}")
+    run.restart(signal.SIGKILL, rng.uniform(0.2, 1.0))
+    for key in [k for k in run.monotonic.highest if k[0] == checks.PROCESS]:
+        del run.monotonic.highest[key]
+    for key, value in sorted(_served(run).items(), key=str):
+        old = before.get(key)
+        # The most a process can have gained from zero since the start (a tick each side).
+        possible = (LIMIT_WATTS + 150 - IDLE_WATTS) * \
+            (time.monotonic() - run.daemon.started_at + 0.8) + 1.0
+        if old is not None and old > possible and value >= old - 1e-6:
+            run.violation("process counter across a reboot",
+                          f"{checks.series_name(key)}: {old:.1f} J before the reboot, "
+                          f"{value:.1f} J after it (a new process counts from zero)")
+
+
+def _served(run) -> dict:
+    """The counters ``/metrics`` serves now (empty when it does not answer)."""
+    status, text = run.daemon.get("/metrics")
+    return checks.counters(text) if status == 200 else {}
+
+
 def sighup(run, rng):
     run.daemon.send(signal.SIGHUP)
     run.note("SIGHUP")
@@ -190,6 +220,6 @@ def interval(run, rng):
 
 EVENTS = {f.__name__: f for f in (
     power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
-    not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, sighup,
+    not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, reboot, sighup,
     compaction_kill, interval)}
 DISK_EVENTS = ("disk_full", "disk_readonly")

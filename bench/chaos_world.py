@@ -5,12 +5,18 @@ The model is the truth: ``state()`` freezes what the simulator is told, so the o
 who held which GPU, with which share, while a scenario version was in effect. Host entries
 for a new process are written before the scenario lists it, and removed only after the
 scenario stopped listing it (``sync_host(create=True)`` / ``sync_host(create=False)``).
+
+Each process has a start time in ``/proc/<pid>/stat`` that follows from its PID, and the node
+a boot id; ``reboot`` gives it a new boot id and leaves every PID and start time as it was,
+as a node whose processes come back in the same order after a reboot has them.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +37,12 @@ def container_id(n: int) -> str:
 
 def gpu_uuid(index: int) -> str:
     return f"GPU-{index:08x}-c0de-4c0d-8c0d-{index:012x}"
+
+
+def start_ticks(pid: int) -> int:
+    """A process's start time in clock ticks since boot (field 22 of ``/proc/<pid>/stat``):
+    the same for the same PID in every boot."""
+    return 500 + 3 * pid
 
 
 @dataclass
@@ -203,9 +215,18 @@ class World:
                 (self.cgroup / controller).mkdir(exist_ok=True)
         for name in ("stat", "meminfo", "vmstat"):
             (self.proc / name).write_text(Path(f"/proc/{name}").read_text())
-        boot_id = self.proc / "sys" / "kernel" / "random" / "boot_id"
-        boot_id.parent.mkdir(parents=True, exist_ok=True)
-        boot_id.write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
+        self._write_boot_id(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+
+    def _write_boot_id(self, boot_id: str) -> None:
+        path = self.proc / "sys" / "kernel" / "random" / "boot_id"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(boot_id + "\n")
+
+    def reboot(self, rng: random.Random) -> str:
+        """A new boot id (one draw from ``rng``); PIDs and start times stay. Returns it."""
+        boot_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        self._write_boot_id(boot_id)
+        return boot_id
 
     def _pod_rel(self, pod: Pod) -> str:
         if self.cgroup_version == 2:
@@ -256,6 +277,8 @@ class World:
             p = self.proc / str(c.pid)
             p.mkdir(parents=True, exist_ok=True)
             (p / "cgroup").write_text(proc_cgroup)
+            stat = ["S"] + ["0"] * 18 + [str(start_ticks(c.pid))] + ["0"] * 30
+            (p / "stat").write_text(f"{c.pid} (worker) {' '.join(stat)}\n")
             self._pids[c.pid] = (pod, c)
 
     def _remove_container(self, pod: Pod, number: int) -> None:

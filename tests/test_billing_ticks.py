@@ -8,6 +8,8 @@ import time
 import pytest
 
 from gpustats.export.prometheus import render
+from gpustats.hostfs import read_boot_id
+from gpustats.model.energy_keys import ProcessKey
 from tests.support.descriptors import open_descriptors
 from tests.support.fakehost import build, write_scenario
 from tests.support.gpus import GPU_A as GPU
@@ -95,7 +97,9 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
     second = snapshot.processes[0]
     assert second.start_time_ticks == 5000
     assert second.attributed_energy_joules < first.attributed_energy_joules
-    assert daemon.counters.value(("process", GPU, 4242, 1000)) == \
+    boot = read_boot_id(daemon.roots)
+    assert boot is not None                  # the fake /proc has the host's boot id
+    assert daemon.counters.value(ProcessKey(GPU, 4242, 1000, boot)) == \
         pytest.approx(first.attributed_energy_joules)
     container_after = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules
     assert container_after >= container_before       # container and pod are unaffected

@@ -10,9 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpustats.engine.counters import DeviceRecord, EnergyCounters
+from gpustats.engine.ledger import EnergyLedger
 from gpustats.engine.persister import COMPACTION_FAILED, JOURNAL_FAILED, Persister
 from gpustats.engine.state_files import (
     CORRUPT_SUFFIX,
+    FORMAT_FILE,
     JOURNAL_FILE,
     KEEP_ASIDE,
     REFUSED_SUFFIX,
@@ -22,6 +24,8 @@ from gpustats.engine.state_files import (
     decode_journal_line,
     encode_journal_line,
 )
+from gpustats.engine.state_schema import SCHEMA_VERSION
+from gpustats.model.energy_keys import ProcessKey
 from tests.support.clock import Clock
 
 
@@ -45,7 +49,8 @@ def test_persist_and_load_round_trip(tmp_path):
     counters.advance(("pod", "u-1", "GPU-a"), 12.5)
     counters.advance(("process", "GPU-a", 42, None), 3.0)
     assert persist_to(counters, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE, STATE_FILE]  # no temp
+    # No temp file left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FORMAT_FILE, JOURNAL_FILE, STATE_FILE]
     loaded = EnergyCounters()
     assert loaded.load(StateFiles(str(tmp_path)))
     assert loaded.value(("pod", "u-1", "GPU-a")) == 12.5
@@ -96,7 +101,7 @@ def test_disk_full_is_survived(tmp_path, monkeypatch, caplog):
     with caplog.at_level(logging.ERROR):
         assert not persist_to(counters, tmp_path)
     monkeypatch.setattr(os, "fsync", real_fsync)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE, STATE_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FORMAT_FILE, JOURNAL_FILE, STATE_FILE]
     previous = EnergyCounters()
     previous.load(StateFiles(str(tmp_path)))
     assert previous.value(("device", "GPU-a")) == 7.0            # the old file is intact
@@ -193,7 +198,7 @@ def test_failed_rename_leaves_old_state_and_no_temp_file(tmp_path, monkeypatch):
     counters.advance(("device", "GPU-a"), 1.0)
     assert not persist_to(counters, tmp_path)
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE, STATE_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FORMAT_FILE, JOURNAL_FILE, STATE_FILE]
     reloaded = EnergyCounters()
     assert reloaded.load(StateFiles(str(tmp_path))) and reloaded.value(("device", "GPU-a")) == 1.0
 
@@ -207,6 +212,23 @@ def test_keys_keep_their_types_through_a_round_trip(tmp_path):
     loaded = EnergyCounters()
     loaded.load(StateFiles(str(tmp_path)))
     assert dict(loaded.items()) == {key: 1.5, ("mig", "GPU-a", 7): 0.5}
+
+
+def test_a_process_counter_is_kept_per_boot(tmp_path):
+    """The same GPU, PID and start time in another boot is another process: its counter starts
+    from zero, and the one of the boot before is kept (until its retention ends), not
+    continued. A key of an unknown boot equals neither."""
+    counters = EnergyCounters()
+    first = EnergyLedger(counters, boot_id="boot-a").process_key("GPU-a", 4100, 2500)
+    counters.advance(first, 1793.0)
+    assert persist_to(counters, tmp_path)
+    loaded = EnergyCounters()
+    loaded.load(StateFiles(str(tmp_path)))
+    again = EnergyLedger(loaded, boot_id="boot-b").process_key("GPU-a", 4100, 2500)
+    assert (first.boot_id, again.boot_id) == ("boot-a", "boot-b")
+    assert loaded.value(first) == 1793.0 and loaded.value(again) is None
+    unknown = ProcessKey("GPU-a", 4100, 2500)
+    assert unknown.boot_id is None and unknown not in (first, again)
 
 
 def test_an_unencodable_key_is_logged_not_raised(tmp_path, caplog):
@@ -294,7 +316,8 @@ def test_only_changes_are_journaled(tmp_path):
 
 
 def test_a_state_file_from_a_newer_version_stops_loading(tmp_path):
-    (tmp_path / STATE_FILE).write_text(json.dumps({"version": 3, "counters": []}))
+    (tmp_path / STATE_FILE).write_text(json.dumps({"version": SCHEMA_VERSION + 1,
+                                                   "counters": []}))
     with pytest.raises(NewerStateVersion):
         EnergyCounters().load(StateFiles(str(tmp_path)))
     assert (tmp_path / STATE_FILE).exists()          # left untouched for the newer version
@@ -599,7 +622,8 @@ def test_a_journal_hard_linked_while_running_is_refused_when_reopened(tmp_path):
     refused = []
     counters = EnergyCounters()
     counters.load(StateFiles(str(tmp_path / "state"), refused=refused.append))
-    os.makedirs(tmp_path / "state")
+    counters.close()                      # the journal the load's compaction opened
+    os.unlink(tmp_path / "state" / JOURNAL_FILE)
     os.link(victim, tmp_path / "state" / JOURNAL_FILE)
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal() and counters.persist()

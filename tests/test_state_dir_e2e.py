@@ -1,9 +1,11 @@
 """The state dir under strain, through the real daemon: a disk that fills up, a SIGHUP
-compaction on a slow disk with ticks going on, a journal hard-linked to another file. After a
-SIGKILL and a restart no served counter is ever lower."""
+compaction on a slow disk with ticks going on, a journal hard-linked to another file, a
+rollback over a newer gpustats' state, a reboot. After a SIGKILL and a restart no served
+counter is ever lower (but a process's, after a reboot: another process then)."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import os
 import signal
@@ -14,7 +16,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpustats.engine.state_files import JOURNAL_FILE, STATE_FILE, decode_journal_line
+from gpustats.engine.state_files import (
+    FORMAT_FILE, JOURNAL_FILE, STATE_FILE, decode_journal_line,
+)
+from gpustats.engine.state_schema import SCHEMA_VERSION
 from tests.support.fakehost import build, write_scenario
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_never_decreased, counters
@@ -190,3 +195,139 @@ def test_a_hard_linked_journal_leaves_the_other_file_alone(start_daemon, tmp_pat
     last = scrape(daemon)
     daemon.stop(signal.SIGKILL)
     assert_never_decreased(last, scrape(start(start_daemon, tmp_path)))
+
+
+# ------------------------------------------------------------ a rollback
+
+def as_a_newer_release_left_it(state: Path) -> None:
+    """What a newer gpustats that changed the journal line leaves at a SIGKILL: its FORMAT (a
+    version above this one's) and journal lines this release cannot decode."""
+    (state / FORMAT_FILE).write_bytes(b"%d\n" % (SCHEMA_VERSION + 1))
+    journal = state / JOURNAL_FILE
+    journal.write_bytes(b"".join(base64.b64encode(line) + b"\n"
+                                 for line in journal.read_bytes().splitlines()))
+
+
+def state_contents(state: Path) -> dict[str, bytes]:
+    """Every file of the state dir but the simulator's (its fake hardware's counters)."""
+    return {p.name: p.read_bytes() for p in sorted(state.iterdir())
+            if p.is_file() and p.name != "simulated-driver.json"}
+
+
+def exit_status_or_serving(daemon, timeout: float = 20.0) -> int | None:
+    """The daemon's exit status when it exits at start, ``None`` once it is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = daemon.proc.poll()
+        if code is not None:
+            return code
+        try:
+            if daemon.get("/readyz")[0] == 200:
+                return None
+        except OSError:
+            pass                                   # not listening yet
+        time.sleep(0.1)
+    raise AssertionError(f"neither ready nor exited in {timeout}s:\n{daemon.log()}")
+
+
+def test_a_rollback_over_a_newer_state_refuses_it_and_leaves_it_whole(start_daemon, tmp_path):
+    """A newer gpustats changed the journal line, was SIGKILLed, and this release starts over
+    its state (a rollback). The release before this one, over the state of the one after it
+    (which had checksummed the lines without a version bump), read every line as torn and
+    served a pod's counter 2,436 -> 294 J. Now the state's FORMAT is read first: the daemon
+    exits 2 with one line naming the way out, and leaves every file of the newer state byte for
+    byte; ``--state-reset`` then starts over from zero, keeping the newer files aside."""
+    args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
+    daemon = start(start_daemon, tmp_path, *args)
+    time.sleep(1.0)
+    served = scrape(daemon)
+    assert any(name == "gpustats_pod_gpu_joules" and value > 0
+               for (name, _), value in served.items()), served
+    daemon.stop(signal.SIGKILL)
+    state = tmp_path / "state"
+    as_a_newer_release_left_it(state)
+    newer = state_contents(state)
+    rolled_back = start_simulated(start_daemon, tmp_path, None,
+                                  build(tmp_path / "host", {101: (1, 1)}), *BASE, *args,
+                                  ready=False)[0]
+    code = exit_status_or_serving(rolled_back)
+    if code is None:
+        stepped_back = {series: (value, after) for series, after in scrape(rolled_back).items()
+                        if (value := served.get(series)) is not None and after < value}
+        raise AssertionError(f"the daemon serves over a newer state; stepped back: "
+                             f"{stepped_back}")
+    assert code == 2
+    log = rolled_back.log()
+    assert "written by a newer gpustats" in log and "--state-reset" in log, log
+    assert f"format {SCHEMA_VERSION + 1}" in log, log
+    assert state_contents(state) == newer               # nothing read aside, nothing written
+    reset = start(start_daemon, tmp_path, *args, "--state-reset")
+    assert scrape(reset)
+    kept = {name.split(".reset-")[0]: data for name, data in state_contents(state).items()
+            if ".reset-" in name}
+    assert kept == newer
+
+
+# ------------------------------------------------------------ a reboot
+
+PID, START_TICKS = 101, 2500
+PROCESS = "gpustats_process_gpu_joules"
+
+
+def write_stat(proc: Path, pid: int, start_ticks: int) -> None:
+    """``/proc/<pid>/stat`` with the process's start time (field 22) in clock ticks."""
+    fields = ["S"] + ["0"] * 18 + [str(start_ticks)] + ["0"] * 30
+    (proc / str(pid) / "stat").write_text(f"{pid} (worker) {' '.join(fields)}\n")
+
+
+def start_in_boot(start_daemon, tmp_path, boot_id: str, *args):
+    """The daemon over a host booted as ``boot_id`` whose PID 101 started at tick 2500."""
+    cgroup, proc = build(tmp_path / "host", {PID: (1, 1)})
+    write_stat(proc, PID, START_TICKS)
+    (proc / "sys" / "kernel" / "random" / "boot_id").parent.mkdir(parents=True, exist_ok=True)
+    (proc / "sys" / "kernel" / "random" / "boot_id").write_text(boot_id + "\n")
+    written = (tmp_path / "s.yaml").exists()
+    return start_simulated(start_daemon, tmp_path, None if written else busy(), (cgroup, proc),
+                           *BASE, *args)[0]
+
+
+def process_joules(daemon) -> float | None:
+    return sample(daemon, PROCESS + "_total", pid=str(PID), pid_start_ticks=str(START_TICKS))
+
+
+def first_process_joules(daemon, timeout: float = 15.0) -> float:
+    """The process's counter as soon as it is served (its first tick with energy)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        joules = process_joules(daemon)
+        if joules is not None:
+            return joules
+        time.sleep(0.05)
+    raise AssertionError(f"no {PROCESS} for PID {PID} in {timeout}s:\n{daemon.log()}")
+
+
+def test_after_a_reboot_the_same_pid_and_start_time_is_another_process(start_daemon, tmp_path):
+    """PID 101, started at tick 2500, is billed; the node reboots (a new boot id) and a new
+    process gets PID 101 and start tick 2500 again. Its counter used to go on from the old
+    process's joules; it starts from zero now, while the pod's and the container's counters
+    (not keyed by the process) go on growing from where they were."""
+    args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
+    daemon = start_in_boot(start_daemon, tmp_path, "4b0e8a52-1f3c-4d6e-9a7b-0c1d2e3f4a5b", *args)
+    time.sleep(1.5)
+    before = scrape(daemon)
+    old_process = process_joules(daemon)
+    assert old_process is not None and old_process > 50.0, before
+    daemon.stop(signal.SIGKILL)
+    rebooted = start_in_boot(start_daemon, tmp_path, "9e7d6c5b-4a39-4281-b7a6-958473625140",
+                             *args)
+    new_process = first_process_joules(rebooted)
+    after = scrape(rebooted)
+    assert new_process is not None and new_process < old_process, (old_process, new_process)
+    billed = {series: value for series, value in before.items() if series[0] != PROCESS}
+    assert_never_decreased(billed, after)
+    time.sleep(0.5)
+    later = scrape(rebooted)
+    for level in ("gpustats_pod_gpu_joules", "gpustats_container_gpu_joules"):
+        grew = [series for series in billed if series[0] == level
+                and later.get(series, 0.0) > billed[series]]
+        assert grew, (level, billed, later)

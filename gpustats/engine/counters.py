@@ -1,7 +1,8 @@
 """Cumulative energy counters that only grow, and what each GPU taught us, kept across restarts.
 
 Keys are tuples: ``("device", uuid)``, ``("device_active", uuid)``, ``("mig", uuid, gi)``,
-``("process", uuid, pid, start_ticks)``, ``("container", container_id, uuid, gi)``,
+``("process", uuid, pid, start_ticks, boot_id)`` (without the boot where it is not known, as
+in every state written before format 3), ``("container", container_id, uuid, gi)``,
 ``("pod", pod_uid, uuid)``. Every level advances on its own each tick, so a finished
 process's energy is already in its container's and pod's counters.
 
@@ -13,10 +14,11 @@ restart can count the energy of the gap), and the identity (to name a GPU lost a
 
 Every tick the changes go to the journal before the snapshot is published; every persist
 interval the whole state is compacted (``state_files``; the documents' format is
-``state_schema``). Methods are safe to call from the housekeeping thread, a SIGHUP and a
-shutdown path at once: journal lines and compactions are written one at a time (a compaction
-empties the journal, so a line written while it ran would be lost with its changes already
-marked as written).
+``state_schema``). A state of an older format is migrated at load: written again at once in
+this one, so no journal line of this format ever follows an older snapshot. Methods are safe
+to call from the housekeeping thread, a SIGHUP and a shutdown path at once: journal lines and
+compactions are written one at a time (a compaction empties the journal, so a line written
+while it ran would be lost with its changes already marked as written).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Callable, Hashable, Iterable
 
 from gpustats.engine.state_files import StateFiles
 from gpustats.engine.state_schema import (
-    DeviceRecord, Key, journal_entry, parse_journal_entry, parse_state_document, state_document,
+    SCHEMA_VERSION, DeviceRecord, Key, StateDocument, journal_entry, parse_journal_entry,
+    parse_state_document, state_document,
 )
 
 log = logging.getLogger(__name__)
@@ -228,7 +231,10 @@ class EnergyCounters:
 
         A missing, corrupt or foreign file is logged and the counters start from zero (the bad
         file is kept aside); a torn or corrupt journal line is skipped and the others replayed;
-        a file from a newer gpustats raises ``NewerStateVersion``.
+        a state from a newer gpustats raises ``NewerStateVersion`` (and is left untouched). A
+        state not yet in this format (older, or none) is compacted at once, so the state dir
+        says this format before the first journal line: a release that knows only an older
+        one refuses it rather than misread its journal.
         """
         self._files = files
         parsed, journal = files.load(parse_state_document)
@@ -271,7 +277,14 @@ class EnergyCounters:
             log.info("loaded %d energy counters and %d GPU records from %s (%d journal "
                      "entr%s replayed)", len(loaded), len(devices), files.directory, replayed,
                      "y" if replayed == 1 else "ies")
+        if not _in_this_format(files, parsed):
+            self.persist()
         return parsed is not None or replayed > 0
+
+
+def _in_this_format(files: StateFiles, parsed: StateDocument | None) -> bool:
+    """The state dir says this format and its snapshot was written in it."""
+    return files.format_current and parsed is not None and parsed.version == SCHEMA_VERSION
 
 
 __all__ = ["DeviceRecord", "EnergyCounters", "Key", "Owner", "owner_of"]

@@ -22,7 +22,7 @@ attributed watts of a snapshot never exceed its active watts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from gpustats.engine.counters import EnergyCounters, Owner
 from gpustats.model.attribution import DeviceAttribution
@@ -80,8 +80,14 @@ class Settled:
 
 
 class EnergyLedger:
-    def __init__(self, counters: EnergyCounters):
+    def __init__(self, counters: EnergyCounters, *, boot_id: str | None = None):
         self._counters = counters
+        self._boot_id = boot_id
+
+    def process_key(self, device_uuid: str, pid: int, start_time_ticks: int | None
+                    ) -> ProcessKey:
+        """A listed process's counter key: GPU, PID and start time, in this boot."""
+        return ProcessKey(device_uuid, pid, start_time_ticks, self._boot_id)
 
     def settle(self, readings: Iterable[DeviceReading],
                attributions: Mapping[str, DeviceAttribution],
@@ -96,7 +102,7 @@ class EnergyLedger:
         counters = self._counters
         holdings = holdings or Holdings()
         settled = Settled(counters)
-        energy = _TickEnergy(settled.tick, holdings)
+        energy = _TickEnergy(settled.tick, holdings, self.process_key)
         for reading in readings:
             uuid = reading.identity.uuid
             energy.alive.append(("gpu", uuid))
@@ -118,8 +124,10 @@ class _TickEnergy:
     """The energies of one tick as the ledger gathers them, GPU by GPU, then per container,
     pod and GPU's unattributed rest."""
 
-    def __init__(self, tick: dict[tuple, float], holdings: Holdings):
+    def __init__(self, tick: dict[tuple, float], holdings: Holdings,
+                 process_key: Callable[[str, int, int | None], ProcessKey]):
         self.tick = tick
+        self._process_key = process_key
         self.alive: list[Owner] = []
         self._owner_of = holdings.process_owner
         self._held = holdings.held
@@ -159,7 +167,7 @@ class _TickEnergy:
             if slot in seen:
                 continue
             seen.add(slot)
-            key = ProcessKey(uuid, pid, starts.get((uuid, pid)))
+            key = self._process_key(uuid, pid, starts.get((uuid, pid)))
             self.alive.append(key)
             joules = shares.get(slot)
             if joules is None:

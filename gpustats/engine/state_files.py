@@ -1,4 +1,5 @@
-"""The state dir's files: a compacted snapshot (``counters.json``) and a per-tick journal.
+"""The state dir's files: its format version (``FORMAT``), a compacted snapshot
+(``counters.json``) and a per-tick journal.
 
 Counters a user bills by must never be served above what survives a crash: every tick appends
 one line with what changed to ``counters.journal`` *before* the tick's snapshot is published
@@ -17,8 +18,16 @@ regular files owned by the daemon's user with a single link (a FIFO would block,
 garbage, and a hard link or symlink to another file would have it appended to and truncated).
 Anything else in their place is refused: logged, counted, and moved aside as
 ``<name>.refused-<UTC time>``. A file that cannot be parsed is moved aside as
-``counters.json.corrupt-<UTC time>``; of each kind the newest ``KEEP_ASIDE`` are kept. A file
-written by a newer gpustats stops start-up (``NewerStateVersion``) unless reset.
+``counters.json.corrupt-<UTC time>``; of each kind the newest ``KEEP_ASIDE`` are kept.
+
+``FORMAT`` holds the version of the whole state dir's format (the snapshot document, the
+journal line, the keys in them) and is read before anything else: a state of a newer format
+than this gpustats knows stops start-up (``NewerStateVersion``) before any other file is read,
+moved aside or written, and nothing is written there afterwards (``--state-reset`` moves it all
+aside). An older format is read (the documents' parser migrates it). ``FORMAT`` is written
+(atomically, fsynced) before any other file of this version, so it is never below what the
+state holds. Every change of any of these formats bumps ``FORMAT_VERSION``; the samples in
+``tests/golden/state_v<N>/`` pin each version as it was written.
 """
 
 from __future__ import annotations
@@ -31,12 +40,20 @@ import stat
 import tempfile
 import time
 import zlib
-from typing import Callable
+from typing import Callable, NoReturn
 
 from gpustats.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
 
+# The state dir's format. 1: counters.json alone. 2: counters.json and a journal of bare JSON
+# lines (later releases wrote checksummed lines under the same number, which 2's first releases
+# read as torn: a rollback stepped counters back). 3: FORMAT, checksummed journal lines, and
+# process keys with the boot they ran in.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+
+FORMAT_FILE = "FORMAT"
 STATE_FILE = "counters.json"
 JOURNAL_FILE = "counters.journal"
 CORRUPT_SUFFIX = ".corrupt-"
@@ -45,6 +62,7 @@ RESET_SUFFIX = ".reset-"
 KEEP_ASIDE = 5
 MAX_STATE_BYTES = 64 * 1024 * 1024
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024
+MAX_FORMAT_BYTES = 64
 _READ_CHUNK = 1024 * 1024
 _OPEN_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 
@@ -57,7 +75,7 @@ TOO_LARGE = "too_large"
 
 
 class NewerStateVersion(Exception):
-    """The state file was written by a newer gpustats; its counters cannot be read safely."""
+    """The state was written by a newer gpustats; its counters cannot be read safely."""
 
 
 class RefusedStateFile(OSError):
@@ -123,6 +141,20 @@ def read_state_file(path: str, max_bytes: int, uid: int) -> bytes | None:
         os.close(fd)
 
 
+def encode_format(version: int) -> bytes:
+    """What ``FORMAT`` holds: the version in decimal and a newline."""
+    return b"%d\n" % version
+
+
+def decode_format(raw: bytes) -> int:
+    """The version ``FORMAT`` holds; ``ValueError`` unless it is a positive decimal number
+    (with or without its newline)."""
+    text = raw[:-1] if raw.endswith(b"\n") else raw
+    if not text.isdigit() or text.startswith(b"0") or len(text) > 9:
+        raise ValueError(f"not a format version: {raw[:20]!r}")
+    return int(text)
+
+
 def encode_journal_line(entry: dict) -> bytes:
     """``<crc32 of the JSON, 8 hex digits> <JSON>\\n`` (``TypeError``/``ValueError`` if the
     entry is not JSON)."""
@@ -153,7 +185,8 @@ def _utc_stamp(epoch: float) -> str:
 
 class StateFiles:
     """Reads and writes the state dir; every failure is logged and reported, never raised
-    (except a newer version at load, which the caller must decide on).
+    (except a newer version at load, which the caller must decide on; after it nothing is
+    written until ``reset``).
 
     ``write`` and ``fsync`` stand in for ``os.write`` and ``os.fsync`` (tests give a short
     writer or a slow disk); ``uid`` is the owner state files must have (the daemon's);
@@ -172,6 +205,17 @@ class StateFiles:
         self._refused = refused
         self._journal_fd: int | None = None
         self._log_once = LogOnce(log, every_seconds=300.0)
+        self._format_current = False          # FORMAT on disk says FORMAT_VERSION
+        self._newer: str | None = None         # why the state is refused as newer
+
+    @property
+    def format_path(self) -> str:
+        return os.path.join(self.directory, FORMAT_FILE)
+
+    @property
+    def format_current(self) -> bool:
+        """``FORMAT`` on disk says this version (found at load, or written since)."""
+        return self._format_current
 
     @property
     def state_path(self) -> str:
@@ -186,9 +230,11 @@ class StateFiles:
     def load(self, parse: Callable[[object], object]) -> tuple[object | None, list[object]]:
         """The parsed snapshot (``None`` when absent or unusable) and the journal's entries.
 
-        ``parse(document)`` raises ``NewerStateVersion`` to stop, ``ValueError`` to mark the
-        file corrupt (it is then kept aside and replaced at the next compaction).
+        ``FORMAT`` is checked first: a newer one raises ``NewerStateVersion`` before any other
+        file is read. ``parse(document)`` raises ``NewerStateVersion`` to stop, ``ValueError``
+        to mark the file corrupt (it is then kept aside and replaced at the next compaction).
         """
+        self._check_format()
         raw = self._read_or_set_aside(self.state_path, MAX_STATE_BYTES,
                                       "starting from zero and replacing it")
         if raw is None:
@@ -199,6 +245,35 @@ class StateFiles:
         raw_journal = self._read_or_set_aside(self.journal_path, MAX_JOURNAL_BYTES,
                                               "the last persisted state is used")
         return parsed, self._journal_entries(raw_journal or b"")
+
+    def _check_format(self) -> None:
+        """Read ``FORMAT``: absent (a state of format 1 or 2, or none yet), of a version this
+        gpustats reads, or newer (``NewerStateVersion``: nothing is read or written there). An
+        unreadable one is kept aside like any other, and the documents' own versions decide."""
+        self._format_current = False
+        raw = self._read_or_set_aside(self.format_path, MAX_FORMAT_BYTES,
+                                      "the state files' own versions are checked")
+        if raw is None:
+            return
+        try:
+            version = decode_format(raw)
+        except ValueError as exc:
+            log.error("energy counter state format %s is corrupt (%s); the state files' own "
+                      "versions are checked", self.format_path, exc)
+            self.keep_aside(self.format_path, CORRUPT_SUFFIX)
+            return
+        if version > FORMAT_VERSION:
+            self._refuse_newer(f"{self.format_path} says format {version}; this gpustats "
+                               f"reads formats {', '.join(map(str, READABLE_VERSIONS))}")
+        self._format_current = version == FORMAT_VERSION
+
+    def _refuse_newer(self, reason: str) -> NoReturn:
+        """Leave a newer state as it is, write nothing more, and raise ``NewerStateVersion``."""
+        self._newer = reason
+        log.error("energy counter state in %s was written by a newer gpustats (%s): its "
+                  "counters are not read and its files are left as they are", self.directory,
+                  self._newer)
+        raise NewerStateVersion(self._newer)
 
     def _read_or_set_aside(self, path: str, cap: int, consequence: str) -> bytes | None:
         try:
@@ -220,8 +295,8 @@ class StateFiles:
     def _parse_document(self, raw: bytes, parse: Callable[[object], object]) -> object | None:
         try:
             return parse(json.loads(raw.decode("utf-8")))
-        except NewerStateVersion:
-            raise
+        except NewerStateVersion as exc:
+            self._refuse_newer(f"{self.state_path}: {exc}")
         except (ValueError, RecursionError) as exc:
             # ValueError covers bad JSON and bad UTF-8; RecursionError absurdly deep nesting.
             log.error("energy counter state %s is corrupt (%s); starting from zero and "
@@ -270,12 +345,15 @@ class StateFiles:
     def append(self, entry: dict) -> bool:
         """One whole journal line, or nothing; no fsync (the page cache outlives a killed
         process)."""
+        if self._refused_as_newer():
+            return False
         try:
             line = encode_journal_line(entry)
         except (TypeError, ValueError) as exc:   # a key that JSON cannot hold: a bug
             self._log_once("encode", logging.ERROR, "cannot encode energy counters: %s", exc)
             return False
         try:
+            self._stamp_format()
             fd = self._journal()
             length = os.fstat(fd).st_size
         except OSError as exc:
@@ -318,40 +396,24 @@ class StateFiles:
                        "last line written)", self.journal_path, exc)
 
     def write_snapshot(self, document: dict) -> bool:
-        """Temp file, fsync, rename, fsync the directory, then empty the journal."""
+        """``FORMAT`` first if needed; then temp file, fsync, rename, fsync the directory;
+        then empty the journal."""
+        if self._refused_as_newer():
+            return False
         path = self.state_path
-        tmp_path = None
         try:
             body = json.dumps(document, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             self._log_once("encode", logging.ERROR, "cannot encode energy counters: %s", exc)
             return False
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, tmp_path = tempfile.mkstemp(prefix=".counters-", suffix=".tmp",
-                                            dir=self.directory)
-            with os.fdopen(fd, "w") as f:
-                f.write(body)
-                f.flush()
-                self._fsync(f.fileno())
-            os.replace(tmp_path, path)
-            tmp_path = None
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                self._fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            self._stamp_format()
+            self._replace(path, body.encode())
         except OSError as exc:
             self._log_once("persist", logging.ERROR,
                            "cannot persist energy counters to %s: %s (counters in memory are "
                            "intact; retrying)", path, exc)
             return False
-        finally:
-            if tmp_path is not None:
-                try:
-                    os.unlink(tmp_path)
-                except OSError:
-                    pass
         self._log_once.forget("persist")
         try:
             os.ftruncate(self._journal(), 0)
@@ -362,11 +424,55 @@ class StateFiles:
                            self.journal_path, exc)
         return True
 
+    def _replace(self, path: str, data: bytes) -> None:
+        """``path`` holds ``data`` or is as it was: temp file, fsync, rename, fsync the
+        directory (``OSError`` when that fails; no temp file is left)."""
+        os.makedirs(self.directory, exist_ok=True)
+        fd, tmp_path = tempfile.mkstemp(prefix=".counters-", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                self._fsync(f.fileno())
+            os.replace(tmp_path, path)
+        except BaseException:
+            try:
+                os.unlink(tmp_path)
+            except OSError:
+                pass
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            self._fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _stamp_format(self) -> None:
+        """``FORMAT`` says this version before any other file of it is written (``OSError``
+        when it cannot be written: then nothing else is)."""
+        if not self._format_current:
+            self._replace(self.format_path, encode_format(FORMAT_VERSION))
+            self._format_current = True
+            log.info("energy counter state in %s is of format %d", self.directory,
+                     FORMAT_VERSION)
+
+    def _refused_as_newer(self) -> bool:
+        """A newer state was found at load: it is never written over."""
+        if self._newer is None:
+            return False
+        self._log_once("newer", logging.ERROR, "not writing energy counters to %s: it holds "
+                       "a newer gpustats' state (%s)", self.directory, self._newer)
+        return True
+
     def reset(self) -> None:
-        """Move the state and journal aside (``--state-reset``); counters start from zero."""
-        for path in (self.state_path, self.journal_path):
+        """Move the state, its journal and its format aside (``--state-reset``); counters
+        start from zero, and a newer state refused at load is no longer in the way."""
+        for path in (self.state_path, self.journal_path, self.format_path):
             if os.path.lexists(path):
                 self.keep_aside(path, RESET_SUFFIX)
+        self._close_journal()
+        self._format_current = False
+        self._newer = None
 
     def close(self) -> None:
         self._close_journal()

@@ -4,9 +4,16 @@ what changed, built from and parsed back into plain values.
 A snapshot is ``{"version", "saved_at", "journal_sequence", "counters": [{"key", "joules",
 "updated"}], "devices": {uuid: record}}``; a journal line is ``{"sequence", "at",
 "counters": [[key, joules]], "devices": {uuid: record}}``. Keys are stored as lists (the
-counter's tuple), GPU records as objects of their set fields. Parsing trusts nothing: anything
-but a well-formed document of a readable version is a ``ValueError``, and one from a newer
-gpustats a ``NewerStateVersion``.
+counter's tuple), GPU records as objects of their set fields. The documents' version is the
+state dir's format version (``state_files.FORMAT_VERSION``): any change here bumps it.
+
+Since version 3 a process key carries the boot it ran in (``["process", uuid, pid, start,
+boot_id]``) where the boot is known. A process key without one (every process key of versions
+1 and 2) is of an unknown boot: it is read as it is, and never equals the key of a live
+process whose boot is known, so it is kept until its retention ends and never continued.
+
+Parsing trusts nothing: anything but a well-formed document of a readable version is a
+``ValueError``, and one from a newer gpustats a ``NewerStateVersion``.
 """
 
 from __future__ import annotations
@@ -15,11 +22,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Hashable, Iterable, Mapping
 
-from gpustats.engine.state_files import NewerStateVersion
+from gpustats.engine.state_files import FORMAT_VERSION, READABLE_VERSIONS, NewerStateVersion
 from gpustats.model.record import record
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = FORMAT_VERSION
 
 Key = tuple[Hashable, ...]
 
@@ -47,12 +53,14 @@ _RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_
 @dataclass(frozen=True)
 class StateDocument:
     """A parsed snapshot: counters, when each was last updated (where the file says), GPU
-    records, and the sequence of the last journal line it holds."""
+    records, the sequence of the last journal line it holds, and the version it was written
+    in."""
 
     counters: dict[Key, float]
     updated: dict[Key, float]
     devices: dict[str, DeviceRecord]
     journal_sequence: int
+    version: int
 
 
 # ------------------------------------------------------------ building
@@ -96,8 +104,9 @@ def check_version(document: object) -> None:
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
     version = document.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) \
-            and version > SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"schema version {version!r:.40}")
+    if version > SCHEMA_VERSION:
         raise NewerStateVersion(f"schema version {version}; this gpustats reads "
                                 f"{', '.join(map(str, READABLE_VERSIONS))}")
     if version not in READABLE_VERSIONS:
@@ -109,6 +118,7 @@ def parse_state_document(document: object) -> StateDocument:
     readable version."""
     check_version(document)
     assert isinstance(document, dict)
+    version = document["version"]
     entries = document.get("counters")
     if not isinstance(entries, list):
         raise ValueError("no counters list")
@@ -130,7 +140,7 @@ def parse_state_document(document: object) -> StateDocument:
     sequence = document.get("journal_sequence", 0)
     if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
         raise ValueError(f"bad journal sequence {sequence!r:.80}")
-    return StateDocument(loaded, updated, devices, sequence)
+    return StateDocument(loaded, updated, devices, sequence, version)
 
 
 def parse_journal_entry(entry: object) -> tuple[int, dict[Key, float], dict[str, DeviceRecord]]:

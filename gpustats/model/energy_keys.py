@@ -1,8 +1,9 @@
 """Typed keys of the energy counters, one per kind of owner.
 
-Each key *is* the tuple the state files store (``("process", gpu_uuid, pid, start)``, …):
-a ``tuple`` subclass with named fields, so it hashes and compares equal to the plain tuple a
-state file was read into, and the on-disk format does not change.
+Each key *is* the tuple the state files store (``("process", gpu_uuid, pid, start,
+boot_id)``, …): a ``tuple`` subclass with named fields, so it hashes and compares equal to the
+plain tuple a state file was read into. A change of a key's shape is a change of the state
+files' format (``state_files.FORMAT_VERSION``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ class UnattributedKey(tuple):
 
 
 class ProcessKey(tuple):
-    """A process on a GPU: its PID and start time (a reused PID is a new process)."""
+    """A process on a GPU: its PID and start time in one boot. A reused PID is a new process,
+    and so is the same PID with the same start time after a reboot.
+
+    A boot not known is left out of the key (as in keys stored before state format 3), so a
+    key without a boot never equals one with a boot: a live process of a known boot never
+    continues a counter of an unknown one."""
 
     __slots__ = ()
     kind = "process"
@@ -53,8 +59,15 @@ class ProcessKey(tuple):
     pid = property(itemgetter(2))
     start_time_ticks = property(itemgetter(3))
 
-    def __new__(cls, device_uuid: str, pid: int, start_time_ticks: int | None) -> "ProcessKey":
-        return tuple.__new__(cls, ("process", device_uuid, pid, start_time_ticks))
+    def __new__(cls, device_uuid: str, pid: int, start_time_ticks: int | None,
+                boot_id: str | None = None) -> "ProcessKey":
+        parts = ("process", device_uuid, pid, start_time_ticks)
+        return tuple.__new__(cls, parts if boot_id is None else (*parts, boot_id))
+
+    @property
+    def boot_id(self) -> str | None:
+        """The boot the process runs in (``None``: not known)."""
+        return self[4] if len(self) > 4 else None
 
 
 class MigKey(tuple):
