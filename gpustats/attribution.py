@@ -8,7 +8,9 @@ Active energy is split across processes: exclusive → all of it; time-sliced or
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
 active as the mean of the known ones; equal only when none is known), then equally across each
-instance's processes. Idle energy is never attributed. Whenever any process has a share, the
+instance's processes. Idle energy is never attributed. No process is billed for more of a
+tick than the part of it that it lived (``lived_share``): the rest of a tick that began before
+its process did stays unattributed. Otherwise, whenever any process has a share, the
 attributed energy sums to the active energy (up to float rounding).
 """
 
@@ -162,6 +164,9 @@ class DeviceTickInput:
     mig_instances: tuple[MigInstanceReading, ...] = ()
     # gpu_instance_id -> activity ratio 0..1 (dcgm-exporter or GPM); missing: unknown
     mig_activity: Mapping[int, float] = field(default_factory=dict)
+    # PID -> the seconds of this tick the process lived, for those that started during it
+    # (missing: the whole tick)
+    lived_seconds: Mapping[int, float] = field(default_factory=dict)
 
 
 def _sm_by_pid(samples: Iterable[ProcessSample]) -> dict[int, list[float]]:
@@ -230,8 +235,19 @@ def sharing_mode(inp: DeviceTickInput) -> str | None:
     return SHARING_EXCLUSIVE
 
 
+def lived_share(inp: DeviceTickInput, pid: int) -> float:
+    """The most of the tick a process may be billed for: the part of it that it lived. A
+    tick longer than its interval (a stalled daemon, a long interval) otherwise billed a
+    process started near its end for all of it."""
+    lived = inp.lived_seconds.get(pid)
+    if lived is None or not inp.dt_seconds > 0:
+        return 1.0
+    return min(1.0, max(0.0, lived / inp.dt_seconds))
+
+
 def _process_share(inp: DeviceTickInput, pid: int, gi: int | None, share: float, method: str,
                    active: float | None, sm: float | None) -> ProcessAttribution:
+    share = min(share, lived_share(inp, pid))
     energy = active * share if active is not None else None
     dt = inp.dt_seconds
     return ProcessAttribution(
@@ -330,3 +346,58 @@ def mig_activity(instances: tuple[MigInstanceReading, ...],
         if _finite(ratio):
             out[inst.gpu_instance_id] = min(1.0, max(0.0, ratio))
     return out
+
+
+Holder = tuple[str, "int | None"]      # (container ID, GPU instance or None: the whole GPU)
+
+
+def idle_shares(idle_joules: float, holders: Iterable[Holder],
+                instance_fractions: Mapping[int, float] | None = None,
+                ) -> tuple[dict[Holder, float], float]:
+    """A GPU's idle energy of one tick split among the tenants holding it; returns each
+    holder entry's share and what no one holds (the GPU's unallocated idle).
+
+    Without MIG (no ``instance_fractions``) every holder shares equally: a GPU held for a day
+    at 0 % burns its idle for whoever holds it. On a MIG GPU each instance carries its
+    fraction of the GPU (``instance_fractions``: its size over the GPU's), split equally among
+    the holders of that instance; holders of the whole GPU share what no instance holder
+    takes, and an unheld instance or unpartitioned capacity is unallocated. The shares and
+    the unallocated rest always add up to ``idle_joules``.
+    """
+    entries = sorted(set(holders), key=lambda h: (h[0], -1 if h[1] is None else h[1]))
+    shares: dict[Holder, float] = {}
+    if not _finite(idle_joules) or idle_joules <= 0:
+        return {h: 0.0 for h in entries}, 0.0
+    whole = [h for h in entries if h[1] is None]
+    if not instance_fractions:
+        everyone = whole + [h for h in entries if h[1] is not None]
+        if not everyone:
+            return {}, idle_joules
+        return {h: idle_joules / len(everyone) for h in everyone}, 0.0
+    rest = idle_joules
+    for gi, fraction in sorted(instance_fractions.items()):
+        members = [h for h in entries if h[1] == gi]
+        part = idle_joules * min(1.0, max(0.0, fraction))
+        if members and part > 0:
+            for h in members:
+                shares[h] = part / len(members)
+            rest -= part
+    rest = max(0.0, rest)
+    if whole:
+        for h in whole:
+            shares[h] = rest / len(whole)
+        rest = 0.0
+    for h in entries:
+        shares.setdefault(h, 0.0)        # holds an instance no size is known for
+    return shares, rest
+
+
+def instance_fractions(gpu_memory_bytes: int | None,
+                       instances: Iterable[MigInstanceReading]) -> dict[int, float]:
+    """Each MIG instance's size as a fraction of its GPU, by memory (the one size every
+    instance reports); instances of unknown size are left out."""
+    if not gpu_memory_bytes or gpu_memory_bytes <= 0:
+        return {}
+    return {inst.gpu_instance_id: inst.memory_total_bytes / gpu_memory_bytes
+            for inst in instances
+            if inst.memory_total_bytes is not None and inst.memory_total_bytes > 0}

@@ -373,9 +373,10 @@ def test_an_unreadable_reply_is_refused_as_malformed(body):
     assert refused.value.reason == "malformed_reply"
 
 
-def test_reading_8_mib_of_empty_entries_is_bounded_in_time_and_memory():
+def test_reading_8_mib_of_empty_entries_stops_at_the_field_count_keeping_nothing():
     """Protobuf decodes 8 MiB of empty device entries into ~256 MB; the reader stops at its
-    field count, having kept nothing."""
+    field count (which bounds its time: ~0.15 s here, measured by bench.hostile_kubelet),
+    having kept nothing."""
     import tracemalloc
 
     from gpustats.sources.grpc_channel import ReplyRefused
@@ -386,15 +387,12 @@ def test_reading_8_mib_of_empty_entries_is_bounded_in_time_and_memory():
     body = _pod_field(container)
     assert len(body) > 8_000_000
     tracemalloc.start()
-    started = time.monotonic()
     try:
         with pytest.raises(ReplyRefused, match="fields"):
             allocations_from_reply(body)
-        elapsed = time.monotonic() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert elapsed < 2.0                 # ~0.15 s untraced
     assert peak < 1 << 20
 
 

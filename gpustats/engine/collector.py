@@ -22,7 +22,7 @@ from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
-    ActiveKey, DeviceKey, MigKey, ProcessKey, UnattributedKey,
+    ActiveKey, DeviceKey, MigKey, UnattributedKey,
 )
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
@@ -77,7 +77,9 @@ class Housekeeper:
         self._store = store
         self._energy = energy
         self._counters = counters
-        self._ledger = EnergyLedger(counters)
+        # Process counters are keyed by the boot too: after a reboot, a PID with the same
+        # start time is another process.
+        self._ledger = EnergyLedger(counters, boot_id=energy.boot_id)
         self._persister = persister
         self._containers = containers
         self._mig_activity_source = mig_activity_source
@@ -99,17 +101,18 @@ class Housekeeper:
         readings = self._guard("GPU sweep", self._gpus.readings, ())
         gpu_status = self._gpus.status()
         activity = self._mig_activities(readings)
+        starts = self._starts(readings)
         attributions = {}
         for reading in readings:
             uuid = reading.identity.uuid
             attribution = self._guard(
                 f"energy accounting of {uuid}",
-                lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid)), None)
+                lambda r=reading: self._energy.account(r, activity.get(r.identity.uuid),
+                                                       starts), None)
             if attribution is not None:
                 attributions[uuid] = attribution
         # A GPU gone from the sweep starts afresh when it is back, as a lost one does.
         self._energy.forget_missing({r.identity.uuid for r in readings})
-        starts = self._starts(readings)
         mapped = None
         if self._containers is not None and (readings or gpu_status.gpus_on_pci_bus):
             mapped = self._guard("container discovery",
@@ -270,7 +273,8 @@ class Housekeeper:
                     compute_utilization_percent=a.sm_util_percent if a else None,
                     share_method=a.share_method if a else None,
                     attributed_power_watts=a.power_watts if a else None,
-                    attributed_energy_joules=settled.total(ProcessKey(uuid, p.pid, start)),
+                    attributed_energy_joules=settled.total(
+                        self._ledger.process_key(uuid, p.pid, start)),
                 ))
         return tuple(out)
 

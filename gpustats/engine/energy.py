@@ -22,6 +22,7 @@ Counters are advanced by the energy ledger (``gpustats.engine.ledger``), from wh
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -52,13 +53,24 @@ class _EnergyBaseline:
     recent_watts: deque = field(default_factory=lambda: deque(maxlen=IDLE_HOLD_TICKS))
 
 
+def boot_clock_offset() -> float:
+    """Seconds from the monotonic clock to the boot clock (the time a process's start in
+    ``/proc/<pid>/stat`` counts from, which also runs while the host is suspended)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()
+
+
+CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
 class EnergyAccountant:
     def __init__(self, configured_idle: Callable[[str], float | None], counters: EnergyCounters,
-                 *, boot_id: str | None = None, wall: Callable[[], float] = time.time):
+                 *, boot_id: str | None = None, wall: Callable[[], float] = time.time,
+                 boot_offset: Callable[[], float] = boot_clock_offset):
         self._configured_idle = configured_idle
         self._counters = counters
         self._boot_id = boot_id
         self._wall = wall
+        self._boot_offset = boot_offset
         self._state: dict[str, _EnergyBaseline] = {}
 
     @property
@@ -67,9 +79,12 @@ class EnergyAccountant:
         return self._boot_id
 
     def account(self, reading: DeviceReading,
-                mig_activity: Mapping[int, float] | None = None) -> DeviceAttribution | None:
+                mig_activity: Mapping[int, float] | None = None,
+                starts: Mapping[tuple[str, int], int | None] | None = None,
+                ) -> DeviceAttribution | None:
         """One tick of one device; ``None`` for a lost device. Counters are advanced by the
-        energy ledger from what this returns.
+        energy ledger from what this returns. ``starts``: each process's start time (clock
+        ticks since boot), to bill one that started during the tick for its part of it only.
 
         A lost GPU's baseline is dropped: the first tick back starts afresh (no energy of its
         own), and the energy used while it was lost goes to the device counter alone, by the
@@ -122,7 +137,25 @@ class EnergyAccountant:
             mig_enabled=bool(reading.mig_enabled),
             mig_instances=reading.mig_instances,
             mig_activity=mig_activity or {},
+            lived_seconds=self._lived(reading, dt, starts) if starts else {},
         ))
+
+    def _lived(self, reading: DeviceReading, dt: float,
+               starts: Mapping[tuple[str, int], int | None]) -> dict[int, float]:
+        """The seconds of the tick each process that started during it lived."""
+        if not dt > 0:
+            return {}
+        uuid = reading.identity.uuid
+        ended_at = reading.monotonic_seconds + self._boot_offset()   # on the boot clock
+        lived = {}
+        for p in reading.processes:
+            start = starts.get((uuid, p.pid))
+            if start is None:
+                continue
+            seconds = ended_at - start / CLOCK_TICKS_PER_SECOND
+            if seconds < dt:
+                lived[p.pid] = max(0.0, seconds)
+        return lived
 
     def _first_tick(self, reading: DeviceReading) -> tuple[_EnergyBaseline, float | None]:
         """Start from what was learned before (an earlier run, or before the GPU was lost);
