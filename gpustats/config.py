@@ -312,7 +312,7 @@ OPTIONS: tuple[Option, ...] = (
            "node name reported in the summary and on every metric (default: hostname)", "NAME"),
     Option("idle_power_watts", parse_idle_power, IdlePower(),
            "idle power per GPU: WATTS, or default=W,GPU-<uuid>=W (default: the lowest power "
-           "that held three ticks)",
+           "that held three idle ticks)",
            "WATTS"),
     Option("simulate", _optional_text, None,
            "run against simulated GPUs described by this scenario YAML", "SCENARIO"),
