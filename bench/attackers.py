@@ -9,6 +9,7 @@ connections twice a second, the way the kubelet does, with a 1 s timeout.
 from __future__ import annotations
 
 import abc
+import collections
 import http.client
 import os
 import socket
@@ -349,6 +350,7 @@ class Probe(_Attacker):
         self.path = path
         self.latencies: list[float] = []
         self.failures = 0
+        self.errors: collections.Counter = collections.Counter()   # what each failure was
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
@@ -360,10 +362,12 @@ class Probe(_Attacker):
                 resp.read()
                 if resp.status != 200:
                     self.failures += 1
+                    self.errors[f"HTTP {resp.status}"] += 1
                 else:
                     self.latencies.append(time.monotonic() - began)
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 self.failures += 1
+                self.errors[type(exc).__name__] += 1
             finally:
                 conn.close()
 
@@ -372,7 +376,8 @@ class Probe(_Attacker):
         p99 = values[min(len(values) - 1, int(0.99 * len(values)))] if values else None
         return {"probes": len(values) + self.failures, "failures": self.failures,
                 "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
-                "max_ms": round(values[-1] * 1000, 1) if values else None}
+                "max_ms": round(values[-1] * 1000, 1) if values else None,
+                "errors": dict(self.errors)}
 
 
 def start_all(port: int, pid: int, stop: threading.Event, health_port: int | None = None):
