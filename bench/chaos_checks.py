@@ -19,6 +19,9 @@ MIG = "gpustats_node_gpu_mig_joules"          # compared on GPUs that serve it
 ACTIVE = "gpustats_node_gpu_active_joules"
 UNATTRIBUTED = "gpustats_node_gpu_unattributed_joules"
 POD = "gpustats_pod_gpu_joules"
+ENERGY = "gpustats_node_gpu_joules"
+POD_IDLE = "gpustats_pod_gpu_idle_share_joules"
+UNALLOCATED = "gpustats_node_gpu_unallocated_idle_joules"
 # Relative slack of conservation per GPU, and an absolute one for float rounding.
 CONSERVATION_REL = 0.01
 CONSERVATION_ABS = 1.0
@@ -66,7 +69,7 @@ def known_gpus(text: str) -> set[str]:
     return shared - lost
 
 
-COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED)
+COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED, ENERGY, POD_IDLE, UNALLOCATED)
 
 
 @dataclass
@@ -108,7 +111,8 @@ def grown(before: dict[Series, float], after: dict[Series, float],
 class Conservation:
     """Per GPU, between two scrapes of one daemon run in which the GPU's processes were
     known: Σ container + unattributed = Σ pod + unattributed = the active joules gained
-    (within 1 %), Σ process ≤ it; on a MIG GPU Σ MIG instance lies between the active joules
+    (within 1 %), Σ process ≤ it; Σ pod idle shares + unallocated idle = the joules gained
+    less the active ones (the idle, within 1 %); on a MIG GPU Σ MIG instance lies between the active joules
     less the unattributed ones and the active joules (energy of a process in no container is
     unattributed, yet its instance's).
     A process's series ends with the process; a container's series for a GPU ends when the
@@ -161,6 +165,7 @@ class Conservation:
                 if not low - unattributed <= mig <= high:
                     out.append(f"conservation {uuid}: Σ {MIG} gained {mig:.1f} J, active "
                                f"gained {active:.1f} J, unattributed {unattributed:.1f} J")
+            out += self._idle(uuid, levels, vanished, reappeared)
             processes = levels.get(PROCESS, 0.0)
             _, high = self._bounds((uuid, PROCESS), active, slack, vanished, reappeared,
                                    processes)
@@ -168,6 +173,23 @@ class Conservation:
                 out.append(f"conservation {uuid}: Σ {PROCESS} gained "
                            f"{levels.get(PROCESS, 0.0):.1f} J > active gained {active:.1f} J")
         return out
+
+    def _idle(self, uuid: str, levels: dict[str, float], vanished: set[str],
+              reappeared: set[str]) -> list[str]:
+        """Σ pods' idle shares + unallocated idle = the GPU's energy less its active energy
+        (within 1 %), where the GPU has an idle (its idle counters grew)."""
+        if UNALLOCATED not in levels:
+            return []                            # no idle known: nothing is shared
+        idle = levels.get(ENERGY, 0.0) - levels.get(ACTIVE, 0.0)
+        shared = levels.get(POD_IDLE, 0.0) + levels[UNALLOCATED]
+        slack = CONSERVATION_REL * max(idle, 0.0) + CONSERVATION_ABS
+        low, high = self._bounds((uuid, POD_IDLE), idle, slack, vanished, reappeared, shared)
+        if low <= shared <= high:
+            return []
+        return [f"conservation {uuid}: Σ pod idle shares {levels.get(POD_IDLE, 0.0):.1f} J + "
+                f"unallocated idle {levels[UNALLOCATED]:.1f} J, idle gained {idle:.1f} J "
+                f"(energy {levels.get(ENERGY, 0.0):.1f} J less active "
+                f"{levels.get(ACTIVE, 0.0):.1f} J)"]
 
     def _bounds(self, owed_key: tuple[str, str], active: float, slack: float,
                 vanished: set[str], reappeared: set[str], billed: float) -> tuple[float, float]:

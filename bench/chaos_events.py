@@ -211,6 +211,38 @@ def compaction_kill(run, rng):
         run.commit("GPUs back to their power")
 
 
+def stall(run, rng):
+    """SIGSTOP for several intervals, the world going on meanwhile (a pod may come); the
+    first tick after it covers the whole stall."""
+    seconds = rng.uniform(1.0, 3.0)
+    run.daemon.send(signal.SIGSTOP)
+    run.note(f"SIGSTOP for {seconds:.1f} s")
+    try:
+        run.hold(seconds / 2, scrape=False)        # a stopped daemon answers nothing
+        if rng.random() < 0.5:             # written at once: no hold that scrapes
+            created = _new_pod(run, rng, _gpu(run, rng))
+            run.world.sync_host(create=True)
+            run.write_now("during the stall, create " + created)
+        run.hold(seconds / 2, scrape=False)
+    finally:
+        run.daemon.send(signal.SIGCONT)
+        run.note("SIGCONT")
+
+
+def between_ticks(run, rng):
+    """A container's process starts dropping its CUDA context before every read of the
+    process list (or stops doing so): its work must still be billed to it, not to a
+    neighbour holding an idle context."""
+    containers = [c for pod in run.world.pods.values() for c in pod.containers
+                  if c.pid is not None]
+    if not containers:
+        return
+    container = rng.choice(containers)
+    container.between_ticks = not container.between_ticks
+    run.commit(f"container {container.name} "
+               + ("runs between ticks" if container.between_ticks else "listed again"))
+
+
 def interval(run, rng):
     seconds = rng.choice([0.2, 0.25, 0.3, 0.4])
     run.write_config(seconds)
@@ -221,5 +253,5 @@ def interval(run, rng):
 EVENTS = {f.__name__: f for f in (
     power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
     not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, reboot, sighup,
-    compaction_kill, interval)}
+    compaction_kill, interval, stall, between_ticks)}
 DISK_EVENTS = ("disk_full", "disk_readonly")

@@ -51,6 +51,9 @@ class Container:
     name: str
     pid: int | None               # None: the container is gone (a restart's gap)
     sm_percent: int
+    # Drops its CUDA context before each read of the process list: never listed, its work
+    # seen in the utilization samples only.
+    between_ticks: bool = False
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Holder:
     container_id: str
     gpu_instance: int | None
     sm_percent: int
+    between_ticks: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,10 +161,14 @@ class World:
             if gpu.mig is not None and pod.gpu_instance not in gpu.mig:
                 continue
             for c in pod.containers:
-                if c.pid is not None:
+                # Work between ticks shows only in utilization samples: with none to read
+                # (MIG, or the samples not supported) such a process holds nothing visible.
+                hidden = c.between_ticks and (gpu.mig is not None
+                                              or "process_utilization" in gpu.unsupported)
+                if c.pid is not None and not hidden:
                     out.append(Holder(c.pid, pod.uid, container_id(c.number),
                                       pod.gpu_instance if gpu.mig is not None else None,
-                                      c.sm_percent))
+                                      c.sm_percent, c.between_ticks))
         return tuple(out)
 
     def state(self) -> WorldState:
@@ -192,6 +200,8 @@ class World:
                     p["gpu_instance_id"] = h.gpu_instance
                 else:
                     p["sm_util_percent"] = h.sm_percent
+                if h.between_ticks:
+                    p["between_ticks"] = True
                 processes.append(p)
         return {"devices": devices, "processes": processes,
                 "trace_file": str(self.trace_path), "trace_tag": tag}

@@ -173,9 +173,13 @@ def test_full_mig_shared_and_idle_claims(start_daemon, tmp_path, node):
     acc = idle["containers"][0]["accelerators"][0]
     assert acc["id"] == IDLE and acc["attributedPowerWatts"] == 0.0
     assert acc["attributedEnergyJoules"] == 0.0 and acc["claim"]["name"] == "idle-gpu"
-    assert idle["accelerators"] == [{"id": IDLE, "attributedPowerWatts": 0.0,
-                                     "attributedEnergyJoules": 0.0,
-                                     "claim": {"name": "idle-gpu", "namespace": "ml"}}]
+    # Nothing runs on the claimed GPU, yet the claim holds it: its idle is this pod's.
+    (held,) = idle["accelerators"]
+    assert held["idleSharePowerWatts"] == pytest.approx(100.0, rel=0.02)
+    assert held["idleShareEnergyJoules"] > 0
+    del held["idleSharePowerWatts"], held["idleShareEnergyJoules"]
+    assert held == {"id": IDLE, "attributedPowerWatts": 0.0, "attributedEnergyJoules": 0.0,
+                    "claim": {"name": "idle-gpu", "namespace": "ml"}}
 
     status, text = daemon.get("/metrics")
     assert status == 200

@@ -20,17 +20,23 @@ GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
 
 def every_family_snapshot():
     """The sample snapshot with what it lacks for a sample in every family: the GPM and NVLink
-    window figures, a container holding an unresolved claim, and the sources' states."""
+    window figures, idle shares and unallocated idle, a container holding an unresolved claim,
+    and the sources' states."""
     s = sample_snapshot()
     a = s.devices[0]
     sat = dataclasses.replace(a.saturation, sm_occupancy_avg=0.25, dram_active_avg=0.5,
                               nvlink_tx_bytes_avg=1e9, nvlink_rx_bytes_avg=2e9)
-    devices = (dataclasses.replace(a, saturation=sat),) + s.devices[1:]
+    devices = (dataclasses.replace(a, saturation=sat, unallocated_idle_power_watts=0.0,
+                                   unallocated_idle_energy_joules=20.0),) + s.devices[1:]
     claim = ClaimDevice("gpu-claim", "ml", "gpu.nvidia.com", "node-1", "gpu-7")
     pod = s.pods[0]
-    held = dataclasses.replace(pod.containers[0],
-                               unresolved_claims=(UnresolvedClaim(claim, "no CDI spec"),))
-    pod = dataclasses.replace(pod, containers=(held,) + pod.containers[1:])
+    trainer = pod.containers[0]
+    idle = {"idle_share_power_watts": 35.0, "idle_share_energy_joules": 120.0}
+    held = dataclasses.replace(
+        trainer, unresolved_claims=(UnresolvedClaim(claim, "no CDI spec"),),
+        accelerators=(dataclasses.replace(trainer.accelerators[0], **idle),))
+    pod = dataclasses.replace(pod, containers=(held,) + pod.containers[1:], accelerators=(
+        dataclasses.replace(pod.accelerators[0], **idle),) + pod.accelerators[1:])
     sources = (SourceState("nvml", "ok", T - 60, last_success_time=T),
                SourceState("pod_resources", "failing", T - 5, last_success_time=T - 30,
                            last_error_reason="timeout"))

@@ -38,7 +38,8 @@ from gpustats.engine.state_files import (
 )
 from gpustats.engine.state_schema import SCHEMA_VERSION
 from gpustats.model.energy_keys import (
-    ActiveKey, ContainerKey, DeviceKey, MigKey, PodKey, ProcessKey, UnattributedKey,
+    ActiveKey, ContainerIdleKey, ContainerKey, DeviceKey, MigKey, PodIdleKey, PodKey, ProcessKey,
+    UnallocatedIdleKey, UnattributedKey,
 )
 from tests.support.clock import Clock
 
@@ -51,12 +52,14 @@ POD = "8d0e6c1a-2b3c-4d5e-8f6a-7b8c9d0e1f2a"
 CONTAINER = "4f" * 32
 RECORD = DeviceRecord(idle_watts=61.5, energy_counter_mj=123_456_789, boot_id=BOOT,
                       read_at=1_700_000_030.0, index=0, pci_bus_id="00000000:3B:00.0",
-                      name="NVIDIA H100 80GB HBM3", minor_number=0)
+                      name="NVIDIA H100 80GB HBM3", minor_number=0,
+                      read_at_boot_seconds=86_400.25)
 # What the sample's snapshot holds: one counter of every kind.
 SNAPSHOT = ((DeviceKey(GPU), 2436.25), (ActiveKey(GPU), 1793.5), (UnattributedKey(GPU), 12.0),
             (ProcessKey(GPU, 4100, 2500, BOOT), 1781.5), (MigKey(GPU, 1), 0.0),
             (ContainerKey(CONTAINER, GPU, None), 1781.5), (ContainerKey(CONTAINER, GPU, 1), 0.0),
-            (PodKey(POD, GPU), 1781.5))
+            (PodKey(POD, GPU), 1781.5), (ContainerIdleKey(CONTAINER, GPU, None), 420.0),
+            (PodIdleKey(POD, GPU), 420.0), (UnallocatedIdleKey(GPU), 210.5))
 
 
 def sample_dirs() -> dict[int, Path]:

@@ -8,8 +8,7 @@ the stamps seen are re-based by it.
 
 from __future__ import annotations
 
-import os
-import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +80,30 @@ def test_a_step_back_of_the_wall_clock_keeps_the_75_25_split(start_daemon, tmp_p
     b = energy(after, 2) - energy(before, 2)
     assert a / (a + b) == pytest.approx(0.75, abs=0.03), (a, b)
     assert "wall clock stepped" in daemon.log()
+
+
+def test_a_restart_across_a_step_back_counts_the_gap(start_daemon, tmp_path, faketime_library):
+    """8 s down while the wall clock stepped back 600 s: the gap's energy is bounded on the
+    boot clock, not the wall clock (there the gap looked negative, and 4,395 J drawn became
+    794 J of counter growth)."""
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = {"LD_PRELOAD": str(faketime_library), "FAKETIME_TIMESTAMP_FILE": str(offset),
+           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    host = build(tmp_path / "host", {101: (1, 1)})
+    scenario = {"devices": [device(power_watts=500)],
+                "processes": [{"pid": 101, "device": GPU}]}
+    args = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "",
+            "--runtime-socket", "", "--idle-power-watts", "100")
+    first, _ = start_simulated(start_daemon, tmp_path, scenario, host, *args, env=env)
+    before = first.wait_for(lambda s: s["node"]["accelerators"][0]["energyJoules"] > 500)
+    first.stop()
+    stopped = before["node"]["accelerators"][0]["energyJoules"]
+    offset.write_text("-600\n")
+    time.sleep(8.0)
+    second, _ = start_simulated(start_daemon, tmp_path, None, host, *args, env=env)
+    after = second.wait_for(lambda s: s["node"]["accelerators"][0]["energyJoules"]
+                            > stopped + 1000, timeout=15)
+    gained = after["node"]["accelerators"][0]["energyJoules"] - stopped
+    assert gained >= 500 * 8.0 * 0.95, gained
+    assert "added to its energy counter" in second.log()

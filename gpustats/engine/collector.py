@@ -22,7 +22,7 @@ from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
-    ActiveKey, DeviceKey, MigKey, UnattributedKey,
+    ActiveKey, DeviceKey, MigKey, UnallocatedIdleKey, UnattributedKey,
 )
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
@@ -298,6 +298,7 @@ class Housekeeper:
                       saturation: Saturation | None) -> DeviceStats:
         uuid = reading.identity.uuid
         unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
+        unallocated_watts, unallocated = settled.figures(UnallocatedIdleKey(uuid), uuid)
         return DeviceStats(
             identity=reading.identity,
             lost=reading.lost,
@@ -310,6 +311,8 @@ class Housekeeper:
             active_energy_joules=settled.total(ActiveKey(uuid)),
             unattributed_power_watts=unattributed_watts,
             unattributed_energy_joules=unattributed,
+            unallocated_idle_power_watts=unallocated_watts,
+            unallocated_idle_energy_joules=unallocated,
             power_limit_watts=reading.power_limit_watts,
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,

@@ -43,11 +43,15 @@ Owner = tuple[Hashable, ...]
 def owner_of(key: Key) -> Owner:
     """Whose existence keeps a counter: the GPU, the process, the container or the pod."""
     kind = key[0]
-    if kind in ("device", "device_active", "unattributed", "mig"):
+    if kind in ("device", "device_active", "unattributed", "unallocated_idle", "mig"):
         return ("gpu", key[1])
     if kind == "process":
         return key
-    return (kind, key[1])
+    return (_HOLDER_OF_IDLE.get(kind, kind), key[1])
+
+
+# An idle share's counter lives as long as its holder's.
+_HOLDER_OF_IDLE = {"container_idle": "container", "pod_idle": "pod"}
 
 
 class EnergyCounters:

@@ -171,7 +171,7 @@ class EnergyAccountant:
             return state, None
         if self._boot_id is None or record.boot_id != self._boot_id:
             return state, None
-        elapsed = max(0.0, self._wall() - record.read_at)
+        elapsed = self._elapsed_since(record, reading)
         gap = (now_mj - record.energy_counter_mj) / 1000.0
         bound = GLITCH_FACTOR * plausible_max_watts(reading.power_limit_watts, None,
                                                     reading.power_watts) * elapsed
@@ -183,6 +183,15 @@ class EnergyAccountant:
                  "over %.0f s); the gap is not counted", uuid, record.energy_counter_mj,
                  now_mj, elapsed)
         return state, None
+
+    def _elapsed_since(self, record: DeviceRecord, reading: DeviceReading) -> float:
+        """Seconds from the record's reading to this one, in the same boot: on the boot
+        clock where the record has it (a wall-clock step back while the daemon was down made
+        the gap look negative, and its energy was dropped), else on the wall clock."""
+        if record.read_at_boot_seconds is not None:
+            now = reading.monotonic_seconds + self._boot_offset()
+            return max(0.0, now - record.read_at_boot_seconds)
+        return max(0.0, self._wall() - record.read_at)
 
     def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None,
               reading: DeviceReading) -> float | None:
@@ -208,6 +217,8 @@ class EnergyAccountant:
             idle_watts=state.learned_idle_watts, energy_counter_mj=counter,
             boot_id=self._boot_id if counter is not None else None,
             read_at=self._wall() if counter is not None else None,
+            read_at_boot_seconds=(reading.monotonic_seconds + self._boot_offset()
+                                  if counter is not None else None),
             index=ident.index, pci_bus_id=ident.pci_bus_id, name=ident.name,
             minor_number=ident.minor_number))
 

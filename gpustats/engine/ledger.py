@@ -8,6 +8,9 @@ and tick, by construction:
 
     Σ pods (+ containers in no pod) = Σ containers = Σ processes in containers
     Σ containers + unattributed = active;  Σ MIG instances = Σ processes placed on one
+    Σ containers' idle shares + unallocated idle = energy − active (its idle)
+
+so a GPU's energy = Σ holders' (attributed + idle share) + unallocated idle + unattributed.
 
 Energy nobody can be billed for (active energy with no process, processes in no container,
 processes NVML did not list) is counted as the GPU's *unattributed* energy, never dropped and
@@ -24,11 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+from gpustats.attribution import idle_shares, instance_fractions
 from gpustats.engine.counters import EnergyCounters, Owner
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
-    ActiveKey, ContainerKey, DeviceKey, MigKey, PodKey, ProcessKey, UnattributedKey,
+    ActiveKey, ContainerIdleKey, ContainerKey, DeviceKey, MigKey, PodIdleKey, PodKey, ProcessKey,
+    UnallocatedIdleKey, UnattributedKey,
 )
 
 
@@ -111,6 +116,7 @@ class EnergyLedger:
                 continue                       # lost, or its accounting failed: kept, not grown
             settled.dt[uuid] = attribution.dt_seconds
             energy.device(reading, attribution, starts)
+            energy.share_idle(reading, attribution)
         energy.bill_containers_and_pods()
         energy.leave_unattributed(settled.dt)
         counters.advance_all(settled.tick.items())
@@ -191,6 +197,29 @@ class _TickEnergy:
             entry = ("container", cid, uuid, None)
         if entry in held:
             self._containers[entry] = self._containers.get(entry, 0.0) + joules
+
+    def share_idle(self, reading: DeviceReading, attribution: DeviceAttribution) -> None:
+        """The GPU's idle energy of the tick (its energy above none of its active), split
+        among the containers holding it (equally; by instance size on a MIG GPU), each pod
+        the sum of its containers'; what no one holds is the GPU's unallocated idle. Absent
+        while the GPU has no idle known (all of its energy is active then)."""
+        total, active = attribution.tick_energy_joules, attribution.tick_active_energy_joules
+        if total is None or active is None or attribution.idle_power_watts is None:
+            return
+        uuid, tick = reading.identity.uuid, self.tick
+        holders = [(key[1], key[3]) for key in self._held if key[2] == uuid]
+        fractions = instance_fractions(reading.identity.memory_total_bytes,
+                                       reading.mig_instances) if reading.mig_enabled else None
+        shares, unallocated = idle_shares(max(0.0, total - active), holders, fractions)
+        pods: dict[str, float] = {}
+        for (cid, gi), joules in shares.items():
+            tick[ContainerIdleKey(cid, uuid, gi)] = joules
+            pod = self._held.get(("container", cid, uuid, gi))
+            if pod is not None:
+                pods[pod] = pods.get(pod, 0.0) + joules
+        for pod, joules in pods.items():
+            tick[PodIdleKey(pod, uuid)] = joules
+        tick[UnallocatedIdleKey(uuid)] = unallocated
 
     def bill_containers_and_pods(self) -> None:
         """Each held entry's energy on a GPU whose processes are known (else absent, its

@@ -11,7 +11,7 @@ from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, claim_orde
 from gpustats.engine.ledger import Settled
 from gpustats.model.containers import ContainerIdentity, ContainerNames, ContainerUsage
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
-from gpustats.model.energy_keys import ContainerKey, PodKey
+from gpustats.model.energy_keys import ContainerIdleKey, ContainerKey, PodIdleKey, PodKey
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
 )
@@ -125,7 +125,8 @@ class Rollup:
             acc = self._accelerator(cid, key, reasons, mapped.devices, parts.memory_known,
                                     parts.by_container.get(cid, ()), parts.settled, claim,
                                     replicas.get(key) or replicas.get((key[0], None)))
-            if not reasons and acc.attributed_energy_joules is None:
+            if not reasons and acc.attributed_energy_joules is None \
+                    and acc.idle_share_energy_joules is None:
                 continue              # held before, but no counter of it is kept
             accelerators.append(acc)
             if pod_uid is not None:
@@ -254,12 +255,14 @@ class Rollup:
         # The container's share of SM time: MPS clients' percentages can add up past 100.
         utilization = min(100.0, utilization) if mine and utilization is not None else None
         watts, total = settled.figures(ContainerKey(cid, uuid, gi), uuid)
+        idle_watts, idle_total = settled.figures(ContainerIdleKey(cid, uuid, gi), uuid)
         return ContainerAccelerator(
             device_uuid=uuid, reasons=tuple(sorted(reasons)) if len(reasons) > 1 else
             tuple(reasons), gpu_instance_id=gi,
             mig_profile=devices.profiles.get(key) if gi is not None else None,
             process_memory_used_bytes=memory, compute_utilization_percent=utilization,
             attributed_power_watts=watts, attributed_energy_joules=total, claim=claim,
+            idle_share_power_watts=idle_watts, idle_share_energy_joules=idle_total,
             replicas=tuple(sorted(replicas)) if replicas else ())
 
     @staticmethod
@@ -271,11 +274,15 @@ class Rollup:
         out = {}
         for uuid in gpus:
             watts, total = settled.figures(PodKey(uid, uuid), uuid)
-            if total is not None:          # None: never counted (its GPU's processes unknown)
-                out[uuid] = PodAccelerator(uuid, watts, total, claims.get(uuid))
+            idle_watts, idle_total = settled.figures(PodIdleKey(uid, uuid), uuid)
+            if total is not None or idle_total is not None:   # None: never counted
+                out[uuid] = PodAccelerator(uuid, watts, total, claims.get(uuid),
+                                           idle_share_power_watts=idle_watts,
+                                           idle_share_energy_joules=idle_total)
         for uuid, total in history.items():
             if uuid not in out:
-                out[uuid] = PodAccelerator(uuid, None, total)
+                out[uuid] = PodAccelerator(uuid, None, total, idle_share_energy_joules=(
+                    settled.total(PodIdleKey(uid, uuid))))
         return tuple(out[k] for k in sorted(out))
 
 

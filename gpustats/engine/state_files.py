@@ -49,9 +49,12 @@ log = logging.getLogger(__name__)
 # The state dir's format. 1: counters.json alone. 2: counters.json and a journal of bare JSON
 # lines (later releases wrote checksummed lines under the same number, which 2's first releases
 # read as torn: a rollback stepped counters back). 3: FORMAT, checksummed journal lines, and
-# process keys with the boot they ran in.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# process keys with the boot they ran in. 4: counters of the holders' idle shares
+# (``container_idle``, ``pod_idle``) and of each GPU's unallocated idle (a release of 3 would
+# keep them under owners it never sees alive and drop them, a reset on rolling forward), and
+# a GPU record's ``read_at_boot_seconds``.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 FORMAT_FILE = "FORMAT"
 STATE_FILE = "counters.json"

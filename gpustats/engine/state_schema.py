@@ -42,12 +42,15 @@ class DeviceRecord:
     pci_bus_id: str | None = None
     name: str | None = None
     minor_number: int | None = None
+    # The boot clock (CLOCK_BOOTTIME) at that reading: within its boot, the time since is
+    # told from it, whatever the wall clock did meanwhile.
+    read_at_boot_seconds: float | None = None
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(DeviceRecord))
 _RECORD_TYPES = {"idle_watts": (int, float), "energy_counter_mj": (int,), "boot_id": (str,),
                  "read_at": (int, float), "index": (int,), "pci_bus_id": (str,),
-                 "name": (str,), "minor_number": (int,)}
+                 "name": (str,), "minor_number": (int,), "read_at_boot_seconds": (int, float)}
 
 
 @dataclass(frozen=True)

@@ -140,8 +140,8 @@ FAMILIES: tuple[Family, ...] = (
            "deltas), monotonic across driver reloads and restarts.",
            GPU, "joules", group="gpu", scope=DEVICE, value=_at("energy_joules")),
     Family("gpustats_node_gpu_idle_watts", GAUGE,
-           "GPU idle power: configured, or the lowest power that held for three ticks (the "
-           "highest seen until three readings are in).", GPU, "watts",
+           "GPU idle power: configured, or the lowest power that held for three idle ticks "
+           "(absent until the GPU was seen idle).", GPU, "watts",
            group="gpu", scope=DEVICE, value=_at("idle_power_watts")),
     Family("gpustats_node_gpu_active_watts", GAUGE,
            "GPU power above idle: the tick's active energy over the tick's length.", GPU,
@@ -156,6 +156,13 @@ FAMILIES: tuple[Family, ...] = (
            "GPU energy above idle that no container is billed for; with the containers' "
            "energy it adds up to the active energy.", GPU, "joules",
            group="gpu", scope=DEVICE, value=_at("unattributed_energy_joules")),
+    Family("gpustats_node_gpu_unallocated_idle_watts", GAUGE,
+           "GPU idle power no tenant held the GPU (or that part of it) for, over the tick.",
+           GPU, "watts", group="gpu", scope=DEVICE, value=_at("unallocated_idle_power_watts")),
+    Family("gpustats_node_gpu_unallocated_idle_joules", COUNTER,
+           "GPU idle energy no tenant held the GPU for; with the holders' idle shares it adds "
+           "up to the idle energy.", GPU, "joules",
+           group="gpu", scope=DEVICE, value=_at("unallocated_idle_energy_joules")),
     Family("gpustats_node_gpu_power_limit_watts", GAUGE, "Enforced GPU power limit.", GPU,
            "watts", group="gpu", scope=DEVICE, value=_at("power_limit_watts")),
     Family("gpustats_node_gpu_temperature_celsius", GAUGE, "GPU core temperature.", GPU,
@@ -243,6 +250,14 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_container_gpu_joules", COUNTER,
            "Active GPU energy attributed to a container.", CONTAINER, "joules",
            group="container", scope=CONTAINER_GPU, value=_at("attributed_energy_joules")),
+    Family("gpustats_container_gpu_idle_share_watts", GAUGE,
+           "The container's share of the idle power of a GPU (or MIG instance) it holds, "
+           "over the tick.", CONTAINER, "watts", group="container", scope=CONTAINER_GPU,
+           value=_at("idle_share_power_watts")),
+    Family("gpustats_container_gpu_idle_share_joules", COUNTER,
+           "The container's share of the idle energy of a GPU it holds: equal among its "
+           "holders, by instance size on a MIG GPU.", CONTAINER, "joules",
+           group="container", scope=CONTAINER_GPU, value=_at("idle_share_energy_joules")),
     Family("gpustats_container_gpu_memory_used_bytes", GAUGE,
            "GPU memory held by the container's processes.", CONTAINER, "bytes",
            group="container", scope=CONTAINER_GPU, value=_at("process_memory_used_bytes")),
@@ -259,6 +274,13 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_pod_gpu_joules", COUNTER,
            "Active GPU energy attributed to a pod (containers gone included).", POD, "joules",
            group="pod", scope=POD_GPU, value=_at("attributed_energy_joules")),
+    Family("gpustats_pod_gpu_idle_share_watts", GAUGE,
+           "The pod's share of the idle power of a GPU its containers hold, over the tick.",
+           POD, "watts", group="pod", scope=POD_GPU, value=_at("idle_share_power_watts")),
+    Family("gpustats_pod_gpu_idle_share_joules", COUNTER,
+           "The pod's share of the idle energy of a GPU its containers hold (containers gone "
+           "included).", POD, "joules", group="pod", scope=POD_GPU,
+           value=_at("idle_share_energy_joules")),
     Family("container_accelerator_duty_cycle", GAUGE,
            "Percent of time over the past sample period during which the accelerator was "
            "actively processing.", CADVISOR,

@@ -69,6 +69,7 @@ class ContainerRow:
     container_is_id: bool
     instance: str       # MIG instance, or "" for a whole GPU
     power: str
+    idle_share: str     # its share of the GPU's idle power, as one of its holders
     compute: str
     memory: str
     energy: str
@@ -94,6 +95,7 @@ class PodRow:
     namespace: str
     gpus: str
     power: str
+    idle_share: str
     energy: str
 
 
@@ -182,6 +184,7 @@ def _container_row(pod: PodStats | None, container: ContainerStats, acc: Contain
         container=_shown(container.name) or _short_id(container.container_id),
         container_is_id=container.name is None, instance=instance,
         power=format_watts(acc.attributed_power_watts),
+        idle_share=format_watts(acc.idle_share_power_watts),
         compute=format_percent(acc.compute_utilization_percent),
         memory=format_bytes(acc.process_memory_used_bytes),
         energy=format_joules(acc.attributed_energy_joules))
@@ -221,6 +224,7 @@ def _present_sum(values: list[float | None]) -> float | None:
 def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, PodRow]:
     """(the pod's attributed watts, -1 when unknown, for ordering; its row)."""
     power = _present_sum([a.attributed_power_watts for a in pod.accelerators])
+    idle = _present_sum([a.idle_share_power_watts for a in pod.accelerators])
     energy = _present_sum([a.attributed_energy_joules for a in pod.accelerators])
     gpus = sorted(index_of[a.device_uuid] for a in pod.accelerators
                   if a.device_uuid in index_of)
@@ -229,7 +233,8 @@ def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, PodRow]:
         pod_key=pod_key(name, namespace, uid, ""),
         pod=name or uid, pod_is_id=name is None,
         namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
-        power=format_watts(power), energy=format_joules(energy)))
+        power=format_watts(power), idle_share=format_watts(idle),
+        energy=format_joules(energy)))
 
 
 def _pod_rows(snapshot: Snapshot) -> tuple[PodRow, ...]:

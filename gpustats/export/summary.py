@@ -140,6 +140,8 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     _put(out, "activePowerWatts", _round(device.active_power_watts))
     _put(out, "unattributedPowerWatts", _round(device.unattributed_power_watts))
     _put(out, "unattributedEnergyJoules", _round(device.unattributed_energy_joules))
+    _put(out, "unallocatedIdlePowerWatts", _round(device.unallocated_idle_power_watts))
+    _put(out, "unallocatedIdleEnergyJoules", _round(device.unallocated_idle_energy_joules))
     _put(out, "powerLimitWatts", _round(device.power_limit_watts))
     _put(out, "temperatureCelsius", device.temperature_celsius)
     _put(out, "sharingMode", device.sharing_mode)
@@ -175,6 +177,8 @@ def container_accelerator_dict(acc: ContainerAccelerator, device: DeviceStats | 
     _put(out, "computeUtilization", _round(acc.compute_utilization_percent, 2))
     _put(out, "attributedPowerWatts", _round(acc.attributed_power_watts))
     _put(out, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
+    _put(out, "idleSharePowerWatts", _round(acc.idle_share_power_watts))
+    _put(out, "idleShareEnergyJoules", _round(acc.idle_share_energy_joules))
     _put(out, "gpuInstanceId", acc.gpu_instance_id)
     _put(out, "migProfile", shown_or_none(acc.mig_profile))
     if acc.claim is not None:
@@ -243,6 +247,8 @@ def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: fl
             entry: dict[str, Any] = {"id": shown(acc.device_uuid)}
             _put(entry, "attributedPowerWatts", _round(acc.attributed_power_watts))
             _put(entry, "attributedEnergyJoules", _round(acc.attributed_energy_joules))
+            _put(entry, "idleSharePowerWatts", _round(acc.idle_share_power_watts))
+            _put(entry, "idleShareEnergyJoules", _round(acc.idle_share_energy_joules))
             if acc.claim is not None:
                 entry["claim"] = _claim_ref(acc.claim)
             accs.append(entry)

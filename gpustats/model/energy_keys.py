@@ -108,5 +108,43 @@ class PodKey(tuple):
         return tuple.__new__(cls, ("pod", pod_uid, device_uuid))
 
 
-__all__ = ["ActiveKey", "ContainerKey", "DeviceKey", "MigKey", "PodKey", "ProcessKey",
-           "UnattributedKey"]
+class ContainerIdleKey(tuple):
+    """A container's share of the idle energy of a GPU (or GPU instance) it holds."""
+
+    __slots__ = ()
+    kind = "container_idle"
+    container_id = property(itemgetter(1))
+    device_uuid = property(itemgetter(2))
+    gpu_instance_id = property(itemgetter(3))
+
+    def __new__(cls, container_id: str, device_uuid: str,
+                gpu_instance_id: int | None) -> "ContainerIdleKey":
+        return tuple.__new__(cls, ("container_idle", container_id, device_uuid,
+                                   gpu_instance_id))
+
+
+class PodIdleKey(tuple):
+    """A pod's share of a GPU's idle energy (its containers', those gone included)."""
+
+    __slots__ = ()
+    kind = "pod_idle"
+    pod_uid = property(itemgetter(1))
+    device_uuid = property(itemgetter(2))
+
+    def __new__(cls, pod_uid: str, device_uuid: str) -> "PodIdleKey":
+        return tuple.__new__(cls, ("pod_idle", pod_uid, device_uuid))
+
+
+class UnallocatedIdleKey(tuple):
+    """The GPU's idle energy no tenant held it for."""
+
+    __slots__ = ()
+    kind = "unallocated_idle"
+    device_uuid = property(itemgetter(1))
+
+    def __new__(cls, device_uuid: str) -> "UnallocatedIdleKey":
+        return tuple.__new__(cls, ("unallocated_idle", device_uuid))
+
+
+__all__ = ["ActiveKey", "ContainerIdleKey", "ContainerKey", "DeviceKey", "MigKey", "PodIdleKey",
+           "PodKey", "ProcessKey", "UnallocatedIdleKey", "UnattributedKey"]

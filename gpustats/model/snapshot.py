@@ -44,6 +44,9 @@ class DeviceStats:
     # container, or processes unknown): active = Σ containers + unattributed.
     unattributed_power_watts: float | None = None
     unattributed_energy_joules: float | None = None
+    # Idle power and energy no tenant held the GPU for: idle = Σ holders' idle shares + this.
+    unallocated_idle_power_watts: float | None = None
+    unallocated_idle_energy_joules: float | None = None
     power_limit_watts: float | None = None
     temperature_celsius: int | None = None
     sharing_mode: str | None = None
@@ -81,6 +84,9 @@ class ContainerAccelerator:
     compute_utilization_percent: float | None = None
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
+    # Its share of the GPU's (or instance's) idle, as one of the tenants holding it
+    idle_share_power_watts: float | None = None
+    idle_share_energy_joules: float | None = None   # cumulative
     claim: ClaimDevice | None = None                # the DRA claim that allocated it
     replicas: tuple[int, ...] = ()     # device-plugin replicas held (time-slicing/MPS ``::N``)
 
@@ -103,6 +109,8 @@ class PodAccelerator:
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative, includes gone containers
     claim: ClaimDevice | None = None
+    idle_share_power_watts: float | None = None
+    idle_share_energy_joules: float | None = None   # cumulative, includes gone containers
 
 
 @record

@@ -51,13 +51,18 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
     """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
 
     def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, driver_state: str | None = None):
+                 wall: Callable[[], float] = time.time, driver_state: str | None = None,
+                 boot_clock: Callable[[], float] = lambda: time.clock_gettime(
+                     time.CLOCK_BOOTTIME)):
         self._path = scenario_path
         self._driver_state = driver_state      # energy counters kept across daemon restarts
         self._driver_writer = DriverStateWriter(driver_state) if driver_state else None
         self._driver_saved_at: float | None = None
         self._monotonic = monotonic
         self._wall = wall
+        # The driver's counters run in hardware: what they gained while no daemon ran is told
+        # from the boot clock, which wall-clock steps do not move.
+        self._boot_clock = boot_clock
         self._lock = threading.Lock()
         # Event waits block on this (with the lock); a reload or a queued event wakes them.
         self._wake = threading.Condition(self._lock)
@@ -188,7 +193,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         if state is None or state[1] != self._scenario.driver_reloads:
             return
         saved_at, _, energy = state
-        elapsed = max(0.0, self._wall() - saved_at)
+        elapsed = max(0.0, self._boot_clock() - saved_at)
         for device in self._scenario.devices:
             if device.uuid in energy:
                 # A device with an idle cycle gains its mean power: the phase it was in while
@@ -204,7 +209,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._driver_saved_at = now
         for device in self._scenario.devices:
             self._advance_device(device, now)     # every counter as of the saved time
-        self._driver_writer.save(self._wall(), self._scenario.driver_reloads,
+        self._driver_writer.save(self._boot_clock(), self._scenario.driver_reloads,
                                  dict(self._energy_mj))
 
     def _advance(self, device: SimDevice | None = None) -> float:

@@ -66,7 +66,8 @@ _DEVICE = {
         "index": _U64, "minorNumber": _U64, "pciBusId": {"type": "string"},
         "lost": {"type": "boolean"}, "powerWatts": _NUM, "energyJoules": _NUM,
         "idlePowerWatts": _NUM, "activePowerWatts": _NUM, "unattributedPowerWatts": _NUM,
-        "unattributedEnergyJoules": _NUM, "powerLimitWatts": _NUM,
+        "unattributedEnergyJoules": _NUM, "unallocatedIdlePowerWatts": _NUM,
+        "unallocatedIdleEnergyJoules": _NUM, "powerLimitWatts": _NUM,
         "temperatureCelsius": {"type": "integer"},
         "sharingMode": {"type": "string", "enum": ["exclusive", "time-slicing", "mps", "mig"]},
         "migInstances": {"type": "array", "items": _MIG_INSTANCE},
@@ -87,7 +88,8 @@ _CONTAINER_ACCELERATOR = {
     "type": "object", "required": ["make", "id"],
     "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
                    "computeUtilization": _NUM, "attributedPowerWatts": _NUM,
-                   "attributedEnergyJoules": _NUM, "gpuInstanceId": _U64,
+                   "attributedEnergyJoules": _NUM, "idleSharePowerWatts": _NUM,
+                   "idleShareEnergyJoules": _NUM, "gpuInstanceId": _U64,
                    "migProfile": {"type": "string"},
                    # A MIG tenant's entry is its MIG device (id MIG-…); this is the GPU's UUID.
                    "parentId": {"type": "string"}, **_CLAIM_KEYS},
@@ -120,7 +122,8 @@ _POD = {
         "accelerators": {"type": "array", "items": {
             "type": "object", "required": ["id"],
             "properties": {"id": {"type": "string"}, "attributedPowerWatts": _NUM,
-                           "attributedEnergyJoules": _NUM, "claim": _CLAIM_REF}}},
+                           "attributedEnergyJoules": _NUM, "idleSharePowerWatts": _NUM,
+                           "idleShareEnergyJoules": _NUM, "claim": _CLAIM_REF}}},
     },
 }
 _SUMMARY = {
