@@ -1,5 +1,7 @@
 """Hostile peers for the soak: idle sockets, trickling sockets, large POSTs, smuggled requests,
-pipelining clients that read nothing or a trickle, and probes.
+pipelining clients that read nothing or a trickle, and probes. The hostile sources the daemon
+itself calls live beside them, one module each: a kubelet whose pod-resources reply is huge
+(``bench/hostile_kubelet.py``) and a dcgm-exporter serving 30 MB (``bench/hostile_exporter.py``).
 
 Each attacker is a thread bounded by a stop event; sockets the server closes are re-opened, so
 the pressure holds for the whole run. The probe times ``/healthz`` (and ``/readyz``) on fresh
@@ -33,6 +35,22 @@ class _Attacker(abc.ABC):
     @abc.abstractmethod
     def run(self) -> None: ...
 
+    def keep_open(self, count: int, open_socket, closed, every: float = 1.0) -> None:
+        """``count`` sockets from ``open_socket`` held until the stop; every ``every`` seconds
+        one that ``closed`` finds closed by the server (or that could not be opened) is opened
+        again, counted in ``reopened``."""
+        socks = [open_socket() for _ in range(count)]
+        while not self.stop.wait(every):
+            for i, s in enumerate(socks):
+                if s is None or closed(s):
+                    if s is not None:
+                        s.close()
+                    socks[i] = open_socket()
+                    self.reopened += 1
+        for s in socks:
+            if s is not None:
+                s.close()
+
 
 class IdleSockets(_Attacker):
     """``count`` connections that never send a byte; re-opened when the server drops them."""
@@ -43,26 +61,7 @@ class IdleSockets(_Attacker):
         self.reopened = 0
 
     def run(self) -> None:
-        socks = [self.connect() for _ in range(self.count)]
-        while not self.stop.wait(1.0):
-            for i, s in enumerate(socks):
-                dropped = s is None
-                if s is not None:
-                    s.setblocking(False)
-                    try:
-                        dropped = s.recv(1) == b""
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        dropped = True
-                if dropped:
-                    if s is not None:
-                        s.close()
-                    socks[i] = self.connect()
-                    self.reopened += 1
-        for s in socks:
-            if s is not None:
-                s.close()
+        self.keep_open(self.count, self.connect, lambda s: read_closed(s, 1))
 
 
 class TricklingSockets(_Attacker):
@@ -179,16 +178,13 @@ class Smuggler(_Attacker):
                 self.other += 1
 
 
-class PipelinedNonReaders(_Attacker):
-    """``count`` connections with a small receive buffer, each sending one packet of
-    ``depth`` pipelined ``GET path`` requests and then never reading; re-opened when the
-    server closes them. Against a server whose workers wait for a client to read, every
-    worker ends up parked on one of them."""
+class _Pipeliner(_Attacker):
+    """``count`` connections, each sending ``depth`` pipelined ``GET path`` requests in one
+    go as it opens (a receive buffer of ``receive_buffer`` bytes where given)."""
 
-    RECEIVE_BUFFER = 4096
+    receive_buffer: int | None = None
 
-    def __init__(self, port: int, stop: threading.Event, count: int = 8, depth: int = 330,
-                 path: str = "/metrics"):
+    def __init__(self, port: int, stop: threading.Event, count: int, depth: int, path: str):
         super().__init__(port, stop)
         self.count = count
         self.request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * depth
@@ -197,7 +193,8 @@ class PipelinedNonReaders(_Attacker):
 
     def open(self) -> socket.socket | None:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RECEIVE_BUFFER)
+        if self.receive_buffer is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         s.settimeout(2)
         try:
             s.connect(("127.0.0.1", self.port))
@@ -208,68 +205,47 @@ class PipelinedNonReaders(_Attacker):
         self.sent_bytes += len(self.request)
         return s
 
+
+class PipelinedNonReaders(_Pipeliner):
+    """Connections with a 4 KB receive buffer, each sending one packet of ``depth``
+    pipelined requests and then never reading; re-opened when the server closes them. Against
+    a server whose workers wait for a client to read, every worker ends up parked on one."""
+
+    receive_buffer = 4096
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 8, depth: int = 330,
+                 path: str = "/metrics"):
+        super().__init__(port, stop, count, depth, path)
+
     def run(self) -> None:
-        socks = [self.open() for _ in range(self.count)]
-        while not self.stop.wait(1.0):
-            for i, s in enumerate(socks):
-                if s is None or closed_by_peer(s):
-                    if s is not None:
-                        s.close()
-                    socks[i] = self.open()
-                    self.reopened += 1
-        for s in socks:
-            if s is not None:
-                s.close()
+        self.keep_open(self.count, self.open, closed_by_peer)
 
 
-class PipelinedSlowReaders(_Attacker):
-    """``count`` connections, each pipelining ``depth`` requests for a small body (copied
-    into the server's output buffer, not shared) and reading ``read_bytes`` every ``every``
-    seconds to look alive; re-opened when the server closes them."""
+class PipelinedSlowReaders(_Pipeliner):
+    """Connections each pipelining ``depth`` requests for a small body (copied into the
+    server's output buffer, not shared) and reading ``read_bytes`` every ``every`` seconds
+    to look alive; re-opened when the server closes them."""
 
     def __init__(self, port: int, stop: threading.Event, count: int = 24, depth: int = 273,
                  path: str = "/openapi.json", read_bytes: int = 2048, every: float = 2.0):
-        super().__init__(port, stop)
-        self.count = count
-        self.request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * depth
+        super().__init__(port, stop, count, depth, path)
         self.read_bytes = read_bytes
         self.every = every
-        self.sent_bytes = 0
-        self.reopened = 0
-
-    def open(self) -> socket.socket | None:
-        s = self.connect()
-        if s is None:
-            return None
-        try:
-            s.sendall(self.request)
-        except OSError:
-            s.close()
-            return None
-        self.sent_bytes += len(self.request)
-        return s
 
     def run(self) -> None:
-        socks = [self.open() for _ in range(self.count)]
-        while not self.stop.wait(self.every):
-            for i, s in enumerate(socks):
-                alive = s is not None
-                if s is not None:
-                    s.setblocking(False)
-                    try:
-                        alive = s.recv(self.read_bytes) != b""
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        alive = False
-                if not alive:
-                    if s is not None:
-                        s.close()
-                    socks[i] = self.open()
-                    self.reopened += 1
-        for s in socks:
-            if s is not None:
-                s.close()
+        self.keep_open(self.count, self.open, lambda s: read_closed(s, self.read_bytes),
+                       self.every)
+
+
+def read_closed(sock: socket.socket, size: int) -> bool:
+    """Reads up to ``size`` bytes without waiting; whether the server closed ``sock``."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(size) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def closed_by_peer(sock: socket.socket) -> bool:

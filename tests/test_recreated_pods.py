@@ -110,6 +110,15 @@ def watch_one_db_pod(daemon, last: dict, seconds: float) -> dict:
     return last
 
 
+def recreate(cgroup, proc, logs, daemon, path) -> None:
+    """The new ``ml/db-0`` started, named and running on the GPU until it is billed."""
+    start_pod(cgroup, proc, NEW, NEW_PID)
+    name_pod(logs, NEW)
+    write_scenario(path, holding(NEW_PID))
+    daemon.wait_for(lambda s: any(p["podRef"]["uid"] == pod_uid(NEW) and pod_energy(p) > 20
+                                  for p in s["pods"]))
+
+
 def test_a_recreated_pod_is_listed_once_the_new_one(start_daemon, tmp_path):
     """``ml/db-0`` is deleted (its process and cgroups go) and re-created with a new UID on
     the same GPU: ``pods[]`` lists it once, by the new UID; the old pod's energy stays in
@@ -118,11 +127,7 @@ def test_a_recreated_pod_is_listed_once_the_new_one(start_daemon, tmp_path):
     old_total = pod_joules(last, pod_uid(OLD))
     shutil.rmtree(pod_dir(cgroup, OLD))
     shutil.rmtree(proc / str(OLD_PID))
-    start_pod(cgroup, proc, NEW, NEW_PID)
-    name_pod(logs, NEW)
-    write_scenario(path, holding(NEW_PID))
-    daemon.wait_for(lambda s: any(p["podRef"]["uid"] == pod_uid(NEW) and pod_energy(p) > 20
-                                  for p in s["pods"]))
+    recreate(cgroup, proc, logs, daemon, path)
     last = watch_one_db_pod(daemon, last, 2.0)
     assert pod_joules(last, pod_uid(OLD)) >= old_total
     assert pod_joules(last, pod_uid(NEW)) > 20
@@ -134,11 +139,7 @@ def test_while_both_pods_exist_the_newer_is_listed(start_daemon, tmp_path):
     cgroup, proc, logs, daemon, path, last = billed_old_pod(start_daemon, tmp_path)
     shutil.rmtree(cgroup / container_cgroup(pod_uid(OLD), container_id(OLD)))
     shutil.rmtree(proc / str(OLD_PID))
-    start_pod(cgroup, proc, NEW, NEW_PID)
-    name_pod(logs, NEW)
-    write_scenario(path, holding(NEW_PID))
-    daemon.wait_for(lambda s: any(p["podRef"]["uid"] == pod_uid(NEW) and pod_energy(p) > 20
-                                  for p in s["pods"]))
+    recreate(cgroup, proc, logs, daemon, path)
     assert pod_dir(cgroup, OLD).is_dir()
     watch_one_db_pod(daemon, last, 1.5)
 
