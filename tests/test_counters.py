@@ -672,3 +672,23 @@ def test_owners_without_counters_are_not_remembered():
     counters.advance(("container", "gpu-user", "GPU-a", None), 1.0)
     counters.mark_alive([("container", "gpu-user")])
     assert counters._seen == {("container", "gpu-user"): counters._seen[("container", "gpu-user")]}
+
+
+def test_a_wall_clock_step_neither_expires_nor_keeps_owners(monkeypatch):
+    """Retention counts on the wall time of the start advanced by the monotonic clock: a
+    step of the wall clock forward past the retention does not drop a live pod's totals."""
+    import gpustats.engine.counters as module
+
+    class Clocks:
+        wall, mono = 1_700_000_000.0, 100.0
+
+    monkeypatch.setattr(module.time, "time", lambda: Clocks.wall)
+    monkeypatch.setattr(module.time, "monotonic", lambda: Clocks.mono)
+    counters = module.EnergyCounters(retention_seconds=60.0)
+    counters.advance(("pod", "u1", "GPU-a"), 5.0)
+    Clocks.mono += 10.0
+    Clocks.wall += 10.0 + 3600.0               # an NTP step forward of an hour
+    assert counters.expire() == 0
+    assert counters.value(("pod", "u1", "GPU-a")) == 5.0
+    Clocks.mono += 61.0                          # really gone for longer than the retention
+    assert counters.expire() == 1

@@ -54,9 +54,18 @@ def owner_of(key: Key) -> Owner:
 _HOLDER_OF_IDLE = {"container_idle": "container", "pod_idle": "pod"}
 
 
+def steady_wall() -> Callable[[], float]:
+    """Wall time as it was at the start, advanced by the monotonic clock since: what the
+    counters' retention and expiry count on, so a step of the wall clock while the daemon runs
+    neither expires every owner at once (a step forward past the retention) nor keeps the
+    gone ones for as long as the step (a step back)."""
+    base_wall, base_monotonic = time.time(), time.monotonic()
+    return lambda: base_wall + (time.monotonic() - base_monotonic)
+
+
 class EnergyCounters:
     def __init__(self, *, retention_seconds: float = 3600.0,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] | None = None):
         self._values: dict[Key, float] = {}
         self._seen: dict[Owner, float] = {}           # owner -> last time it existed
         self._devices: dict[str, DeviceRecord] = {}
@@ -64,7 +73,7 @@ class EnergyCounters:
         self._dirty_devices: set[str] = set()
         self._sequence = 0                            # journal lines written (or replayed)
         self._retention = retention_seconds
-        self._wall = wall
+        self._wall = wall if wall is not None else steady_wall()
         self._lock = threading.Lock()
         self._writing = threading.Lock()             # one writer of the state files at a time
         self._files: StateFiles | None = None
