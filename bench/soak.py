@@ -164,7 +164,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
 
     write_scenario(0)
     health_port = _free_port()
-    peers: list = []
+    stop_peers: list = []           # how each hostile source is stopped
     sources = ["--pod-resources-socket", "", "--runtime-socket", ""]
     if attackers:
         # A kubelet answering 2,000 pods x 50 GPU replicas, and a dcgm-exporter serving 30 MB
@@ -172,7 +172,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         kubelet = HostileKubelet(workdir / "kubelet.sock", hostile_reply()).start()
         exporter = HostileExporter(threading.Event()).start()
         exporter.arm()
-        peers = [kubelet, exporter]
+        stop_peers = [kubelet.stop, exporter.close]
         sources = ["--pod-resources-socket", kubelet.socket_path, "--runtime-socket", "",
                    "--dcgm-exporter-url", exporter.url]
     daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
@@ -243,8 +243,8 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
             attack_report.update(hostile_sources(daemon.port))
         churner.stop()
         daemon.stop()
-        for peer in peers:
-            (peer.stop if isinstance(peer, HostileKubelet) else peer.close)()
+        for stop_peer in stop_peers:
+            stop_peer()
     after_warm = [s for s in samples if s["t"] >= warmup] or samples
     rss_warm = median_rss(after_warm[:5]) if after_warm else rss_warm
     rss_end = median_rss(samples[-5:])

@@ -365,15 +365,14 @@ def idle_shares(idle_joules: float, holders: Iterable[Holder],
     the unallocated rest always add up to ``idle_joules``.
     """
     entries = sorted(set(holders), key=lambda h: (h[0], -1 if h[1] is None else h[1]))
-    shares: dict[Holder, float] = {}
     if not _finite(idle_joules) or idle_joules <= 0:
         return {h: 0.0 for h in entries}, 0.0
-    whole = [h for h in entries if h[1] is None]
     if not instance_fractions:
-        everyone = whole + [h for h in entries if h[1] is not None]
-        if not everyone:
+        if not entries:
             return {}, idle_joules
-        return {h: idle_joules / len(everyone) for h in everyone}, 0.0
+        return {h: idle_joules / len(entries) for h in entries}, 0.0
+    shares: dict[Holder, float] = {}
+    whole = [h for h in entries if h[1] is None]
     rest = idle_joules
     for gi, fraction in sorted(instance_fractions.items()):
         members = [h for h in entries if h[1] == gi]

@@ -82,7 +82,7 @@ def test_node_cpu_and_boot_time_come_from_the_proc_root(tmp_path, in_process_dae
     opened.clear()
     node = daemon.housekeeper.tick().node
     assert node.start_time == 1111111111.0
-    from gpustats.sources.node import _CLOCK_TICKS as HZ
+    from gpustats.sources.node import CLOCK_TICKS_PER_SECOND as HZ
     assert node.cpu.usage_core_nano_seconds == 500 * 1_000_000_000 // HZ
     assert f"{proc}/stat" in opened
     assert [p for p in opened if p == "/proc" or p.startswith("/proc/")] == []

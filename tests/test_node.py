@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpustats.hostfs import HostRoots
 from gpustats.sources.errors import CollectionErrors
-from gpustats.sources.node import _CLOCK_TICKS as HZ
+from gpustats.sources.node import CLOCK_TICKS_PER_SECOND as HZ
 from gpustats.sources.node import NodeReader
 from tests.support.clock import Clock
 

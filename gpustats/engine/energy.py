@@ -22,7 +22,6 @@ Counters are advanced by the energy ledger (``gpustats.engine.ledger``), from wh
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from gpustats.attribution import (
 from gpustats.engine.counters import DeviceRecord, EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
+from gpustats.sources.node import CLOCK_TICKS_PER_SECOND
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,6 @@ def boot_clock_offset() -> float:
     """Seconds from the monotonic clock to the boot clock (the time a process's start in
     ``/proc/<pid>/stat`` counts from, which also runs while the host is suspended)."""
     return time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()
-
-
-CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
 class EnergyAccountant:
@@ -146,7 +143,7 @@ class EnergyAccountant:
         if not dt > 0:
             return {}
         uuid = reading.identity.uuid
-        ended_at = reading.monotonic_seconds + self._boot_offset()   # on the boot clock
+        ended_at = self._on_boot_clock(reading)
         lived = {}
         for p in reading.processes:
             start = starts.get((uuid, p.pid))
@@ -184,13 +181,17 @@ class EnergyAccountant:
                  now_mj, elapsed)
         return state, None
 
+    def _on_boot_clock(self, reading: DeviceReading) -> float:
+        """When ``reading`` was taken, on the boot clock (what process start times and the
+        records of earlier runs in this boot count on)."""
+        return reading.monotonic_seconds + self._boot_offset()
+
     def _elapsed_since(self, record: DeviceRecord, reading: DeviceReading) -> float:
         """Seconds from the record's reading to this one, in the same boot: on the boot
         clock where the record has it (a wall-clock step back while the daemon was down made
         the gap look negative, and its energy was dropped), else on the wall clock."""
         if record.read_at_boot_seconds is not None:
-            now = reading.monotonic_seconds + self._boot_offset()
-            return max(0.0, now - record.read_at_boot_seconds)
+            return max(0.0, self._on_boot_clock(reading) - record.read_at_boot_seconds)
         return max(0.0, self._wall() - record.read_at)
 
     def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None,
@@ -217,8 +218,7 @@ class EnergyAccountant:
             idle_watts=state.learned_idle_watts, energy_counter_mj=counter,
             boot_id=self._boot_id if counter is not None else None,
             read_at=self._wall() if counter is not None else None,
-            read_at_boot_seconds=(reading.monotonic_seconds + self._boot_offset()
-                                  if counter is not None else None),
+            read_at_boot_seconds=self._on_boot_clock(reading) if counter is not None else None,
             index=ident.index, pci_bus_id=ident.pci_bus_id, name=ident.name,
             minor_number=ident.minor_number))
 

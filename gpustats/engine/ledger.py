@@ -137,6 +137,7 @@ class _TickEnergy:
         self.alive: list[Owner] = []
         self._owner_of = holdings.process_owner
         self._held = holdings.held
+        self._holders: dict[str, list[tuple[str, int | None]]] | None = None
         # Each container entry's energy this tick (looked up by the plain tuple, equal to the
         # typed key ``held`` is keyed by), and the GPUs whose processes are all known.
         self._containers: dict[tuple, float] = {}
@@ -207,7 +208,7 @@ class _TickEnergy:
         if total is None or active is None or attribution.idle_power_watts is None:
             return
         uuid, tick = reading.identity.uuid, self.tick
-        holders = [(key[1], key[3]) for key in self._held if key[2] == uuid]
+        holders = self._holders_by_gpu().get(uuid, ())
         fractions = instance_fractions(reading.identity.memory_total_bytes,
                                        reading.mig_instances) if reading.mig_enabled else None
         shares, unallocated = idle_shares(max(0.0, total - active), holders, fractions)
@@ -220,6 +221,14 @@ class _TickEnergy:
         for pod, joules in pods.items():
             tick[PodIdleKey(pod, uuid)] = joules
         tick[UnallocatedIdleKey(uuid)] = unallocated
+
+    def _holders_by_gpu(self) -> dict[str, list[tuple[str, int | None]]]:
+        """(container, GPU instance) of each held entry, by GPU: grouped once a tick."""
+        if self._holders is None:
+            self._holders = {}
+            for key in self._held:
+                self._holders.setdefault(key[2], []).append((key[1], key[3]))
+        return self._holders
 
     def bill_containers_and_pods(self) -> None:
         """Each held entry's energy on a GPU whose processes are known (else absent, its

@@ -22,7 +22,7 @@ from gpustats.sources.cgroup_stats import CpuRateTracker
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.psutil_root import require_proc_root
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 # psutil's system-wide CPU times (seconds, from the ``cpu`` line of <proc>/stat) that are
@@ -30,7 +30,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
 
 
-def busy_ticks(times: object, ticks_per_second: int = _CLOCK_TICKS) -> int:
+def busy_ticks(times: object, ticks_per_second: int = CLOCK_TICKS_PER_SECOND) -> int:
     """Busy CPU clock ticks across all CPUs, from ``psutil.cpu_times()``.
 
     psutil divides the kernel's tick counts by the tick rate; multiplying back and rounding
@@ -164,7 +164,7 @@ class NodeReader:
             self.boot_time, self._boot_read_at = boot, at
         if busy is not None:
             cpu = self._cpu.stats("node", now, at,
-                                  busy * 1_000_000_000 // _CLOCK_TICKS)
+                                  busy * 1_000_000_000 // CLOCK_TICKS_PER_SECOND)
         meminfo = read_text(self._roots.proc_path("meminfo"), report)
         memory = None
         if meminfo is not None:

@@ -78,6 +78,11 @@ class _SweepMemory:
     mig_enabled: bool | None = None
     mig_instances: list[MigInstance] = field(default_factory=list)
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
+    mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
+    lost: bool = False
+    # (identity read at session open, memory total, that identity with the total): the same
+    # object tick after tick while neither changes, not a copy each tick.
+    identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
 
     def rebase_samples(self, step_us: int) -> None:
         """The wall clock stepped by ``step_us``: the sample times seen move with it, so the
@@ -88,11 +93,6 @@ class _SweepMemory:
         seen = self.sample_timestamp_by_pid
         for pid, stamp in seen.items():
             seen[pid] = max(0, stamp + step_us)
-    mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
-    lost: bool = False
-    # (identity read at session open, memory total, that identity with the total): the same
-    # object tick after tick while neither changes, not a copy each tick.
-    identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
 
 
 def _sampled_only(processes: tuple[ProcessReading, ...],

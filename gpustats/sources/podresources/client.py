@@ -246,10 +246,7 @@ class _ReplyReader:
 
     def _gpu_devices(self, start: int, end: int, items: list[_Held]) -> None:
         """One ``ContainerDevices``: its device IDs when its resource is ``nvidia.com/``."""
-        resource = None
-        for number, s, e in self._walk(start, end):
-            if number == 1:
-                resource = (s, e)
+        resource = self._last(start, end, 1)
         if resource is None or not self._data.startswith(GPU_RESOURCE_PREFIX, *resource):
             return
         resource_name = self._text(resource)
@@ -305,11 +302,16 @@ class _ReplyReader:
             cdi_devices=tuple(cdi_devices))
 
     def _cdi_device_name(self, start: int, end: int) -> str:
-        name = _NO_TEXT
+        return self._text(self._last(start, end, 1) or _NO_TEXT)
+
+    def _last(self, start: int, end: int, wanted: int) -> _Span | None:
+        """The last occurrence of field ``wanted`` in a message (as protobuf reads a singular
+        field given twice); ``None`` when it is not given."""
+        found = None
         for number, s, e in self._walk(start, end):
-            if number == 1:
-                name = (s, e)
-        return self._text(name)
+            if number == wanted:
+                found = (s, e)
+        return found
 
 
 def allocations_from_reply(data: bytes,
