@@ -177,7 +177,7 @@ class Rollup:
                 accelerators=self._pod_accelerators(uid, gpus or (), parts.settled,
                                                     history or {}, parts.pod_claims.get(uid, {}))
                 if gpus or history else (),         # no GPU now or before: none to list
-                superseded_by=instead.get(uid)))
+                superseded_by=instead.get(uid), ended=uid not in live))
         for known in (self._pod_names, self._first_seen):
             for gone in known.keys() - stats_by_pod.keys():
                 del known[gone]

@@ -125,6 +125,9 @@ class PodStats:
     # under its name, as a StatefulSet's are); None: this one is listed. Its counters are
     # served all the same.
     superseded_by: str | None = None
+    # The pod has ended (no cgroup, no container left) and is kept while its counters are
+    # retained: served in /metrics, listed nowhere a live pod is.
+    ended: bool = False
 
 
 @record
@@ -155,10 +158,10 @@ class Snapshot:
     status: DaemonStatus = DaemonStatus()
 
     def listed_pods(self) -> tuple[PodStats, ...]:
-        """The pods a view keyed by namespace/name lists (the Summary API, the page): at most
-        one per namespace/name, as the kubelet lists them; ``pods`` holds every pod whose
-        counters are served."""
-        return tuple(p for p in self.pods if p.superseded_by is None)
+        """The pods a view keyed by namespace/name lists (the Summary API, the page): live
+        ones, at most one per namespace/name, as the kubelet lists them; ``pods`` holds every
+        pod whose counters are served."""
+        return tuple(p for p in self.pods if p.superseded_by is None and not p.ended)
 
     def containers_with_pods(self) -> Iterator[tuple[PodStats | None, ContainerStats]]:
         """Every container with the pod it runs in: the pods' containers in pod order, then
