@@ -111,7 +111,7 @@ class Daemon:
         # Applied to every config this daemon resolves again (SIGHUP): the demo's own node.
         self._adjust_config = adjust_config or (lambda c: c)
         self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
-                               cgroup=config.cgroup_root)
+                               cgroup=config.cgroup_root, host=config.host_root)
         use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
         self.errors = CollectionErrors()
         self.store = SnapshotStore()

@@ -110,6 +110,13 @@ def _optional_directory(value: Any) -> str | None:
     return text.rstrip("/") or "/"
 
 
+def _directory(value: Any) -> str:
+    path = _optional_directory(value)
+    if path is None:
+        raise ValueError("must not be empty")
+    return path
+
+
 def _url(value: Any) -> str | None:
     text = _scalar(value)
     if not text:
@@ -291,6 +298,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("sysfs_root", _text, "/sys", "where sysfs is mounted", "PATH"),
     Option("proc_root", _text, "/proc", "where the host's procfs is mounted", "PATH"),
     Option("cgroup_root", _text, "/sys/fs/cgroup", "where the cgroup hierarchies are mounted", "PATH"),
+    Option("host_root", _directory, "/",
+           "where the host's root filesystem is mounted, read for user names (etc/passwd) and "
+           "the names of Docker and Podman containers (their metadata under var/lib)", "PATH"),
     Option("pod_resources_socket", _optional_text, "/var/lib/kubelet/pod-resources/kubelet.sock",
            "kubelet pod-resources gRPC socket (empty: off)", "PATH"),
     Option("runtime_socket", _optional_text, None,
@@ -396,6 +406,7 @@ class Config:
     dcgm_hostname_label: str = "Hostname"
     demo: bool = False
     disable_metrics: tuple[str, ...] = ()
+    host_root: str = "/"
     config_file: str | None = field(default=None)
     # Options given by flag, environment or file (the rest took their default).
     explicit: frozenset[str] = field(default=frozenset())
@@ -457,8 +468,9 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 
 # What the demo brings its own of: giving one of them with --demo is refused.
-DEMO_CONFLICTS = ("simulate", "sysfs_root", "proc_root", "cgroup_root", "pod_resources_socket",
-                  "runtime_socket", "log_root", "cdi_spec_dirs", "dcgm_exporter_url")
+DEMO_CONFLICTS = ("simulate", "sysfs_root", "proc_root", "cgroup_root", "host_root",
+                  "pod_resources_socket", "runtime_socket", "log_root", "cdi_spec_dirs",
+                  "dcgm_exporter_url")
 
 
 def _check_demo(values: Mapping[str, Any], explicit: set[str]) -> None:

@@ -20,6 +20,7 @@ class HostRoots:
     sysfs: str = "/sys"
     proc: str = "/proc"
     cgroup: str = "/sys/fs/cgroup"
+    host: str = "/"          # the host's root filesystem (``/etc/passwd``, runtimes' metadata)
 
     def sys_path(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)
@@ -29,6 +30,9 @@ class HostRoots:
 
     def cgroup_path(self, *parts: str) -> str:
         return os.path.join(self.cgroup, *(p.lstrip("/") for p in parts))
+
+    def host_path(self, *parts: str) -> str:
+        return os.path.join(self.host, *(p.lstrip("/") for p in parts))
 
 
 CHUNK_BYTES = 65536

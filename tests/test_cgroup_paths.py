@@ -85,3 +85,9 @@ def test_not_containers(path):
 def test_pod_uid_not_taken_outside_kubepods():
     # "pod" + uuid-looking text in an unrelated group is not a pod
     assert parse_cgroup_path(f"/system.slice/pod{UID}") is None
+
+
+def test_a_podman_split_mode_payload_cgroup_is_its_container():
+    cid = "ab" * 32
+    info = parse_cgroup_path(f"/user.slice/libpod-{cid}.scope/libpod-payload-{cid}")
+    assert (info.container_id, info.runtime) == (cid, "podman")

@@ -15,13 +15,13 @@ import re
 from dataclasses import dataclass
 
 _CONTAINER = re.compile(
-    r"^(?:(?P<prefix>cri-containerd|crio|docker|libpod)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
+    r"^(?:(?P<prefix>cri-containerd|crio|docker|libpod-payload|libpod)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
 _CONMON = re.compile(r"^crio-conmon-[0-9a-f]{64}(?:\.scope)?$")
 _POD = re.compile(
     r"pod(?P<uid>[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
     r"(?:\.slice)?$")
 _RUNTIMES = {"cri-containerd": "containerd", "crio": "crio", "docker": "docker",
-             "libpod": "podman"}
+             "libpod": "podman", "libpod-payload": "podman"}
 QOS_CLASSES = ("burstable", "besteffort")
 
 

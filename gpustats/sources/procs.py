@@ -1,15 +1,21 @@
-"""``/proc/<pid>/cgroup`` and ``/proc/<pid>/stat``: which container a (GPU) process lives in,
-and when it started (a PID and its start time name one process; PIDs are reused)."""
+"""``/proc/<pid>/cgroup`` and ``/proc/<pid>/stat``: which container (or other tenant) a (GPU)
+process lives in, and when it started (a PID and its start time name one process; PIDs are
+reused); ``comm`` and ``status``: its command and user."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpustats.hostfs import HostRoots, Reporter, read_text
+from gpustats.hostfs import HostRoots, Reporter, read_bytes, read_text
 from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef
+from gpustats.model.tenants import KIND_JOB, TenantRef
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
+from gpustats.sources.tenant_paths import parse_tenant_path
+
+COMM_BYTES = 64          # TASK_COMM_LEN is 16; kernel threads' names may be longer (6.x)
+_PROC_FILE_BYTES = 65536
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
@@ -83,6 +89,66 @@ def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
     return None
 
 
+def parse_comm(data: bytes) -> str:
+    """``/proc/<pid>/comm``: the command, its newline stripped, at most ``COMM_BYTES`` bytes
+    (undecodable bytes replaced)."""
+    return data.removesuffix(b"\n")[:COMM_BYTES].decode("utf-8", "replace")
+
+
+def parse_real_uid(status_text: str) -> int:
+    """The real UID: the first field of ``/proc/<pid>/status``'s ``Uid:`` line (proc(5)).
+    ``ValueError`` when there is none."""
+    for line in status_text.splitlines():
+        if line.startswith("Uid:"):
+            fields = line[4:].split()
+            if fields and fields[0].isascii() and fields[0].isdigit() \
+                    and int(fields[0]) < 2**32:
+                return int(fields[0])
+            break
+    raise ValueError("no Uid: line with a UID")
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process's command and real UID; either ``None`` when its file could not be read."""
+
+    comm: str | None
+    uid: int | None
+
+
+# Where a process's tenant is looked for, in order (``tenant_from_paths``). A Slurm step is
+# looked for in every hierarchy before anything else: on v1 (and hybrid) hosts slurmstepd's
+# tasks stay in ``slurmd.service`` in the systemd hierarchy (name=systemd, and the ``0::``
+# line of a hybrid host), and only the controllers' hierarchies show the step.
+_STEP_ORDER = ("", "freezer", "cpuacct", "memory", "devices", "cpuset", "cpu", "pids")
+# Then units and sessions: the v2 path, then systemd's own hierarchy (v1), then the
+# controllers (a v1 host without name=systemd).
+_TENANT_ORDER = ("", "name=systemd", "cpuacct", "memory", "devices")
+
+
+def tenant_from_paths(paths: dict[str, str]) -> TenantRef | None:
+    """The service, session or Slurm job these cgroup paths (``parse_proc_cgroup``) name;
+    ``None`` for none of them (try ``container_from_paths`` first: containers win)."""
+    parsed: dict[str, TenantRef | None] = {}
+
+    def tenant(controller: str) -> TenantRef | None:
+        if controller not in parsed:
+            parsed[controller] = parse_tenant_path(paths[controller])
+        return parsed[controller]
+
+    for controller in _STEP_ORDER:
+        if controller in paths:
+            found = tenant(controller)
+            if found is not None and found.kind == KIND_JOB:
+                return found
+    for controller in _TENANT_ORDER:
+        if controller in paths:
+            found = tenant(controller)
+            if found is not None:
+                return found
+    return None
+
+
 def _start_or_none(text: str | None) -> int | None:
     if text is None:
         return None
@@ -141,3 +207,28 @@ class ProcReader:
         if text is None:
             return None
         return container_from_paths(parse_proc_cgroup(text))
+
+    def tenant_of(self, pid: int) -> TenantRef | None:
+        """The service, session or job a process's cgroups name; ``None`` when gone or in
+        none (try ``container_of`` first)."""
+        text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
+                         max_bytes=_PROC_FILE_BYTES)
+        if text is None:
+            return None
+        return tenant_from_paths(parse_proc_cgroup(text))
+
+    def identity(self, pid: int) -> ProcessIdentity | None:
+        """The process's command (``comm``) and real UID (``status``); ``None`` when gone."""
+        data = read_bytes(self._roots.proc_path(str(pid), "comm"), self._report,
+                          max_bytes=4096)
+        status = read_text(self._roots.proc_path(str(pid), "status"), self._report,
+                           max_bytes=_PROC_FILE_BYTES)
+        uid = None
+        if status is not None:
+            try:
+                uid = parse_real_uid(status)
+            except ValueError:
+                pass
+        if data is None and status is None:
+            return None
+        return ProcessIdentity(parse_comm(data) if data is not None else None, uid)

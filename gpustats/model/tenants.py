@@ -1,0 +1,106 @@
+"""Tenants: who a GPU process is billed to, as its cgroup (or, failing that, the process) says.
+
+Every GPU process has exactly one tenant, of one kind:
+
+- ``pod``: a container of a Kubernetes pod;
+- ``container``: a container outside Kubernetes (Docker, Podman, containerd, CRI-O);
+- ``service``: a systemd service or scope (its unit);
+- ``session``: a user's login sessions and user manager (their UID);
+- ``job``: a Slurm job step (job ID and step; the UID where known);
+- ``process``: none of these (the root cgroup, an unknown layout): command and UID.
+
+A tenant's ``key`` is its identity as a counter owner: a string, stable across ticks and
+restarts, that no tenant of another kind can have. Containers (in a pod or not) keep their
+64-hex container ID as key, so their counters continue; the other kinds are prefixed by kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpustats.model.record import record
+
+KIND_POD = "pod"
+KIND_CONTAINER = "container"
+KIND_SERVICE = "service"
+KIND_SESSION = "session"
+KIND_JOB = "job"
+KIND_PROCESS = "process"
+TENANT_KINDS = (KIND_POD, KIND_CONTAINER, KIND_SERVICE, KIND_SESSION, KIND_JOB, KIND_PROCESS)
+
+
+@record
+class TenantRef:
+    """One tenant: its kind, its key, and the identity fields its kind has (others ``None``)."""
+
+    kind: str                         # one of TENANT_KINDS
+    key: str                          # the counter owner (see the module docstring)
+    container_id: str | None = None   # pod, container: the 64-hex runtime ID
+    pod_uid: str | None = None        # pod
+    unit: str | None = None           # service: the unit name, systemd's escapes kept
+    uid: int | None = None            # session; job and process where known
+    job_id: str | None = None         # job: digits, or a Slurm 26.05 SLUID (``s`` + 13)
+    step: str | None = None           # job: ``0``, ``batch``, ``extern``, ``0+1``, ...
+    comm: str | None = None           # process: its command (``/proc/<pid>/comm``)
+    # The tenant's own cgroup (the container's, the unit's, the session scope's or user
+    # manager's, the step's), relative to the hierarchy root; None for a process.
+    cgroup_path: str | None = None
+
+
+def pod_tenant(container_id: str, pod_uid: str | None,
+               cgroup_path: str | None = None) -> TenantRef:
+    return TenantRef(KIND_POD, container_id, container_id=container_id, pod_uid=pod_uid,
+                     cgroup_path=cgroup_path)
+
+
+def container_tenant(container_id: str, cgroup_path: str | None = None) -> TenantRef:
+    return TenantRef(KIND_CONTAINER, container_id, container_id=container_id,
+                     cgroup_path=cgroup_path)
+
+
+def service_tenant(unit: str, cgroup_path: str | None = None) -> TenantRef:
+    return TenantRef(KIND_SERVICE, f"service:{unit}", unit=unit, cgroup_path=cgroup_path)
+
+
+def session_tenant(uid: int, cgroup_path: str | None = None) -> TenantRef:
+    return TenantRef(KIND_SESSION, f"session:{uid}", uid=uid, cgroup_path=cgroup_path)
+
+
+def job_tenant(job_id: str, step: str | None, uid: int | None = None,
+               cgroup_path: str | None = None) -> TenantRef:
+    """A Slurm job step; ``step`` None where the path stops at the job (key ``job:<id>``)."""
+    key = f"job:{job_id}" if step is None else f"job:{job_id}:{step}"
+    return TenantRef(KIND_JOB, key, uid=uid, job_id=job_id, step=step,
+                     cgroup_path=cgroup_path)
+
+
+def process_tenant(uid: int | None, comm: str | None) -> TenantRef:
+    """A process in no other tenant; processes of one user with one command share it.
+    An unknown UID or command is empty in the key (``process::python3``)."""
+    key = f"process:{'' if uid is None else uid}:{'' if comm is None else comm}"
+    return TenantRef(KIND_PROCESS, key, uid=uid, comm=comm)
+
+
+def with_uid(tenant: TenantRef, uid: int | None) -> TenantRef:
+    """``tenant`` with the process's UID where its path gave none (a Slurm v2 step); the key
+    is unchanged."""
+    if tenant.uid is not None or uid is None or tenant.kind != KIND_JOB:
+        return tenant
+    return replace(tenant, uid=uid)
+
+
+def display_name(tenant: TenantRef, user_name: str | None = None,
+                 container_name: str | None = None) -> str | None:
+    """How a tenant is shown: the container's name (else its ID), the unit, the user's name
+    (else the UID), ``job <id>``, the command. ``None`` when nothing names it (a process whose
+    command could not be read)."""
+    kind = tenant.kind
+    if kind in (KIND_POD, KIND_CONTAINER):
+        return container_name or tenant.container_id
+    if kind == KIND_SERVICE:
+        return tenant.unit
+    if kind == KIND_SESSION:
+        return user_name or (str(tenant.uid) if tenant.uid is not None else None)
+    if kind == KIND_JOB:
+        return f"job {tenant.job_id}" if tenant.job_id is not None else None
+    return tenant.comm
