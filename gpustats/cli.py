@@ -44,6 +44,8 @@ from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.node import NodeReader
 from gpustats.sources.podresources.client import PodResourcesClient
 from gpustats.sources.procs import ProcReader
+from gpustats.sources.runtime_store import RuntimeStoreNames
+from gpustats.sources.users import UserNames
 from gpustats.sources.runtime.client import RuntimeNamesClient
 from gpustats.sources.nvml.events import NvmlEventSource
 from gpustats.sources.nvml.query import DriverGone
@@ -172,8 +174,9 @@ class Daemon:
                 if config.runtime_socket else None,
                 claims=ClaimResolver(self.cdi_specs, MigCapabilities(self.roots))
                 if self.cdi_specs is not None else None,
-                names=(KubeletLogNames(config.log_root, errors=self.errors),)
-                if config.log_root else (), usage_every_ticks=usage_every),
+                names=(*((KubeletLogNames(config.log_root, errors=self.errors),)
+                         if config.log_root else ()), RuntimeStoreNames(self.roots)),
+                users=UserNames(self.roots), usage_every_ticks=usage_every),
             mig_activity_source=self.dcgm,
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)

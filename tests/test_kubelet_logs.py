@@ -364,10 +364,11 @@ def test_a_container_called_a_sandbox_is_shown_while_it_holds_a_gpu():
     logs = FakeNames({x: ContainerNames("p", "ml", UID, None, is_sandbox=True) for x in (a, b)})
 
     class Procs:
-        def container_of(self, pid):
-            return SimpleNamespace(info=SimpleNamespace(container_id=a, runtime=None,
-                                                        pod_uid=UID, qos_class=None),
-                                   cgroup=None)
+        def owner_of(self, pid):
+            return SimpleNamespace(
+                container=SimpleNamespace(info=SimpleNamespace(
+                    container_id=a, runtime=None, pod_uid=UID, qos_class=None), cgroup=None),
+                tenant=None, cgroup=None, identity=SimpleNamespace(comm="python3", uid=0))
 
     reading = SimpleNamespace(identity=SimpleNamespace(uuid=GPU, minor_number=0),
                               processes=(SimpleNamespace(pid=7, gpu_instance_id=None),),

@@ -132,11 +132,8 @@ class Housekeeper:
         if mapped is not None:
             view = self._guard("container discovery",
                                lambda: self._containers.build(mapped, processes, settled), view)
-            owners = view.pid_to_container
-            if owners:
-                processes = tuple(
-                    replace(p, container_id=owners[(p.device_uuid, p.pid)])
-                    if (p.device_uuid, p.pid) in owners else p for p in processes)
+            if view.pid_to_container or view.process_users:
+                processes = tuple(_with_owner(p, view) for p in processes)
         health, saturation, unknown = self._guard(
             "health and saturation", lambda: self._health_and_saturation(readings, gpu_status),
             ({}, {}, ()))
@@ -321,3 +318,13 @@ class Housekeeper:
             health=health,
             saturation=saturation,
         )
+
+
+def _with_owner(process: ProcessStats, view: ContainerView) -> ProcessStats:
+    """The process with its container (or tenant) and its command and user."""
+    where = (process.device_uuid, process.pid)
+    cid, user = view.pid_to_container.get(where), view.process_users.get(where)
+    if cid is None and user is None:
+        return process
+    return replace(process, container_id=cid,
+                   **({"comm": user.comm, "uid": user.uid, "user": user.user} if user else {}))

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.gpu_mapping import (
     AllocationSource, CgroupSource, ClaimSource, GpuMapper, MappedTick, NamesSource, ProcSource,
+    UserSource,
 )
 from gpustats.engine.ledger import EnergyLedger, Settled
 from gpustats.engine.rollup import ContainerView, Rollup
@@ -29,11 +30,12 @@ class ContainerTracker:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, counters: EnergyCounters, *,
                  pod_resources: AllocationSource | None = None,
                  runtime: NamesSource | None = None, claims: ClaimSource | None = None,
-                 names: Sequence[NamesSource] = (), usage_every_ticks: int = 1):
+                 names: Sequence[NamesSource] = (), users: UserSource | None = None,
+                 usage_every_ticks: int = 1):
         self._cgroups = cgroups
         self._counters = counters
         self._mapper = GpuMapper(cgroups, procs, pod_resources=pod_resources, runtime=runtime,
-                                 claims=claims, names=names)
+                                 claims=claims, names=names, users=users)
         self._usage = UsageSchedule(cgroups, usage_every_ticks)
         self._rollup = Rollup(counters)
         self._ticks = 0

@@ -37,7 +37,19 @@ class CgroupSource(Protocol):
 
 
 class ProcSource(Protocol):
-    def container_of(self, pid: int): ...
+    def owner_of(self, pid: int): ...       # a ``sources.procs.ProcessOwner``, None: gone
+
+
+class UserSource(Protocol):
+    def name(self, uid: int) -> str | None: ...
+
+
+class ProcessUser(NamedTuple):
+    """A GPU process's command and user, as its ``/proc`` entry and the host's passwd say."""
+
+    comm: str | None
+    uid: int | None
+    user: str | None
 
 
 class AllocationSource(Protocol):
@@ -125,6 +137,8 @@ class MappedTick(NamedTuple):
     claims: _Claims
     shown: list          # (container ID, identity, names, pod UID), sandboxes left out
     holdings: Holdings
+    process_users: dict[tuple[str, int], ProcessUser]    # (GPU UUID, PID) -> its user
+    tenant_users: dict[str, str]          # a non-container tenant's key -> its user's name
 
 
 @dataclass
@@ -174,9 +188,10 @@ class GpuMapper:
     def __init__(self, cgroups: CgroupSource, procs: ProcSource, *,
                  pod_resources: AllocationSource | None = None,
                  runtime: NamesSource | None = None, claims: ClaimSource | None = None,
-                 names: Sequence[NamesSource] = ()):
+                 names: Sequence[NamesSource] = (), users: UserSource | None = None):
         self._cgroups = cgroups
         self._procs = procs
+        self._users = users
         self._pod_resources = pod_resources
         self._claim_source = claims
         self._resolved: _ResolutionMemo | None = None     # the last listing's resolution
@@ -184,9 +199,9 @@ class GpuMapper:
         # Name sources in order of trust (after pod-resources): ``names`` (the kubelet's log
         # layout), then the runtime's CRI labels.
         self._name_sources = (*names, *((runtime,) if runtime is not None else ()))
-        # (pid, start time) -> its container (or None: in no container), for processes seen
-        # last tick: a GPU process does not change cgroup.
-        self._pid_owner: dict[tuple[int, int | None], object] = {}
+        # (pid, start time) -> its owner and user (or None: gone), for processes seen last
+        # tick: a GPU process does not change cgroup.
+        self._pid_owner: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
         self._ticks = 0
         # The last tick's owners of counters, and the containers, pods and names they came from.
         self._owners: tuple[dict, dict, dict, tuple[tuple[str, str], ...]] | None = None
@@ -196,14 +211,17 @@ class GpuMapper:
         """Who holds which GPU this tick (what the energy ledger bills by)."""
         self._ticks += 1
         if self._ticks % 12 == 0:
-            # Re-check processes that were in no container (a start-up race would stick).
-            self._pid_owner = {k: v for k, v in self._pid_owner.items() if v is not None}
+            # Re-check processes placed in no container (a start-up race would stick: a
+            # process is placed before its runtime moves it) and users' names.
+            self._pid_owner = {k: v for k, v in self._pid_owner.items()
+                               if v is not None and v[0].container is not None}
         discovery = self._cgroups.discover()
         containers: dict[str, ContainerIdentity] = dict(discovery.containers)
         pods: dict[str, CgroupRef] = dict(discovery.pods)
         devices = GpuIndex.of(readings)
         mappings: dict[str, dict[GpuKey, set[str]]] = {}
-        pid_to_container = self._map_processes(readings, containers, mappings, starts)
+        pid_to_container, process_users, tenant_users = self._map_processes(
+            readings, containers, mappings, starts)
         self._map_devices_lists(containers, devices, mappings)
         names = self._names(containers)
         claims = _Claims()
@@ -223,7 +241,7 @@ class GpuMapper:
                     held[ContainerKey(cid, uuid, gi)] = uid
         holdings = Holdings(pid_to_container, held, self._owners_of(containers, pods, names))
         return MappedTick(containers, pods, names, mappings, devices, pid_to_container,
-                       claims, shown, holdings)
+                          claims, shown, holdings, process_users, tenant_users)
 
     def _owners_of(self, containers: dict[str, ContainerIdentity], pods: dict[str, CgroupRef],
                    names: dict[str, ContainerNames]) -> tuple[tuple[str, str], ...]:
@@ -239,7 +257,8 @@ class GpuMapper:
         names: dict[str, ContainerNames] = {}
         for source in self._name_sources:
             wanted = {cid: identity for cid, identity in containers.items()
-                      if cid not in names or names[cid].container_name is None}
+                      if identity.tenant is None
+                      and (cid not in names or names[cid].container_name is None)}
             if not wanted:
                 break
             for cid, found in source.names(wanted).items():
@@ -249,30 +268,64 @@ class GpuMapper:
 
     # ------------------------------------------------------------ mapping sources
 
-    def _map_processes(self, readings, containers, mappings, starts) -> dict[tuple[str, int], str]:
-        pid_to_container = {}
-        owner_of_pid: dict[tuple[int, int | None], object] = {}
+    def _map_processes(self, readings, containers, mappings, starts):
+        """Each listed process's container (or other tenant, entered among ``containers`` by
+        its key), user and command: (GPU UUID, PID) -> container ID, -> its ``ProcessUser``,
+        and each non-container tenant's user name."""
+        pid_to_container: dict[tuple[str, int], str] = {}
+        process_users: dict[tuple[str, int], ProcessUser] = {}
+        tenant_users: dict[str, str] = {}
+        owner_of_pid: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
         previous = self._pid_owner
         for reading in readings:
+            uuid = reading.identity.uuid
             for p in reading.processes:
                 # A process is its PID and start time: a reused PID is looked up afresh.
-                process = (p.pid, starts.get((reading.identity.uuid, p.pid)))
+                process = (p.pid, starts.get((uuid, p.pid)))
                 if process not in owner_of_pid:
                     owner_of_pid[process] = previous[process] if process in previous \
-                        else self._procs.container_of(p.pid)
+                        else self._owner(p.pid)
                 found = owner_of_pid[process]
                 if found is None:
-                    continue      # gone, or not in a container: stays at process level
-                cid = found.info.container_id
-                if cid not in containers:
-                    containers[cid] = ContainerIdentity(
-                        container_id=cid, runtime=found.info.runtime, pod_uid=found.info.pod_uid,
-                        qos_class=found.info.qos_class, cgroup=found.cgroup)
-                key = (reading.identity.uuid, p.gpu_instance_id)
+                    continue      # gone: its energy stays unattributed
+                owner, user = found
+                process_users[(uuid, p.pid)] = user
+                cid = self._enter_owner(owner, containers)
+                if owner.tenant is not None and owner.tenant.uid is not None \
+                        and owner.tenant.uid == user.uid and user.user is not None:
+                    tenant_users[cid] = user.user
+                key = (uuid, p.gpu_instance_id)
                 mappings.setdefault(cid, {}).setdefault(key, set()).add(REASON_NVML_PROCESS)
-                pid_to_container[(reading.identity.uuid, p.pid)] = cid
+                pid_to_container[(uuid, p.pid)] = cid
         self._pid_owner = owner_of_pid
-        return pid_to_container
+        return pid_to_container, process_users, tenant_users
+
+    def _owner(self, pid: int) -> tuple[object, ProcessUser] | None:
+        """A process's owner and user, looked up once per process (None: gone)."""
+        owner = self._procs.owner_of(pid)
+        if owner is None:
+            return None
+        comm, uid = owner.identity.comm, owner.identity.uid
+        user = self._users.name(uid) if self._users is not None and uid is not None else None
+        return owner, ProcessUser(comm, uid, user)
+
+    @staticmethod
+    def _enter_owner(owner, containers: dict[str, ContainerIdentity]) -> str:
+        """The owner's container ID (a tenant's key), entered among this tick's containers
+        where discovery did not find it."""
+        if owner.container is not None:
+            info = owner.container.info
+            cid = info.container_id
+            if cid not in containers:
+                containers[cid] = ContainerIdentity(
+                    container_id=cid, runtime=info.runtime, pod_uid=info.pod_uid,
+                    qos_class=info.qos_class, cgroup=owner.container.cgroup)
+            return cid
+        cid = owner.tenant.key
+        if cid not in containers:
+            containers[cid] = ContainerIdentity(container_id=cid, cgroup=owner.cgroup,
+                                                tenant=owner.tenant)
+        return cid
 
     def _map_devices_lists(self, containers, devices: GpuIndex, mappings) -> None:
         if not devices.by_minor:

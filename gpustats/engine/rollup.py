@@ -3,7 +3,7 @@ and the energy the ledger settled; containers and pods kept while their counters
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from gpustats.engine.counters import EnergyCounters
@@ -12,6 +12,7 @@ from gpustats.engine.ledger import Settled
 from gpustats.model.containers import ContainerIdentity, ContainerNames, ContainerUsage
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.energy_keys import ContainerIdleKey, ContainerKey, PodIdleKey, PodKey
+from gpustats.model.tenants import tenant_from_key
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, PodAccelerator, PodStats, ProcessStats,
 )
@@ -24,6 +25,7 @@ class ContainerView:
     pods: tuple[PodStats, ...] = ()
     containers: tuple[ContainerStats, ...] = ()
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
+    process_users: dict = field(default_factory=dict)    # (GPU UUID, PID) -> ProcessUser
 
 
 @dataclass
@@ -68,6 +70,9 @@ class Rollup:
         # namespace/name, the one seen last is the newest (see ``_listed_instead``).
         self._ticks = 0
         self._first_seen: dict[str, int] = {}
+        # Each tenant outside pods last shown (identity, names, user name): what it is shown
+        # as once it ended, while its counters are retained.
+        self._loose: dict[str, tuple[ContainerIdentity, ContainerNames | None, str | None]] = {}
 
     def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
               usage: Mapping[object, ContainerUsage]) -> ContainerView:
@@ -80,6 +85,7 @@ class Rollup:
         loose: list[ContainerStats] = []
         mappings, unresolved = mapped.mappings, mapped.claims.unresolved
         plain, self._plain = self._plain, {}
+        tenant_users = mapped.tenant_users
         for cid, identity, n, pod_uid in mapped.shown:
             before = entries.get(cid)
             if before is None and cid not in mappings and cid not in unresolved:
@@ -88,14 +94,43 @@ class Rollup:
                 stats = _container_stats(
                     cid, identity, n, usage[cid],
                     self._container_accelerators(parts, cid, pod_uid, before),   # holds a GPU
-                    tuple(unresolved.get(cid, ())))
+                    tuple(unresolved.get(cid, ())), tenant_users.get(cid))
             if pod_uid is not None:
                 stats_by_pod.setdefault(pod_uid, []).append(stats)
             else:
                 loose.append(stats)
+                if before is not None or cid in mappings:
+                    self._loose[cid] = (identity, n, stats.user)
         live = self._keep_pods(mapped, entries, stats_by_pod)
+        loose.extend(self._ended_loose(parts, entries))
         return ContainerView(self._pods(parts, stats_by_pod, live, usage), tuple(loose),
-                             mapped.pid_to_container)
+                             mapped.pid_to_container, mapped.process_users)
+
+    def _ended_loose(self, parts: "_TickParts", entries: dict[str, set[GpuKey]]
+                     ) -> list[ContainerStats]:
+        """Tenants outside pods that ended while their counters are retained (``entries``
+        holds only live and retained ones by now): shown as last seen, or, after a restart,
+        as their key names them (a container's 64-hex key names no pod: not shown, as a gone
+        pod's containers are not)."""
+        live, pod_of = parts.mapped.containers, self._pod_of
+        ended = []
+        for cid in sorted(entries.keys() - live.keys()):
+            if cid in pod_of:
+                continue
+            last = self._loose.get(cid)
+            if last is None:
+                tenant = tenant_from_key(cid)
+                if tenant is None:
+                    continue
+                last = (ContainerIdentity(container_id=cid, tenant=tenant), None, None)
+            identity, n, user = last
+            accelerators = self._container_accelerators(parts, cid, None, entries[cid])
+            if accelerators:
+                ended.append(replace(_container_stats(cid, identity, n, _NO_USAGE, accelerators,
+                                                      (), user), ended=True))
+        for gone in self._loose.keys() - entries.keys():
+            del self._loose[gone]
+        return ended
 
     def _plain_stats(self, last: tuple | None, cid: str, identity: ContainerIdentity,
                      n: ContainerNames | None, usage: ContainerUsage) -> ContainerStats:
@@ -297,12 +332,13 @@ def _created(usage: ContainerUsage | None) -> float:
 
 def _container_stats(cid: str, identity: ContainerIdentity, n: ContainerNames | None,
                      usage: ContainerUsage, accelerators: tuple[ContainerAccelerator, ...],
-                     unresolved: tuple[UnresolvedClaim, ...]) -> ContainerStats:
+                     unresolved: tuple[UnresolvedClaim, ...], user: str | None = None
+                     ) -> ContainerStats:
     return ContainerStats(
         container_id=cid, name=n.container_name if n else None, runtime=identity.runtime,
         cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
         pod_uid=identity.pod_uid, usage=usage, accelerators=accelerators,
-        unresolved_claims=unresolved)
+        unresolved_claims=unresolved, tenant=identity.tenant, user=user)
 
 
 def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:

@@ -7,6 +7,7 @@ from dataclasses import field
 from gpustats.model.dra import ClaimDevice
 from gpustats.model.host import CpuStats, MemoryStats
 from gpustats.model.record import record
+from gpustats.model.tenants import TenantRef
 
 # Why a container is mapped to a GPU (recorded per mapping in the snapshot).
 REASON_DEVICES_LIST = "devices.list"
@@ -52,6 +53,9 @@ class ContainerIdentity:
     name: str | None = None           # container name from the pod spec
     pod_name: str | None = None
     pod_namespace: str | None = None
+    # A tenant that is no container (a service, a session, a job, a process); its key is
+    # ``container_id``. None: a container.
+    tenant: TenantRef | None = None
 
 
 @record

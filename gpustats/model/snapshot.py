@@ -11,6 +11,7 @@ from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import NodeStats
 from gpustats.model.record import record
 from gpustats.model.sources import SourceState
+from gpustats.model.tenants import KIND_CONTAINER, KIND_POD, TenantRef
 
 
 @record
@@ -70,6 +71,9 @@ class ProcessStats:
     attributed_power_watts: float | None = None
     attributed_energy_joules: float | None = None   # cumulative
     start_time_ticks: int | None = None      # /proc/<pid>/stat starttime: tells reused PIDs apart
+    comm: str | None = None                  # /proc/<pid>/comm
+    uid: int | None = None                   # the real UID (/proc/<pid>/status)
+    user: str | None = None                  # the UID's name in the host's passwd
 
 
 @record
@@ -101,6 +105,20 @@ class ContainerStats:
     usage: ContainerUsage = ContainerUsage()
     accelerators: tuple[ContainerAccelerator, ...] = ()
     unresolved_claims: tuple[UnresolvedClaim, ...] = ()
+    # The tenant outside Kubernetes pods and runtime containers this entry is (a service, a
+    # session, a job, a process); None: a container (of a pod where ``pod_uid``).
+    tenant: TenantRef | None = None
+    user: str | None = None          # the tenant's UID's name in the host's passwd
+    # Ended (no cgroup or process left) and kept while its counters are retained: served in
+    # /metrics, listed nowhere live tenants are.
+    ended: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The tenant kind (``model.tenants.TENANT_KINDS``) this entry bills."""
+        if self.tenant is not None:
+            return self.tenant.kind
+        return KIND_POD if self.pod_uid is not None else KIND_CONTAINER
 
 
 @record

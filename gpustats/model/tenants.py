@@ -104,3 +104,23 @@ def display_name(tenant: TenantRef, user_name: str | None = None,
     if kind == KIND_JOB:
         return f"job {tenant.job_id}" if tenant.job_id is not None else None
     return tenant.comm
+
+
+def tenant_from_key(key: str) -> TenantRef | None:
+    """The tenant a counter owner's key names, for a tenant not seen since a restart: a
+    service, session, job or process (a container's key, its ID alone, names no kind)."""
+    kind, sep, rest = key.partition(":")
+    if not sep:
+        return None
+    if kind == KIND_SERVICE and rest:
+        return service_tenant(rest)
+    if kind == KIND_SESSION and rest.isdigit():
+        return session_tenant(int(rest))
+    if kind == KIND_JOB and rest:
+        job_id, _, step = rest.partition(":")
+        return job_tenant(job_id, step or None)
+    if kind == KIND_PROCESS:
+        uid, sep, comm = rest.partition(":")
+        if sep:
+            return process_tenant(int(uid) if uid.isdigit() else None, comm or None)
+    return None

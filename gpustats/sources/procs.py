@@ -10,7 +10,7 @@ from typing import Iterable
 from gpustats.hostfs import HostRoots, Reporter, read_bytes, read_text
 from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef
-from gpustats.model.tenants import KIND_JOB, TenantRef
+from gpustats.model.tenants import KIND_JOB, TenantRef, process_tenant, with_uid
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
 from gpustats.sources.tenant_paths import parse_tenant_path
 
@@ -158,6 +158,41 @@ def _start_or_none(text: str | None) -> int | None:
         return None
 
 
+def tenant_cgroup(paths: dict[str, str], tenant: TenantRef) -> CgroupRef | None:
+    """The tenant's own cgroup in each hierarchy whose path names that tenant (the v2 path,
+    devices, cpuacct, memory): what its CPU and memory are read from."""
+    refs = []
+    for controller in ("", "devices", "cpuacct", "memory"):
+        path = paths.get(controller)
+        found = parse_tenant_path(path) if path is not None else None
+        if found is not None and found.key == tenant.key and found.cgroup_path:
+            refs.append((controller, found.cgroup_path))
+    return CgroupRef(tuple(refs)) if refs else None
+
+
+@dataclass(frozen=True)
+class ProcessOwner:
+    """Who a GPU process is billed to: its container (a pod's or not); else the service,
+    session or job its cgroups name; else itself, by command and user (``tenant``)."""
+
+    container: ProcessContainer | None
+    tenant: TenantRef | None                 # None with a container
+    cgroup: CgroupRef | None                 # the container's or tenant's cgroups
+    identity: ProcessIdentity
+
+
+def owner_from(paths: dict[str, str], identity: ProcessIdentity) -> ProcessOwner:
+    """A process's owner from its cgroup paths (``parse_proc_cgroup``): containers first."""
+    container = container_from_paths(paths)
+    if container is not None:
+        return ProcessOwner(container, None, container.cgroup, identity)
+    tenant = tenant_from_paths(paths)
+    if tenant is None:
+        return ProcessOwner(None, process_tenant(identity.uid, identity.comm), None, identity)
+    tenant = with_uid(tenant, identity.uid)
+    return ProcessOwner(None, tenant, tenant_cgroup(paths, tenant), identity)
+
+
 class ProcReader:
     """``kept_files``: how many ``stat`` files of the processes asked for tick after tick may
     stay open between reads (``start_times``)."""
@@ -207,6 +242,15 @@ class ProcReader:
         if text is None:
             return None
         return container_from_paths(parse_proc_cgroup(text))
+
+    def owner_of(self, pid: int) -> ProcessOwner | None:
+        """Who the process is billed to (``owner_from``); ``None`` when it is gone."""
+        text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
+                         max_bytes=_PROC_FILE_BYTES)
+        if text is None:
+            return None
+        return owner_from(parse_proc_cgroup(text),
+                          self.identity(pid) or ProcessIdentity(None, None))
 
     def tenant_of(self, pid: int) -> TenantRef | None:
         """The service, session or job a process's cgroups name; ``None`` when gone or in

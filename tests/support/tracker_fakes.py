@@ -5,9 +5,8 @@ from dataclasses import dataclass
 
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.model.device import DeviceIdentity, DeviceReading
-from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.cgroups import Discovery
-from gpustats.sources.procs import ProcessContainer
+from gpustats.sources.procs import ProcessIdentity, owner_from
 
 GPU0, GPU1 = "GPU-0", "GPU-1"
 UID = "2fc932ce-fdcc-454b-97bd-aadfdeb4c340"
@@ -38,11 +37,11 @@ class FakeProcs:
     def __init__(self, by_pid):
         self.by_pid = by_pid
 
-    def container_of(self, pid):
+    def owner_of(self, pid):
         path = self.by_pid.get(pid)
         if path is None:
             return None
-        return ProcessContainer(parse_cgroup_path(path), CgroupRef((("", path),)))
+        return owner_from({"": path}, ProcessIdentity("python3", 1000))
 
 
 class FakeAllocations:
