@@ -1,11 +1,14 @@
 """Pure power and energy attribution (Kepler's model, extended): no I/O, no clocks.
 
 Per device and tick: idle power is the configured value or else the lowest power that held
-for a few idle ticks (no process, 0 % duty; ``idle_tick``);
-``active = max(0, total − idle)``, all of the tick while no idle is known. The tick's energy comes from the hardware counter delta
+for a few idle ticks (no process, and 0 % duty or the GPU in its idle performance state;
+``idle_tick``); ``active = max(0, total − idle)``, all of the tick while no idle is known.
+The tick's energy comes from the hardware counter delta
 when there is one (resets and glitches detected), else the trapezoid of two power samples.
 Active energy is split across processes: exclusive → all of it; time-sliced or MPS → by SM
 utilization samples since the last timestamp; processes but no usable samples → equal split;
+a process NVML's accounting saw end during the tick, without samples of it → by utilization ×
+the part of the tick each process ran (``_weights_with_accounting``);
 MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
 active as the mean of the known ones; equal only when none is known), then equally across each
 instance's processes. Idle energy is never attributed. No process is billed for more of a
@@ -21,8 +24,8 @@ from dataclasses import field
 from typing import Iterable, Mapping
 
 from gpustats.model.attribution import (
-    SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL,
-    SHARE_SM_UTIL,
+    SHARE_ACCOUNTING, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_ASSUMED,
+    SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
     DeviceAttribution, ProcessAttribution,
 )
@@ -61,22 +64,45 @@ def learned_idle_power(previous: float | None, recent_watts: tuple[float, ...],
     return sustained if previous is None else min(previous, sustained)
 
 
+# P8: the state NVIDIA GPUs that have idle states drop to with nothing to do (P12 and the
+# other higher numbers are lower states still).
+IDLE_PERFORMANCE_STATE = 8
+
+
+def idle_performance_state(state: int | None, lowest: int | None) -> bool:
+    """Whether a GPU sits in its idle performance state: its lowest supported one (``lowest``,
+    the highest-numbered of nvmlDeviceGetSupportedPerformanceStates) where that is P8 or a
+    lower state, else, its supported states unknown, any of P8 to P15. A GPU whose lowest
+    state is a working one (data-centre boards such as the A100 and H100 commonly report P0
+    when idle; a compute board may go no lower than P2) is never idle by its P-state, and
+    one in P8 that can go lower still is not yet at its floor. Unknown (``None``): not idle."""
+    if state is None:
+        return False
+    return state >= max(IDLE_PERFORMANCE_STATE, lowest if lowest is not None else 0)
+
+
 def idle_tick(processes_known: bool, processes: tuple[ProcessReading, ...],
               samples: tuple[ProcessSample, ...] | None, duty_percent: int | None,
-              mig_enabled: bool = False) -> bool:
+              mig_enabled: bool = False, performance_state: int | None = None,
+              lowest_performance_state: int | None = None) -> bool:
     """Whether a tick shows the GPU idle, so that its power may teach the idle.
 
     Its process list was read, and either it is empty with the duty cycle read as 0 % (a MIG
-    GPU reports no duty cycle: an empty list is enough there), or the duty cycle reads 0 % and
-    every listed process's utilization samples show no SM work (a notebook holding an idle
-    context). Without samples a listed process may be working: not idle. A busy reading
-    never becomes the idle: a GPU that never idles (a training node) would keep a busy power
-    as its idle and bill that much less for ever."""
+    GPU reports no duty cycle: an empty list is enough there) or the GPU in its idle
+    performance state (``idle_performance_state``: the driver's own judgement that it has
+    nothing to do, its clocks and voltage at their floor, whatever a display or the driver's
+    housekeeping does to the duty cycle, or where the duty cycle is not read), or the duty
+    cycle reads 0 % and every listed process's utilization samples show no SM work (a
+    notebook holding an idle context). Without samples a listed process may be working, and
+    one NVML's accounting saw run during the tick did: not idle. A busy reading never
+    becomes the idle: a GPU that never idles (a training node) would keep a busy power as its
+    idle and bill that much less for ever."""
     if not processes_known:
         return False
     if not processes:
-        return duty_percent == 0 or (mig_enabled and duty_percent is None)
-    if duty_percent != 0 or samples is None:
+        return duty_percent == 0 or (mig_enabled and duty_percent is None) \
+            or idle_performance_state(performance_state, lowest_performance_state)
+    if duty_percent != 0 or samples is None or any(p.accounted is not None for p in processes):
         return False
     listed = {p.pid for p in processes}
     return not any(s.sm_util_percent > 0 for s in samples if s.pid in listed)
@@ -215,6 +241,49 @@ def _weights(processes: tuple[ProcessReading, ...],
     return {pid: 1.0 / len(pids) for pid in pids}, SHARE_EQUAL
 
 
+def _weights_with_accounting(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
+                             values: Mapping[int, list[float]]
+                             ) -> tuple[dict[int, float], dict[int, str]]:
+    """Shares and their methods when NVML's accounting saw processes end during the tick
+    without samples of them (``accounted``).
+
+    Each process weighs how much of the tick its GPU work filled: its utilization × the part
+    of the tick it ran. A sampled process: its mean SM utilization × the part of the tick it
+    lived; an accounted one: its lifetime GPU utilization × the seconds of the tick it ran
+    (``SHARE_ACCOUNTING``). Where the GPU gives samples, a listed process without any did no
+    work; where it gives none, a listed process (and an accounted one whose utilization NVML
+    does not give) is assumed as busy as the mean of the known ones (MIG's rule for an
+    instance without activity data; fully busy when none is known), and listed ones share
+    that equally. With no weight at all, the split is equal.
+    """
+    known: dict[int, float] = {}          # utilization 0..1
+    for p in processes:
+        if p.pid in values:
+            known[p.pid] = sum(values[p.pid]) / len(values[p.pid]) / 100.0
+        elif p.accounted is not None:
+            percent = p.accounted.gpu_utilization_percent
+            if _finite(percent):
+                known[p.pid] = min(100.0, max(0.0, percent)) / 100.0
+        elif inp.samples is not None:
+            known[p.pid] = 0.0
+    assumed = sum(known.values()) / len(known) if known else 1.0
+    weights: dict[int, float] = {}
+    methods: dict[int, str] = {}
+    for p in processes:
+        if p.accounted is not None:
+            part = _ran_share(inp, p.accounted.seconds)
+            methods[p.pid] = SHARE_ACCOUNTING
+        else:
+            part = lived_share(inp, p.pid)
+            methods[p.pid] = SHARE_SM_UTIL if p.pid in known else SHARE_EQUAL
+        weights[p.pid] = known.get(p.pid, assumed) * part
+    total = sum(weights.values())
+    if total > 0:
+        return {pid: w / total for pid, w in weights.items()}, methods
+    return {p.pid: 1.0 / len(processes) for p in processes}, \
+        {p.pid: SHARE_EQUAL for p in processes}
+
+
 def _unique(processes: tuple[ProcessReading, ...]) -> tuple[ProcessReading, ...]:
     seen: dict[tuple[int, int | None], ProcessReading] = {}
     for p in processes:
@@ -239,15 +308,22 @@ def lived_share(inp: DeviceTickInput, pid: int) -> float:
     """The most of the tick a process may be billed for: the part of it that it lived. A
     tick longer than its interval (a stalled daemon, a long interval) otherwise billed a
     process started near its end for all of it."""
-    lived = inp.lived_seconds.get(pid)
-    if lived is None or not inp.dt_seconds > 0:
+    return _ran_share(inp, inp.lived_seconds.get(pid))
+
+
+def _ran_share(inp: DeviceTickInput, seconds: float | None) -> float:
+    """``seconds`` of the tick as a part of it, 0 to 1 (``None``: all of it)."""
+    if seconds is None or not inp.dt_seconds > 0:
         return 1.0
-    return min(1.0, max(0.0, lived / inp.dt_seconds))
+    return min(1.0, max(0.0, seconds / inp.dt_seconds))
 
 
 def _process_share(inp: DeviceTickInput, pid: int, gi: int | None, share: float, method: str,
-                   active: float | None, sm: float | None) -> ProcessAttribution:
-    share = min(share, lived_share(inp, pid))
+                   active: float | None, sm: float | None,
+                   ran_seconds: float | None = None) -> ProcessAttribution:
+    """``ran_seconds``: of a process NVML's accounting saw end, the part of the tick it ran,
+    which bounds its share as the part a process lived does."""
+    share = min(share, lived_share(inp, pid), _ran_share(inp, ran_seconds))
     energy = active * share if active is not None else None
     dt = inp.dt_seconds
     return ProcessAttribution(
@@ -269,11 +345,21 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         by_pid = {p.pid: p for p in processes}     # without MIG a PID is one process
         unique = tuple(by_pid.values())
         values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
-        weights, method = _weights(unique, values)
+        if any(p.accounted is not None for p in unique):
+            weights, methods = _weights_with_accounting(inp, unique, values)
+        else:
+            weights, method = _weights(unique, values)
+            methods = dict.fromkeys(by_pid, method)
         utilization = _mean_sm(unique, values) if inp.samples is not None else None
-        for pid in by_pid:
+        for pid, p in by_pid.items():
             sm = utilization.get(pid) if utilization is not None else None
-            result.append(_process_share(inp, pid, None, weights[pid], method, active, sm))
+            ran = None
+            if p.accounted is not None:
+                ran = p.accounted.seconds
+                if pid not in values:
+                    sm = p.accounted.gpu_utilization_percent
+            result.append(_process_share(inp, pid, None, weights[pid], methods[pid], active,
+                                         sm, ran))
     return DeviceAttribution(
         device_uuid=inp.device_uuid,
         idle_power_watts=inp.idle_power_watts,

@@ -5,8 +5,9 @@
 trapezoid of power samples otherwise. Where the power call is not supported, power is the
 counter's rate over the tick.
 
-Idle without ``--idle-power-watts`` is learned from idle ticks only (0 % duty, and no process
-listed or none of them computing: ``attribution.idle_tick``): the lowest power that held for ``IDLE_HOLD_TICKS``
+Idle without ``--idle-power-watts`` is learned from idle ticks only (no process listed and
+0 % duty or the GPU in its idle performance state, or 0 % duty and none of its processes
+computing: ``attribution.idle_tick``): the lowest power that held for ``IDLE_HOLD_TICKS``
 consecutive idle ticks (so one 0 W glitch never becomes the idle), kept per GPU UUID across
 restarts. A GPU never seen idle has no idle: its whole energy is active, billed to its
 processes from the first tick, and its idle stays absent rather than a busy reading.
@@ -203,7 +204,9 @@ class EnergyAccountant:
         if power is not None and idle_tick("processes" not in reading.unsupported_fields,
                                            reading.processes, reading.process_samples,
                                            reading.utilization_percent,
-                                           bool(reading.mig_enabled)):
+                                           bool(reading.mig_enabled),
+                                           reading.performance_state,
+                                           reading.lowest_performance_state):
             state.recent_watts.append(power)
         else:
             state.recent_watts.clear()       # the hold counts consecutive idle ticks

@@ -16,6 +16,7 @@ SHARE_EQUAL = "equal-split"
 SHARE_MIG_ACTIVITY = "mig-activity"
 SHARE_MIG_ASSUMED = "mig-assumed-activity"   # instance without activity data: mean of the rest
 SHARE_MIG_EQUAL = "mig-equal-split"
+SHARE_ACCOUNTING = "accounting"   # ended between ticks: NVML's accounting record of its run
 
 
 @record

@@ -21,16 +21,30 @@ class DeviceIdentity:
 
 
 @record
+class AccountedRun:
+    """What NVML's accounting records (nvmlDeviceGetAccountingStats) say a process that ended
+    without being listed at this tick did in it: how long of the tick it ran, and its GPU
+    utilization over its life (the driver's lifetime figure, weighted over its runs in the
+    tick)."""
+
+    seconds: float                                   # of this tick, the process ran this long
+    gpu_utilization_percent: float | None = None
+    max_memory_used_bytes: int | None = None         # the most it held during its life
+
+
+@record
 class ProcessReading:
-    """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses), or one that did
-    SM work since the last tick without being in that list at this tick (``listed`` False:
-    it ended, or dropped its context, between ticks; only its utilization samples show it)."""
+    """One compute process on a GPU (nvmlDeviceGetComputeRunningProcesses), or one that ran
+    since the last tick without being in that list at this tick (``listed`` False: it ended,
+    or dropped its context, between ticks; its utilization samples show it, or, with NVML's
+    accounting mode on and no samples of it, its accounting record: ``accounted``)."""
 
     pid: int
     memory_used_bytes: int | None = None
     gpu_instance_id: int | None = None      # None when not MIG
     compute_instance_id: int | None = None
     listed: bool = True
+    accounted: AccountedRun | None = None
 
 
 @record
@@ -128,4 +142,9 @@ class DeviceReading:
     memory_free_bytes: int | None = None
     memory_reserved_bytes: int | None = None        # driver reservation (nvmlMemory_v2)
     remapped_rows: RemappedRowsReading | None = None
+    # nvmlDeviceGetPerformanceState: 0 (P0, the most performance) to 15; a higher number is a
+    # lower state. The lowest one the GPU supports: the highest-numbered of
+    # nvmlDeviceGetSupportedPerformanceStates.
+    performance_state: int | None = None
+    lowest_performance_state: int | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)

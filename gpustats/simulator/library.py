@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from ctypes import CFUNCTYPE, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 from typing import Callable
 
@@ -28,6 +28,7 @@ from gpustats.simulator.abi import (
     MIG_BASE, NO_INSTANCE, NOT_FOUND, NOT_SUPPORTED, PHYSICAL_BASE, SUCCESS, UNINITIALIZED,
     VIOLATION_POLICY_KEYS, plain, set_out, struct_at, write_string,
 )
+from gpustats.simulator.accounting import AccountingCalls
 from gpustats.simulator.driver_state import DriverStateWriter, load_driver_state
 from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
@@ -47,7 +48,7 @@ class _FakeLibrary:
     """Attributes are added per C symbol; ``getattr`` of a missing one raises AttributeError."""
 
 
-class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
+class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
     """The simulator: ``install()`` makes pynvml talk to it; ``calls`` counts C-level calls."""
 
     def __init__(self, scenario_path: str, *, monotonic: Callable[[], float] = time.monotonic,
@@ -94,6 +95,10 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
         self._mig_handle_ids: dict[tuple[str, str], int] = {}
         self._next_id = 1
         self._gpm_samples: dict[int, tuple[str, int | None, float] | None] = {}
+        # Accounting records per GPU UUID, and when each GPU's PIDs were last read (wall µs).
+        self._accounting_records: dict[str, deque] = {}
+        self._accounting_cut: dict[str, int] = {}
+        self._accounting_since_us = int(wall() * 1e6)
         self._previous_lib = None
         self._reset_counters(self._scenario)
         if driver_state is not None:
@@ -365,6 +370,17 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls):
                 c_int, [v, v, v], d(self._no_processes, mig=True, field="processes")),
             "nvmlDeviceGetProcessUtilization": (
                 c_int, [v, v, v, ull], d(self._process_utilization, field="process_utilization")),
+            "nvmlDeviceGetPerformanceState": (c_int, [v, v], d(self._pstate, field="pstate")),
+            "nvmlDeviceGetSupportedPerformanceStates": (
+                c_int, [v, v, u], d(self._supported_pstates, field="pstate")),
+            "nvmlDeviceGetAccountingMode": (c_int, [v, v],
+                                            d(self._accounting_mode, field="accounting")),
+            "nvmlDeviceGetAccountingBufferSize": (
+                c_int, [v, v], d(self._accounting_buffer_size, field="accounting")),
+            "nvmlDeviceGetAccountingPids": (c_int, [v, v, v],
+                                            d(self._accounting_pids, field="accounting")),
+            "nvmlDeviceGetAccountingStats": (c_int, [v, u, v],
+                                             d(self._accounting_stats, field="accounting")),
             "nvmlDeviceGetMigMode": (c_int, [v, v, v], d(self._mig_mode, field="mig")),
             "nvmlDeviceGetMaxMigDeviceCount": (c_int, [v, v], d(self._max_mig, field="mig")),
             "nvmlDeviceGetMigDeviceHandleByIndex": (c_int, [v, u, v],

@@ -50,7 +50,18 @@ nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_in
 ``gpm``), ``events_supported`` (default true), ``idle_cycle`` (``{watts, idle_seconds,
 busy_seconds, start}``: the GPU draws ``watts`` in idle phases and ``power_watts`` in busy
 ones, alternating from the simulator's start, idle first unless ``start: busy``, and its duty
-cycle and its processes' utilization samples read 0 while idle; see ``idle_cycle.py``).
+cycle and its processes' utilization samples read 0 while idle; see ``idle_cycle.py``),
+``pstate`` (the performance state nvmlDeviceGetPerformanceState gives, 0..15, default 0; in an
+idle phase of ``idle_cycle`` the lowest of ``supported_pstates``), ``supported_pstates`` (list of
+0..15, default P0 and ``pstate``; unsupported ``pstate`` turns both calls off),
+``accounting`` (bool, default false: NVML's accounting mode is on; unsupported ``accounting``
+makes its calls answer NOT_SUPPORTED, as they do with the mode off) and
+``accounting_buffer_size`` (the records the driver keeps, default 4000; the oldest go first).
+With accounting on, each listed process has a running record from the first read of the
+records after it appeared, ended when it leaves the scenario; a ``between_ticks`` process ends
+its run at each read of the records and starts another under the same PID (so its records
+cover all the time since the first read), with its ``sm_util_percent`` (else 0) as the run's
+GPU utilization.
 Rewriting ``mig_instances`` while MIG stays on is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
 handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets
 one ``nvmlEventMigConfigChange`` for that GPU.
@@ -59,7 +70,8 @@ Process keys: ``pid`` (required), ``device`` (a device UUID, required), ``sm_uti
 (present: the process has utilization samples), ``memory_used_bytes``, ``gpu_instance_id`` (MIG),
 ``mps`` (bool: also listed as an MPS client), ``between_ticks`` (bool: the process drops its
 CUDA context before every read of the process list and makes it again after, so it is never
-listed, while its SM work shows in the utilization samples).
+listed, while its SM work shows in the utilization samples and, with its device's accounting
+on, its runs in the accounting records).
 
 XID event keys: ``device`` (UUID), ``xid`` (int, for ``type: xid``, the default),
 ``type`` (``xid``, ``single_bit_ecc`` or ``double_bit_ecc``), ``after_seconds`` (since the
@@ -88,8 +100,10 @@ UNSUPPORTABLE = frozenset({
     "process_utilization", "clocks_event_reasons", "violations", "pcie", "gpm", "events", "ecc",
     "mig", "mig_events", "minor_number", "pci_info", "memory_temperature", "sm_clock",
     "memory_clock", "pcie_replay", "encoder_utilization", "decoder_utilization", "memory_reserved",
-    "remapped_rows", "fields", *(f"fields.{name}" for name in FIELD_READINGS),
+    "remapped_rows", "fields", *(f"fields.{name}" for name in FIELD_READINGS), "pstate",
+    "accounting",
 })
+MAX_PSTATE = 15
 REMAPPED_ROWS_KEYS = ("correctable", "uncorrectable", "pending", "failure")
 CLOCKS_EVENT_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
@@ -147,6 +161,10 @@ class SimDevice:
     mig_instances: tuple[SimMigInstance, ...]
     events_supported: bool
     idle_cycle: IdleCycle | None = None
+    pstate: int = 0
+    supported_pstates: tuple[int, ...] = (0,)
+    accounting: bool = False
+    accounting_buffer_size: int = 4000
 
 
 @dataclass(frozen=True)
@@ -286,6 +304,25 @@ def _idle_cycle(value: Any, where: str) -> IdleCycle | None:
                      idle_first=start == "idle")
 
 
+def _pstates(data: dict, where: str) -> tuple[int, tuple[int, ...]]:
+    """(the current performance state, the supported ones in ascending order)."""
+    pstate = _given(_number(data, "pstate", where, 0, integer=True), "pstate", where)
+    if pstate > MAX_PSTATE:
+        raise ValueError(f"{where}.pstate: must be <= {MAX_PSTATE}, got {pstate!r}")
+    given = data.get("supported_pstates")
+    if given is None:
+        return pstate, tuple(sorted({0, pstate}))
+    supported = []
+    for i, value in enumerate(_list(given, f"{where}.supported_pstates")):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PSTATE:
+            raise ValueError(f"{where}.supported_pstates[{i}]: expected 0..{MAX_PSTATE}, "
+                             f"got {value!r}")
+        supported.append(value)
+    if not supported:
+        raise ValueError(f"{where}.supported_pstates: must not be empty")
+    return pstate, tuple(sorted(set(supported)))
+
+
 def _remapped_rows(value: Any, where: str) -> tuple[int, int, bool, bool]:
     data = _mapping(value or {}, where)
     unknown = set(data) - set(REMAPPED_ROWS_KEYS)
@@ -350,6 +387,9 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         raise ValueError(f"{where}.violations: unknown keys "
                          f"{sorted(set(violations_data) - set(VIOLATION_KEYS))}")
     index = _number(data, "index", where, position, integer=True)
+    pstate, supported_pstates = _pstates(data, where)
+    buffer_size = _given(_number(data, "accounting_buffer_size", where, 4000, integer=True,
+                                 minimum=1), "accounting_buffer_size", where)
     migs = tuple(_mig(m, f"{where}.mig_instances[{i}]", uuid)
                  for i, m in enumerate(_list(data.get("mig_instances"), f"{where}.mig_instances")))
     return SimDevice(
@@ -402,6 +442,10 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         mig_instances=migs,
         events_supported=bool(data.get("events_supported", True)),
         idle_cycle=_idle_cycle(data.get("idle_cycle"), f"{where}.idle_cycle"),
+        pstate=pstate,
+        supported_pstates=supported_pstates,
+        accounting=bool(data.get("accounting", False)),
+        accounting_buffer_size=buffer_size,
     )
 
 

@@ -13,6 +13,11 @@ every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driv
 carried in the readings between its reads. With ``energy_every`` > 1 the energy counter is
 read every that many ticks and estimated from power in between (``energy_reads.py``).
 
+The performance state every tick, the states the GPU supports (every ``slow_every`` ticks)
+until it names them. NVML's accounting mode every ``slow_every`` ticks; while it is on (and
+MIG off), the accounting records every tick, for the processes that ended unlisted and that
+no sample shows (``EndedProcesses``).
+
 MIG: every instance's memory each tick; the layout (``mig.py``) re-read while MIG stays on when
 NVML delivers a MIG configuration change event for the GPU (``mig_events.py``), when a process
 names a GPU instance the layout lacks or an instance's memory could not be read, and every
@@ -38,7 +43,7 @@ from gpustats.sources.nvml.energy_reads import DeferredEnergy
 from gpustats.sources.nvml.gpm import GpmSampler
 from gpustats.sources.nvml.mig import MigInstance, layout_change, mig_readings, read_layout
 from gpustats.sources.nvml.mig_events import MigConfigEvents
-from gpustats.sources.nvml.process_reads import ProcessReads, process_readings
+from gpustats.sources.nvml.process_reads import EndedProcesses, ProcessReads, process_readings
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
 from gpustats.sources.wall_clock import WallClockSteps
@@ -76,6 +81,8 @@ class _SweepMemory:
     mps_pids: frozenset[int] | None = None                        # process list MPS was read for
     mps: bool | None = None
     mig_enabled: bool | None = None
+    accounting: bool | None = None                 # NVML's accounting mode (None: not known)
+    lowest_pstate: int | None = None               # of the supported performance states
     mig_instances: list[MigInstance] = field(default_factory=list)
     mig_unreadable: frozenset[int] = frozenset()        # GPU instances whose memory read failed
     mig_hints_checked: tuple = ((), ())                  # (unknown, unreadable) a re-read followed
@@ -93,6 +100,11 @@ class _SweepMemory:
         seen = self.sample_timestamp_by_pid
         for pid, stamp in seen.items():
             seen[pid] = max(0, stamp + step_us)
+
+
+def _pstate(value) -> int | None:
+    """A performance state P0..P15; NVML_PSTATE_UNKNOWN (32), or anything else, is absent."""
+    return int(value) if value is not None and 0 <= value <= 15 else None
 
 
 def _sampled_only(processes: tuple[ProcessReading, ...],
@@ -127,6 +139,7 @@ class DeviceSweeper:
         self._energy = DeferredEnergy(energy_every)
         self._mig_events = MigConfigEvents(self._q)
         self._process_reads = ProcessReads()
+        self._ended = EndedProcesses(self._q, self._process_reads)
         self._wall_steps = WallClockSteps(wall, monotonic)
 
     @property
@@ -151,6 +164,7 @@ class DeviceSweeper:
                         step_us / 1e6)
             for memory in self._state.values():
                 memory.rebase_samples(step_us)
+            self._ended.rebase(step_us)
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
@@ -165,6 +179,7 @@ class DeviceSweeper:
                     log.error("GPU %s (index %d) is lost: %s", device.identity.uuid,
                               device.index, exc)
                 state.lost = True
+                self._ended.forget(device.identity.uuid)
                 readings.append(DeviceReading(identity=device.identity,
                                               monotonic_seconds=self._monotonic(), lost=True))
             state.ticks += 1
@@ -187,6 +202,8 @@ class DeviceSweeper:
                              pynvml.NVML_TEMPERATURE_GPU)
         reasons = q.read(uuid, "clocks_event_reasons",
                          pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        pstate = _pstate(q.read(uuid, "performance_state",
+                                pynvml.nvmlDeviceGetPerformanceState, h))
         self._every_few_ticks(device, ident, state, values, slow, mig_changed)
         processes = self._processes(uuid, h)
         mps = self._mps(uuid, h, state, processes, slow) if processes else None
@@ -194,7 +211,8 @@ class DeviceSweeper:
         if not state.mig_enabled:
             samples = self._samples(uuid, h, state, processes)
             if "processes" not in q.unsupported_fields(uuid):
-                processes = processes + _sampled_only(processes, samples)
+                ended = self._ended_unlisted(uuid, h, state, processes, samples, read_at)
+                processes = processes + _sampled_only(processes, samples) + ended
         gpm = self._gpm.device(uuid, h)
         if not self._gpm.supported(uuid) and tick % self._pcie_every == 0:
             state.pcie = self._pcie(uuid, h)
@@ -202,8 +220,21 @@ class DeviceSweeper:
         return _device_reading(
             ident, state, values, memory=memory, util=util, read_at=read_at, power_w=power_w,
             energy_mj=energy_mj, temperature=temperature, reasons=reasons, mig=mig,
-            processes=processes, mps=mps, samples=samples, gpm=gpm,
+            processes=processes, mps=mps, samples=samples, gpm=gpm, pstate=pstate,
             unsupported=q.unsupported_fields(uuid))
+
+    def _ended_unlisted(self, uuid: str, h: Any, state: _SweepMemory,
+                        processes: tuple[ProcessReading, ...],
+                        samples: tuple[ProcessSample, ...] | None,
+                        read_at: float) -> tuple[ProcessReading, ...]:
+        """With accounting on: processes that ended unlisted during the tick and that no
+        sample shows. The tick ends when its energy was read (``read_at``), on the wall clock
+        the records' times are on."""
+        if not state.accounting:
+            return ()
+        end_us = int((self._wall() - (self._monotonic() - read_at)) * 1e6)
+        return self._ended.ended(uuid, h, end_us, frozenset(p.pid for p in processes),
+                                 {s.pid for s in samples or ()})
 
     def _power_and_energy(self, uuid: str, h: Any, values: fields.FieldValues,
                           energy_due: bool) -> tuple[float | None, float | None, float]:
@@ -234,6 +265,12 @@ class DeviceSweeper:
         if slow:
             limit_mw = q.read(uuid, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             state.power_limit_watts = limit_mw / 1000.0 if limit_mw is not None else None
+            self._accounting_mode(uuid, h, state)
+            if state.lowest_pstate is None:
+                supported = q.read(uuid, "supported_performance_states",
+                                   pynvml.nvmlDeviceGetSupportedPerformanceStates, h)
+                states = [p for p in map(_pstate, supported or ()) if p is not None]
+                state.lowest_pstate = max(states, default=None)
         if slow or mig_changed:
             every = self._slow_every * (_MIG_EVENT_BACKSTOP if self._mig_events.watches(uuid)
                                         else 1)
@@ -241,6 +278,26 @@ class DeviceSweeper:
         self._field_backed(uuid, h, state, values, tick, slow)
         if tick % self._detail_every == 0:
             self._details(uuid, h, state)
+
+    def _accounting_mode(self, uuid: str, h: Any, state: _SweepMemory) -> None:
+        """NVML's accounting mode (``nvidia-smi -am``), logged when it is first read and when
+        it changes; not supported: the querier's one line. An error keeps what was known."""
+        q = self._q
+        mode = q.read(uuid, "accounting_mode", pynvml.nvmlDeviceGetAccountingMode, h)
+        if mode is None and not q.is_unsupported(uuid, "accounting_mode"):
+            return
+        enabled = mode == pynvml.NVML_FEATURE_ENABLED if mode is not None else None
+        if enabled == state.accounting:
+            return
+        if enabled:
+            log.info("GPU %s: NVML accounting mode is on: processes that end between ticks "
+                     "are billed from its records", uuid)
+            q.forget(uuid, ("accounting_pids", "accounting_stats"))
+        elif enabled is not None:
+            log.info("GPU %s: NVML accounting mode is off: a process that ends between ticks "
+                     "is billed from its utilization samples only", uuid)
+        self._ended.forget(uuid)
+        state.accounting = enabled
 
     def _mig_readings(self, ident: DeviceIdentity, h: Any, state: _SweepMemory,
                       processes) -> tuple:
@@ -417,6 +474,7 @@ class DeviceSweeper:
                 "decoder_utilization", "remapped_rows",
                 *(f"field:{name}" for name, _ in fields.REMAPPED_ROWS)))
         state.mig_enabled = enabled
+        self._ended.forget(ident.uuid)        # no accounting reads under MIG: start afresh
         if enabled:
             self._set_layout(ident, device.handle, state, first=True)
         else:
@@ -481,7 +539,7 @@ def _int_or_none(value) -> int | None:
 def _device_reading(ident: DeviceIdentity, state: _SweepMemory, values: fields.FieldValues, *,
                     memory, util, read_at: float, power_w: float | None,
                     energy_mj: float | None, temperature, reasons, mig, processes, mps,
-                    samples, gpm, unsupported) -> DeviceReading:
+                    samples, gpm, pstate, unsupported) -> DeviceReading:
     """One tick's reading of a device from this tick's reads and the sweep's memory of it."""
     has_memory = memory is not None
     reserved = getattr(memory, "reserved", None) if has_memory else None
@@ -514,5 +572,7 @@ def _device_reading(ident: DeviceIdentity, state: _SweepMemory, values: fields.F
         memory_free_bytes=int(memory.free) if has_memory else None,
         memory_reserved_bytes=_int_or_none(reserved),
         remapped_rows=state.remapped_rows,
+        performance_state=pstate,
+        lowest_performance_state=state.lowest_pstate,
         unsupported_fields=unsupported,
     )

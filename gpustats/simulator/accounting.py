@@ -1,0 +1,132 @@
+"""The simulator's accounting and performance-state calls.
+
+Accounting records live on the simulator (``_accounting_records``: per GPU, a buffer of at most
+the device's ``accounting_buffer_size``, oldest first) and are brought up to date at each read
+of the PIDs (``nvmlDeviceGetAccountingPids``), as ``scenario.py`` describes: a listed process
+has one running record, ended when it leaves the scenario; a ``between_ticks`` process ends a
+run at every read and starts the next under the same PID. With the mode off the driver answers
+NOT_SUPPORTED (nvml.h: "accounting mode is disabled").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from ctypes import c_uint
+from dataclasses import dataclass
+
+import pynvml
+
+from gpustats.simulator.abi import (
+    INSUFFICIENT_SIZE, NOT_FOUND, NOT_SUPPORTED, SUCCESS, plain, set_out, struct_at,
+)
+
+_Stats = plain(pynvml.c_nvmlAccountingStats_t)
+_PSTATE_UNKNOWN = pynvml.NVML_PSTATE_UNKNOWN
+_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
+@dataclass
+class _Record:
+    pid: int
+    start_us: int
+    time_ms: int                 # 0 while running, as the driver reports it
+    running: bool
+    utilization_percent: int
+    max_memory_bytes: int | None
+
+
+class AccountingCalls:
+    """Mixin of ``SimulatedNvml``: records in ``_accounting_records``, the time of the last
+    read of each GPU's PIDs in ``_accounting_cut`` (wall clock µs)."""
+
+    def _pstate(self, device, instance, out) -> int:
+        idle = self._idling(device)
+        set_out(out, c_uint, max(device.supported_pstates) if idle else device.pstate)
+        return SUCCESS
+
+    def _supported_pstates(self, device, instance, buf, size) -> int:
+        states = device.supported_pstates             # ascending: the most performance first
+        room = size // 4
+        if room < len(states):
+            return INSUFFICIENT_SIZE
+        array = struct_at(buf, c_uint * room)
+        for i in range(room):
+            array[i] = states[i] if i < len(states) else _PSTATE_UNKNOWN
+        return SUCCESS
+
+    def _accounting_mode(self, device, instance, out) -> int:
+        set_out(out, c_uint, pynvml.NVML_FEATURE_ENABLED if device.accounting
+                else pynvml.NVML_FEATURE_DISABLED)
+        return SUCCESS
+
+    def _accounting_buffer_size(self, device, instance, out) -> int:
+        if not device.accounting or device.mig_instances:
+            return NOT_SUPPORTED
+        set_out(out, c_uint, device.accounting_buffer_size)
+        return SUCCESS
+
+    def _accounting_pids(self, device, instance, count_ptr, pids) -> int:
+        if not device.accounting or device.mig_instances:
+            return NOT_SUPPORTED
+        count = struct_at(count_ptr, c_uint)
+        capacity, count.value = count.value, self._sync_accounting(device, apply=False)
+        if count.value and (pids is None or capacity < count.value):
+            return INSUFFICIENT_SIZE          # asked again at once: nothing ends in between
+        records = self._accounting_records.get(device.uuid, ())
+        if count.value:
+            records = self._sync_accounting(device)
+        count.value = len(records)
+        if not records:
+            return SUCCESS
+        array = struct_at(pids, c_uint * len(records))
+        for i, record in enumerate(records):
+            array[i] = record.pid
+        return SUCCESS
+
+    def _accounting_stats(self, device, instance, pid, out) -> int:
+        if not device.accounting or device.mig_instances:
+            return NOT_SUPPORTED
+        found = None
+        for record in reversed(self._accounting_records.get(device.uuid, ())):
+            if record.pid == pid and (found is None or record.running):
+                found = record          # the running one, else the latest that ended
+                if record.running:
+                    break
+        if found is None:
+            return NOT_FOUND
+        stats = struct_at(out, _Stats)
+        stats.gpuUtilization = found.utilization_percent
+        stats.memoryUtilization = 0
+        stats.maxMemoryUsage = (found.max_memory_bytes if found.max_memory_bytes is not None
+                                else _NOT_AVAILABLE)
+        stats.time = found.time_ms
+        stats.startTime = found.start_us
+        stats.isRunning = 1 if found.running else 0
+        return SUCCESS
+
+    def _sync_accounting(self, device, apply: bool = True):
+        """The GPU's records as of now (see the module's docstring); with ``apply`` False
+        only how many there would be."""
+        now = int(self._wall() * 1e6)
+        records = self._accounting_records.get(device.uuid)
+        size = device.accounting_buffer_size
+        if apply and (records is None or records.maxlen != size):
+            records = self._accounting_records[device.uuid] = deque(records or (), maxlen=size)
+        cut = self._accounting_cut.get(device.uuid, self._accounting_since_us)
+        processes = self._process_list(device, None, between_ticks=True)
+        running = {r.pid for r in records or () if r.running}
+        added = [_Record(p.pid, cut, round((now - cut) / 1000), False, p.sm_util_percent or 0,
+                         p.memory_used_bytes) if p.between_ticks
+                 else _Record(p.pid, now, 0, True, p.sm_util_percent or 0, p.memory_used_bytes)
+                 for p in processes if (p.between_ticks and now > cut)
+                 or (not p.between_ticks and p.pid not in running)]
+        if not apply:
+            return min(size, len(records or ()) + len(added))
+        live = {p.pid for p in processes if not p.between_ticks}
+        for record in records:
+            if record.running and record.pid not in live:
+                record.running = False
+                record.time_ms = round((now - record.start_us) / 1000)
+        records.extend(added)
+        self._accounting_cut[device.uuid] = now
+        return records
