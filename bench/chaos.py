@@ -9,12 +9,19 @@ The world (bench/chaos_world.py) is two simulated H100s, the second in MIG mode 
 instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
 kubelet's log layout. Events (bench/chaos_events.py) edit it; each edit writes new host
 entries first, then the scenario, and removes host entries last, and every state is held for
-several ticks. The checks (bench/chaos_checks.py) run on each scrape of
+several ticks. Some act on the daemon instead: signals, a full or read-only state dir, its
+wall clock stepped (``clock_step``, libfaketime: bench/chaos_clock.py), the previous release
+started over its state and it over the previous release's (``previous_release``:
+bench/chaos_release.py). A few are drawn once before the first start: ``busy_from_start``
+(a GPU with no idle configured) and whether the run starts on the previous release.
+The checks (bench/chaos_checks.py) run on each scrape of
 /metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
 served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
-still served. At the end each pod's total must lie within 2 % of the oracle's range
-(bench/chaos_oracle.py, from the simulator's trace of reloads and energy reads).
+still served, a GPU with no idle billed in full. At the end each pod's total must lie within
+2 % of the oracle's range (bench/chaos_oracle.py, from the simulator's trace of reloads and
+energy reads). An event this host cannot run (no libfaketime, no git history) is left out
+with a line in the log.
 
 A failure prints the seed, the event log and the command that replays it (same seed, same
 events: the same sequence of world edits).
@@ -36,10 +43,15 @@ from pathlib import Path
 import yaml
 
 from bench import chaos_checks as checks
-from bench.chaos_daemon import Daemon, StateDisk
-from bench.chaos_events import DISK_EVENTS, EVENTS
+from bench.chaos_clock import SteppedClock, find_libfaketime
+from bench.chaos_daemon import REPO, Daemon, StateDisk
+from bench.chaos_events import (
+    DISK_EVENTS, EVENTS, START_ONLY, START_OPTIONS, forward_from_previous_release,
+)
 from bench.chaos_oracle import expected_energy, read_trace
+from bench.chaos_release import extract_release, previous_release_commit
 from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS, World, WorldState
+from gpustats.engine.state_files import FORMAT_VERSION
 
 TEMPERATURE = 40
 SCRAPE_EVERY = 0.25
@@ -47,7 +59,9 @@ QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
 END_REL, END_ABS = 0.02, 2.0  # each pod's total against the oracle's range
 CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed",
           "attributed watts", "unknown served", "live pod not served",
-          "persistence failure not shown", "pod total vs oracle")
+          "persistence failure not shown", "pod total vs oracle",
+          "billed in full without idle", "previous release over newer state",
+          "release hand-over")
 
 
 @dataclass
@@ -107,8 +121,18 @@ class Run:
         self.result = Result(seed, seconds, list(events), ignore=tuple(sorted(ignored)))
         self.events = list(events)
         self.workdir = workdir
+        self.began = time.monotonic()
         cgroup_version = self.rng.choice([1, 2])
         self.world = World(workdir / "host", 2, cgroup_version, mig_gpu=True)
+        self.note(f"cgroup v{cgroup_version}; GPUs: " + ", ".join(
+            g.uuid + (" (MIG)" if g.mig else "") for g in self.world.gpus))
+        self.clock: SteppedClock | None = None
+        self.previous: Path | None = None          # the previous release's tree
+        self.start_on_previous = False
+        self.prepare_clock_and_releases()
+        for name, option in START_OPTIONS.items():   # draws before the first start
+            if name in self.events:
+                option(self, self.rng)
         self.config_path = workdir / "gpustats.yaml"
         self.write_config(0.25)
         self.daemon = Daemon(workdir, [
@@ -116,24 +140,56 @@ class Run:
             "--cgroup-root", str(self.world.cgroup), "--proc-root", str(self.world.proc),
             "--log-root", str(self.world.logs), "--state-dir", str(workdir / "state"),
             "--pod-resources-socket", "", "--runtime-socket", "",
-            "--idle-power-watts", str(IDLE_WATTS), "--counter-retention", "3600",
+            "--idle-power-watts", self.idle_power_flag(), "--counter-retention", "3600",
             "--persist-interval", "10"], workdir / "state",
-            slow_fsync=(0.08, 0.3) if "compaction_kill" in events else None)
+            slow_fsync=(0.08, 0.3) if "compaction_kill" in events else None,
+            env=self.clock.env() if self.clock is not None else None)
         self.disk: StateDisk | None = None
         if any(e in events for e in DISK_EVENTS):
             self.disk = StateDisk(workdir / "state", self.daemon.readonly_flag)
             if not self.disk.mounted and "disk_full" in self.events:
-                self.result.skipped = ["disk_full"]
-                self.events.remove("disk_full")
+                self.skip("disk_full", "the state dir cannot be mounted as a small tmpfs")
         self.states: dict[str, WorldState] = {}
         self.version = 0
-        self.began = time.monotonic()
         self.monotonic = checks.Monotonic()
         self.conservation = checks.Conservation()
-        self.rate = checks.Rate(LIMIT_WATTS + 150 - IDLE_WATTS, 0.4)
+        self.no_idle = checks.NoIdle()
+        learns = any(g.learns_idle for g in self.world.gpus)
+        self.rate = checks.Rate(LIMIT_WATTS + 150 - (0.0 if learns else IDLE_WATTS), 0.4)
         self.ever_served: set[str] = set()
-        self.note(f"cgroup v{cgroup_version}; GPUs: " + ", ".join(
-            g.uuid + (" (MIG)" if g.mig else "") for g in self.world.gpus))
+        self.idle_learnt: set[str] = set()      # GPUs that learn their idle and have one
+
+    def skip(self, event: str, why: str) -> None:
+        """Leave an event this host cannot run out of the draw, with a line in the log."""
+        self.result.skipped.append(event)
+        self.events.remove(event)
+        self.note(f"{event} not run: {why}")
+
+    def prepare_clock_and_releases(self) -> None:
+        """libfaketime for ``clock_step``, the previous release for ``previous_release``."""
+        if "clock_step" in self.events:
+            library = find_libfaketime()
+            if library is None:
+                self.skip("clock_step", "libfaketime not found (Debian: libfaketime)")
+            else:
+                self.clock = SteppedClock(library, self.workdir / "faketime")
+        if "previous_release" in self.events:
+            commit, why = previous_release_commit(REPO, FORMAT_VERSION - 1)
+            if commit is None:
+                self.skip("previous_release", why)
+                return
+            try:
+                self.previous = extract_release(REPO, commit, self.workdir / "previous")
+            except RuntimeError as exc:
+                self.skip("previous_release", str(exc))
+                return
+            self.note(f"previous release: {commit[:12]} (state format {FORMAT_VERSION - 1})")
+
+    def idle_power_flag(self) -> str:
+        """``--idle-power-watts``: every GPU's, but for those that learn their idle."""
+        if not any(g.learns_idle for g in self.world.gpus):
+            return str(IDLE_WATTS)
+        return ",".join(f"{g.uuid}={IDLE_WATTS}" for g in self.world.gpus if not g.learns_idle)
 
     # ------------------------------------------------------------ used by events
 
@@ -186,14 +242,14 @@ class Run:
         time.sleep(down_seconds)
         self.start_daemon()
 
-    def start_daemon(self) -> None:
+    def start_daemon(self, release: Path = REPO) -> None:
         try:
-            self.daemon.start()
+            self.daemon.start(release=release)
         except RuntimeError as exc:
             self.violation("daemon start", f"{exc}\n{self.daemon.log_tail()}")
             if self.disk is not None:
                 self.disk.restore()
-            self.daemon.start()
+            self.daemon.start(release=release)
         self.result.starts += 1
 
     # ------------------------------------------------------------ checks
@@ -214,10 +270,14 @@ class Run:
             return
         self.result.scrapes += 1
         values = checks.counters(text)
+        known = checks.known_gpus(text)
         vanished = self.monotonic.vanished(values, self.world.live_pod_uids()) \
             if now - self.daemon.started_at > 1.5 else []
         for kind, found in (("conservation", self.conservation.check(
-                                self.daemon.starts, values, checks.known_gpus(text))),
+                                self.daemon.starts, values, known)),
+                            ("billed in full without idle", self.no_idle.check(
+                                self.daemon.starts, values, known,
+                                checks.idle_unknown(summary))),
                             ("counter vanished", vanished),
                             ("counter lowered", self.monotonic.check(values)),
                             ("lost time billed", self.rate.check(now, values)),
@@ -232,6 +292,7 @@ class Run:
                            f" for {now - self.disk.since:.1f} s (journal unchanged for "
                            f"{stalled:.1f} s), gpustats_source_failing"
                            f"{{source=\"persistence\"}} = {checks.persistence_failing(text)}")
+        self.note_learnt_idle(summary)
         in_summary, in_metrics = checks.served_pods(summary, values)
         self.ever_served |= in_metrics
         if now - self.daemon.started_at > 1.5:
@@ -241,12 +302,22 @@ class Run:
                                    f"pod {uid} (cgroup exists): pods[] {uid in in_summary}, "
                                    f"/metrics {uid in in_metrics}")
 
+    def note_learnt_idle(self, summary: dict) -> None:
+        """Say in the log when the daemon first serves an idle for a GPU that learns it."""
+        node, _ = checks.accelerators_by_gpu(summary)
+        for gpu in self.world.gpus:
+            watts = node.get(gpu.uuid, {}).get("idlePowerWatts")
+            if gpu.learns_idle and watts is not None and gpu.uuid not in self.idle_learnt:
+                self.idle_learnt.add(gpu.uuid)
+                self.note(f"GPU {gpu.index}: the daemon serves an idle of {watts} W (learnt)")
+
     def final_check(self) -> None:
         served: dict[str, float] = defaultdict(float)
         for (name, labels), value in self.monotonic.highest.items():
             if name == checks.POD:
                 served[dict(labels)["pod_uid"]] += value
-        expected = expected_energy(read_trace(self.world.trace_path), self.states)
+        expected = expected_energy(read_trace(self.world.trace_path), self.states, frozenset(
+            g.uuid for g in self.world.gpus if g.learns_idle))
         self.note(f"oracle: {expected.intervals} tick intervals, "
                   f"{expected.unbilled_intervals} unbillable (lost GPU)")
         for uid in sorted(set(served) | set(expected.high)):
@@ -268,11 +339,18 @@ class Run:
         self.version += 1
         self.states["v1"] = self.world.state()
         self.world.write_scenario("v1")
-        self.start_daemon()
         end = self.began + self.seconds - QUIET_SECONDS
+        drawn = [e for e in self.events if e not in START_ONLY]
         try:
-            while time.monotonic() < end and self.events:
-                name = self.rng.choice(self.events)
+            if self.start_on_previous:
+                forward_from_previous_release(self, self.rng)
+            else:
+                self.start_daemon()
+            while time.monotonic() < end:
+                if not drawn:
+                    self.hold(end - time.monotonic())
+                    break
+                name = self.rng.choice(drawn)
                 self.result.counts[name] += 1
                 EVENTS[name](self, self.rng)
                 self.hold(self.rng.uniform(0.8, 2.0))

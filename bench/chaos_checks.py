@@ -206,6 +206,40 @@ class Conservation:
         return low, high
 
 
+def idle_unknown(summary: dict) -> set[str]:
+    """GPUs served with no idle power (none configured, none learnt yet), lost ones aside."""
+    node, _ = accelerators_by_gpu(summary)
+    return {uuid for uuid, d in node.items() if "idlePowerWatts" not in d and not d.get("lost")}
+
+
+@dataclass
+class NoIdle:
+    """On a GPU with no idle at either end of an interval of one daemon run (none configured,
+    none learnt: ``idle_unknown``) and its processes known, the whole energy is active: the
+    active joules gained equal the energy gained (within 1 %), and no idle is shared or left
+    unallocated. With conservation (Σ pod + unattributed = active) its holders get the GPU's
+    whole energy less what is unattributed."""
+    previous: tuple[int, dict[Series, float], set[str]] | None = None
+
+    def check(self, run: int, values: dict[Series, float], known: set[str],
+              no_idle: set[str]) -> list[str]:
+        previous, self.previous = self.previous, (run, values, known & no_idle)
+        if previous is None or previous[0] != run:
+            return []
+        out = []
+        gained = grown(previous[1], values, {}).gained
+        for uuid in sorted(previous[2] & known & no_idle):
+            levels = gained.get(uuid, {})
+            energy, active = levels.get(ENERGY, 0.0), levels.get(ACTIVE, 0.0)
+            shared = levels.get(POD_IDLE, 0.0) + levels.get(UNALLOCATED, 0.0)
+            if abs(energy - active) > CONSERVATION_REL * energy + CONSERVATION_ABS or \
+                    abs(shared) > CONSERVATION_ABS:
+                out.append(f"no idle on {uuid}, yet energy gained {energy:.1f} J, active "
+                           f"{active:.1f} J, idle shared {levels.get(POD_IDLE, 0.0):.1f} J "
+                           f"and unallocated {levels.get(UNALLOCATED, 0.0):.1f} J")
+        return out
+
+
 @dataclass
 class Monotonic:
     """The highest value served per counter series, across daemon restarts; a pod's series

@@ -1,6 +1,8 @@
 """The daemon under chaos: a ``python -m gpustats`` subprocess restarted on the same port and
 state dir, a state dir on a small tmpfs that can be filled or made read-only, and fsync made
-slow inside the daemon (a ``sitecustomize`` on its path), as on a busy disk."""
+slow inside the daemon (a ``sitecustomize`` on its path), as on a busy disk. The same
+``sitecustomize`` stamps the simulator's trace lines on the monotonic clock too (``mono``),
+which a step of the daemon's wall clock leaves alone."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 # (EROFS from open for writing, write, rename, unlink). A mount cannot be remounted read-only
 # while the daemon holds its journal open for writing, hence the syscall wrappers.
 FAULTS = '''\
-import errno, os, random, time
+import errno, os, random, threading, time
 _env = os.environ.get
 _state = os.path.realpath(_env("CHAOS_STATE_DIR", "/nonexistent")) + os.sep
 _flag = _env("CHAOS_READONLY_FLAG", "/nonexistent")
@@ -70,14 +72,36 @@ def _chaos_unlink(path, **kw):
         raise _erofs(path)
     return _unlink(path, **kw)
 
+# Not time.sleep: under libfaketime (clock_step) its clock_nanosleep on the monotonic clock
+# fails with EINVAL, which would reach the daemon as a failed fsync.
+_pause = threading.Event().wait
+
 def _chaos_fsync(fd):
     if _fsync_seconds:
         low, high = (float(x) for x in _fsync_seconds.split(","))
-        time.sleep(random.uniform(low, high))
+        _pause(random.uniform(low, high))
     return _fsync(fd)
 
 os.open, os.write, os.replace, os.rename, os.unlink, os.fsync = (
     _chaos_open, _chaos_write, _chaos_replace, _chaos_rename, _chaos_unlink, _chaos_fsync)
+'''
+
+# Appended to the same ``sitecustomize``: each trace line of the simulated NVML (which runs
+# inside the daemon, on its wall clock) also carries ``mono``, the monotonic time it was
+# written at, for the oracle's intervals. The simulator looks ``write_trace`` up in its module
+# at each call, so replacing it there is enough; loaded here, before the daemon imports it.
+TRACE_ON_MONOTONIC = '''
+try:
+    from gpustats.simulator import library as _sim
+except ImportError:
+    _sim = None
+if _sim is not None:
+    _write_trace = _sim.write_trace
+
+    def _write_trace_mono(path, wall_seconds, event, tag, **fields):
+        _write_trace(path, wall_seconds, event, tag, mono=time.monotonic(), **fields)
+
+    _sim.write_trace = _write_trace_mono
 '''
 
 
@@ -91,7 +115,7 @@ class Daemon:
     """Start, signal and restart the daemon; every start appends to one log file."""
 
     def __init__(self, workdir: Path, args: list[str], state_dir: Path,
-                 slow_fsync: tuple[float, float] | None):
+                 slow_fsync: tuple[float, float] | None, env: dict[str, str] | None = None):
         self.workdir = workdir
         self.args = args
         self.port = free_port()
@@ -101,25 +125,35 @@ class Daemon:
         self.starts = 0
         site = workdir / "site"
         site.mkdir(exist_ok=True)
-        (site / "sitecustomize.py").write_text(FAULTS)
+        (site / "sitecustomize.py").write_text(FAULTS + TRACE_ON_MONOTONIC)
+        self.site = site
         self.readonly_flag = workdir / "state-readonly"
         self.env = dict(os.environ, CHAOS_STATE_DIR=str(state_dir),
-                        CHAOS_READONLY_FLAG=str(self.readonly_flag))
+                        CHAOS_READONLY_FLAG=str(self.readonly_flag), **(env or {}))
         if slow_fsync is not None:
             self.env["CHAOS_FSYNC_SECONDS"] = f"{slow_fsync[0]},{slow_fsync[1]}"
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(site), str(REPO), os.environ.get("PYTHONPATH")) if p)
+        self.env["PYTHONPATH"] = self.python_path(REPO)
+
+    def python_path(self, release: Path) -> str:
+        return os.pathsep.join(
+            p for p in (str(self.site), str(release), os.environ.get("PYTHONPATH")) if p)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
+                *self.args]
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 20.0, release: Path = REPO) -> None:
+        """Start from ``release`` (a source tree; this one by default), ready or raising."""
         with open(self.log_path, "a") as log:
-            log.write(f"----- start {self.starts} -----\n")
+            log.write(f"----- start {self.starts}"
+                      + ("" if release == REPO else f" (from {release.name})") + " -----\n")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
-                 *self.args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                self.command(), stdout=log, stderr=subprocess.STDOUT,
+                env=dict(self.env, PYTHONPATH=self.python_path(release)),
                 cwd=str(self.workdir))
         self.starts += 1
         deadline = time.monotonic() + timeout

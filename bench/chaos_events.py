@@ -11,11 +11,14 @@ import signal
 import time
 
 from bench import chaos_checks as checks
+from bench import chaos_release as release
 from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS
+from gpustats.engine.state_files import FORMAT_VERSION
 
 # Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).
 TOGGLED_FIELDS = ("processes", "process_utilization", "memory", "temperature", "power")
 MIG_PROFILE_IDS = range(1, 15)
+STEP_SETTLE_SECONDS = 0.3
 
 
 def _gpu(run, rng: random.Random):
@@ -250,8 +253,112 @@ def interval(run, rng):
     run.note(f"config housekeeping_interval {seconds} s, SIGHUP")
 
 
+def clock_step(run, rng):
+    """The daemon's wall clock steps back or forward by 30 s to 15 min while it runs (an NTP
+    step, ``date -s``), through libfaketime; the monotonic and boot clocks, and the harness's
+    own clocks, do not move. The simulated NVML runs inside the daemon, so its utilization
+    samples' stamps step with it, as a real driver's would; its trace lines carry a monotonic
+    stamp for the oracle. Every check goes on as before: billing must not notice."""
+    seconds = rng.randint(30, 900) * rng.choice([-1, 1])
+    taken = run.clock.step(seconds)
+    run.note(f"wall clock stepped {taken:+d} s (now {run.clock.offset_seconds:+d} s off)")
+    # Not scraped until every thread of the daemon reads the new offset: libfaketime takes
+    # it up a moment apart, so a connection accepted meanwhile would straddle a step no
+    # real clock makes (the daemon's HTTP timers run on the wall clock, so one accepted on
+    # the old time and read on the new is closed as idle after a step forward).
+    run.hold(STEP_SETTLE_SECONDS, scrape=False)
+
+
+def busy_from_start(run, rng):
+    """A start-of-run option, drawn before the daemon's first start (never in the run's
+    loop): half the seeds have one GPU with no idle configured, busy and held from the
+    daemon's first tick (as every GPU here is) and reporting a duty cycle, so it has no idle
+    tick until a world event leaves it without a process. Until the daemon learns an idle,
+    the GPU's whole energy must reach its holders (``checks.NoIdle``, and the oracle)."""
+    if rng.random() < 0.5:
+        return
+    gpu = _gpu(run, rng)
+    gpu.learns_idle = True
+    run.result.counts["busy_from_start"] += 1
+    run.note(f"GPU {gpu.index}: no idle configured, busy from the first tick")
+
+
+def start_on_previous_release(run, rng):
+    """A start-of-run draw of ``previous_release``: half the seeds start on the previous
+    release (``forward_from_previous_release``, counted as one of its events)."""
+    run.start_on_previous = rng.random() < 0.5
+    if run.start_on_previous:
+        run.result.counts["previous_release"] += 1
+
+
+def forward_from_previous_release(run, rng):
+    """The run's first start is the previous release's, over an empty state dir; a few
+    seconds later it is killed and this release starts over the state it wrote, which must
+    say the previous format before and this one after a tick (every counter going on)."""
+    state = run.workdir / "state"
+    run.note("start on the previous release")
+    run.start_daemon(release=run.previous)
+    run.hold(rng.uniform(2.0, 4.0))
+    sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
+    code = run.daemon.stop(sig)
+    if sig == signal.SIGTERM and code != 0:
+        run.violation("exit status", f"SIGTERM: the previous release exited {code}")
+    written = release.format_version(state)
+    run.note(f"{signal.Signals(sig).name} to the previous release: FORMAT says {written}; "
+             "this release starts over its state")
+    if written != str(FORMAT_VERSION - 1):
+        run.violation("release hand-over", f"the previous release left FORMAT {written}, "
+                      f"not {FORMAT_VERSION - 1}")
+    release.restamp_driver_to_boot_clock(state)
+    time.sleep(rng.uniform(0.2, 1.0))
+    run.start_daemon()
+    run.hold(1.0)
+    migrated = release.format_version(state)
+    if migrated != str(FORMAT_VERSION):
+        run.violation("release hand-over", f"FORMAT says {migrated} after this release's "
+                      f"first ticks over the previous release's state, not {FORMAT_VERSION}")
+
+
+def previous_release(run, rng):
+    """SIGKILL, then the previous release started over this release's (newer) state: it must
+    exit with status 2 naming ``--state-reset`` and leave every state file byte for byte;
+    then this release starts again over it (every counter going on). See
+    ``bench/chaos_release.py`` for what the run exercises and why nothing is converted."""
+    state = run.workdir / "state"
+    run.note("SIGKILL; the previous release started over this release's state")
+    run.daemon.stop(signal.SIGKILL)
+    before = release.state_bytes(state)
+    driver = state / release.DRIVER_FILE
+    driver_bytes = driver.read_bytes() if driver.exists() else None
+    code, output = release.run_to_exit(
+        run.daemon.command(), dict(run.daemon.env, PYTHONPATH=run.daemon.python_path(
+            run.previous)), run.workdir, run.daemon.log_path,
+        "the previous release over this release's state")
+    changed = release.changed_files(before, release.state_bytes(state))
+    if driver_bytes is not None and driver.read_bytes() != driver_bytes:
+        driver.write_bytes(driver_bytes)          # the stand-in driver's, kept as it was
+        run.note("the previous release's simulator rewrote the simulated driver's file: put back")
+    run.note(f"the previous release exited {code}"
+             + (f"; changed: {', '.join(changed)}" if changed else "; state files unchanged"))
+    last = output.strip().splitlines()[-1:] or ["(nothing)"]
+    if code != release.REFUSED_STATUS or "--state-reset" not in output:
+        run.violation("previous release over newer state",
+                      f"exit status {code} (expected {release.REFUSED_STATUS}), last line: "
+                      f"{last[0]}")
+    if changed:
+        run.violation("previous release over newer state",
+                      f"state files changed: {', '.join(changed)}")
+    time.sleep(rng.uniform(0.2, 1.0))
+    run.start_daemon()
+
+
 EVENTS = {f.__name__: f for f in (
     power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
     not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, reboot, sighup,
-    compaction_kill, interval, stall, between_ticks)}
+    compaction_kill, interval, stall, between_ticks, clock_step, busy_from_start,
+    previous_release)}
 DISK_EVENTS = ("disk_full", "disk_readonly")
+# Drawn once before the daemon's first start, in this order, where the event is in the run.
+START_OPTIONS = {"busy_from_start": busy_from_start,
+                 "previous_release": start_on_previous_release}
+START_ONLY = ("busy_from_start",)          # never drawn in the run's loop

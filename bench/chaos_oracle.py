@@ -6,7 +6,12 @@ the GPU's active energy is ``max(0, ΔE − idle × Δt)``, exactly what the har
 gave; it belongs to the processes holding the GPU at the second read, by their SM shares
 (MIG: by instance activity, equally within an instance) — the daemon's documented rule, and
 the only one a sampler can follow. Nothing is expected for an interval over which the GPU
-was lost or the daemon was not running.
+was lost or the daemon was not running. A GPU with no idle configured (``learns_idle``) has
+the idle the daemon learns from idle ticks (``bench/chaos_idle.py``), none at first: until it
+has one, its whole energy is active.
+
+Times are the trace lines' ``mono`` stamps where they have one (the monotonic clock, which a
+step of the daemon's wall clock leaves alone), else their wall-clock ``t``.
 
 What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a scenario edit that took effect just before or just after a read (the sweep reads the
@@ -15,6 +20,7 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
 - a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
+- a GPU that learns its idle, where a read's view is uncertain (each possible idle);
 - a MIG instance's first busy tick in a daemon run: its activity comes from GPM, which needs
   a sample at the start of the interval. An instance created with its tenant is learnt of at
   that tick, so the daemon cannot know its activity and assumes the mean of the known ones
@@ -31,6 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.chaos_idle import LearnedIdle, idle_tick_power
 from bench.chaos_world import IDLE_WATTS, GpuState, WorldState
 
 # A reload this close before or after a read may have been seen by only part of the sweep.
@@ -43,6 +50,11 @@ class Expected:
     high: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     intervals: int = 0
     unbilled_intervals: int = 0
+
+
+def stamp(line: dict) -> float:
+    """When a trace line was written: monotonic where stamped so, else wall-clock."""
+    return line.get("mono", line["t"])
 
 
 def read_trace(path: Path) -> list[dict]:
@@ -126,14 +138,16 @@ def _next_reloads(trace: list[dict]) -> list[tuple[float, str] | None]:
         out[index] = following
         event = trace[index].get("event")
         if event == "scenario":
-            following = (trace[index]["t"], trace[index]["tag"])
+            following = (stamp(trace[index]), trace[index]["tag"])
         elif event == "start":
             following = None
     return out
 
 
-def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expected:
-    """Walk the trace once; see the module docstring for the rules."""
+def expected_energy(trace: list[dict], states: dict[str, WorldState],
+                    learns_idle: frozenset[str] = frozenset()) -> Expected:
+    """Walk the trace once; see the module docstring for the rules. ``learns_idle``: the
+    UUIDs of GPUs with no idle configured (the others' is ``IDLE_WATTS``)."""
     out = Expected()
     tag: str | None = None
     previous_tag: str | None = None
@@ -142,6 +156,8 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
     lost_since: set[str] = set()
     unknown_processes: set[str] = set()
     unknown_util: set[str] = set()
+    unknown_power: set[str] = set()
+    learnt = {uuid: LearnedIdle() for uuid in learns_idle}
     last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
     sampled: dict[str, set[int]] = {}   # per MIG GPU: instances with a GPM sample in this run
 
@@ -163,18 +179,21 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
             lost_since.clear()
             unknown_processes.clear()
             unknown_util.clear()
+            unknown_power.clear()
+            for idle in learnt.values():
+                idle.restart()
             sampled.clear()
             tag, previous_tag = line["tag"], None
             note_lost(states.get(tag))
             continue
         if event == "scenario":
             previous_tag, tag = tag, line["tag"]
-            reloaded_at = line["t"]
+            reloaded_at = stamp(line)
             note_lost(states.get(tag))
             continue
         if event != "energy":
             continue
-        uuid, t, mj = line["uuid"], line["t"], line["mj"]
+        uuid, t, mj = line["uuid"], stamp(line), line["mj"]
         views = [states.get(tag)]
         if previous_tag is not None and 0 <= t - reloaded_at < SWEEP_SECONDS:
             views.append(states.get(previous_tag))
@@ -187,29 +206,56 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState]) -> Expecte
                 unknown_processes.add(uuid)
             if "process_utilization" in g.unsupported:
                 unknown_util.add(uuid)
+            if "power" in g.unsupported:
+                unknown_power.add(uuid)
         before = last_read.get(uuid)
         last_read[uuid] = (t, mj)
         sampled_before = sampled.get(uuid, set())
         sampled[uuid] = _still_sampled(sampled_before, gpus)
+        was_lost = uuid in lost_since
+        if uuid in learnt:
+            _learn(learnt[uuid], gpus, uuid in unknown_processes,
+                   None if before is None or was_lost else (t - before[0], mj - before[1]),
+                   uuid in unknown_power, was_lost)
         if before is None:
             continue
-        if uuid in lost_since:
+        if was_lost:
             lost_since.discard(uuid)
             sampled[uuid] = set()
             out.unbilled_intervals += 1
             continue
         dt = t - before[0]
-        active = max(0.0, (mj - before[1]) / 1000.0 - IDLE_WATTS * dt)
+        idles = learnt[uuid].values() if uuid in learnt else {IDLE_WATTS}
+        actives = [max(0.0, (mj - before[1]) / 1000.0 - (idle if idle is not None else 0.0) * dt)
+                   for idle in idles]             # no idle learnt yet: the whole energy
         out.intervals += 1
         options = [c for g in gpus
                    for c in _candidates(g, uuid in unknown_util, sampled_before)]
         pods = {uid for c in options for uid in c}
         gains: dict[str, float] = {}
         for uid in pods:
-            values = [active * c.get(uid, 0.0) for c in options]
+            values = [active * c.get(uid, 0.0) for c in options for active in actives]
             low = 0.0 if uuid in unknown_processes else min(values)
             out.low[uid] += low
             out.high[uid] += max(values)
             gains[uid] = low
         last_gain[uuid] = gains
     return out
+
+
+def _learn(idle: LearnedIdle, gpus: list[GpuState], processes_unknown: bool,
+           since_last: tuple[float, float] | None, power_unknown: bool, was_lost: bool) -> None:
+    """One read of a GPU that learns its idle, in each of its possible views. ``since_last``:
+    (seconds, mJ) since the daemon's previous read of it in this run, None at its first."""
+    if was_lost:
+        idle.lost()
+    outcomes = set()
+    for g in gpus:
+        if not power_unknown:
+            power = g.power_watts
+        elif since_last is not None and since_last[0] > 0:
+            power = since_last[1] / 1000.0 / since_last[0]      # the counter's rate
+        else:
+            power = None
+        outcomes.add(idle_tick_power(g, processes_unknown, power))
+    idle.read(outcomes or {None})

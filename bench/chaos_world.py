@@ -79,6 +79,9 @@ class Gpu:
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)
     mig: dict[int, float] | None = None       # MIG instances: GPU instance id -> activity %
+    # No idle configured: the daemon learns it from idle ticks (0 % duty, no process), so
+    # the GPU reports a duty cycle, its running processes' SM percents (0 with none).
+    learns_idle: bool = False
 
     @property
     def uuid(self) -> str:
@@ -104,6 +107,7 @@ class GpuState:
     unsupported: frozenset[str]
     mig: tuple[tuple[int, float], ...] | None
     holders: tuple[Holder, ...]
+    duty_percent: int | None = None     # reported only where the idle is learnt
 
 
 @dataclass(frozen=True)
@@ -171,11 +175,19 @@ class World:
                                       c.sm_percent, c.between_ticks))
         return tuple(out)
 
+    def duty_percent(self, gpu: Gpu) -> int | None:
+        """The duty cycle a GPU that learns its idle reports: its running processes' SM
+        percents, listed or not (work between ticks keeps the GPU busy), at most 100."""
+        if not gpu.learns_idle:
+            return None
+        return min(100, sum(c.sm_percent for pod in self.pods.values() if pod.gpu == gpu.index
+                            for c in pod.containers if c.pid is not None))
+
     def state(self) -> WorldState:
         return WorldState(tuple(
             GpuState(g.uuid, g.power_watts, g.lost, frozenset(g.unsupported),
                      tuple(sorted(g.mig.items())) if g.mig is not None else None,
-                     self.holders(g))
+                     self.holders(g), self.duty_percent(g))
             for g in self.gpus))
 
     # ------------------------------------------------------------ scenario
@@ -187,6 +199,8 @@ class World:
                  "minor": g.index, "power_watts": g.power_watts,
                  "power_limit_watts": LIMIT_WATTS, "lost": g.lost,
                  "unsupported": sorted(g.unsupported)}
+            if self.duty_percent(g) is not None:
+                d["utilization_percent"] = self.duty_percent(g)
             if g.mig is not None:
                 d["mig_instances"] = [
                     {"gpu_instance_id": gi, "profile": "3g.40gb",

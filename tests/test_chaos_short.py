@@ -3,6 +3,7 @@ daemon with the events the daemon handles today (``bench/chaos.py`` has them all
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pynvml
@@ -112,12 +113,104 @@ def test_the_oracle_bills_nothing_while_the_daemon_is_down_and_doubts_its_last_t
     assert dict(got.high) == pytest.approx({A: 300.0, B: 100.0})
 
 
+def test_the_oracle_times_intervals_on_the_monotonic_stamps_across_a_wall_clock_step():
+    """The daemon's wall clock steps back 600 s between two reads: its trace's ``t`` jumps
+    with it, its ``mono`` does not, and the interval is the true one."""
+    states = {"v1": state()}
+    trace = [{"t": 100.0, "mono": 0.0, "event": "start", "tag": "v1"},
+             dict(energy(101.0, 0), mono=1.0), dict(energy(102.0, 300_000), mono=2.0),
+             dict(energy(-497.0, 600_000), mono=3.0)]             # stepped back 600 s
+    got = expected_energy(trace, states)
+    assert dict(got.low) == pytest.approx({A: 300.0, B: 100.0})   # 200 J active a second
+
+
+def test_the_oracle_bills_a_gpu_with_no_idle_in_full_until_it_learns_one():
+    """No idle configured: each tick's whole energy is its holders' until three idle ticks
+    in a row (no process, 0 % duty) teach the idle, the highest power of the three."""
+    busy = state(holders=((1000, A, 75),))
+    busy = WorldState((dataclasses.replace(busy.gpus[0], duty_percent=75),))
+    empty = WorldState((dataclasses.replace(busy.gpus[0], holders=(), duty_percent=0),))
+    at_250 = WorldState((dataclasses.replace(empty.gpus[0], power_watts=250.0),))
+    states = {"busy": busy, "empty": empty, "at_250": at_250}
+    trace = [{"t": 0.0, "event": "start", "tag": "busy"},
+             energy(1.0, 0), energy(2.0, 300_000),                 # 300 J, all A's
+             {"t": 2.5, "event": "scenario", "tag": "empty"},
+             energy(3.0, 600_000), energy(4.0, 900_000),
+             {"t": 4.5, "event": "scenario", "tag": "at_250"},      # the third idle tick
+             energy(5.0, 1_150_000),                              # at 250 W: idle 300 W
+             energy(6.0, 1_400_000),                              # 250 W held: still 300
+             energy(7.0, 1_650_000),                              # three at 250: 250 W
+             {"t": 7.5, "event": "scenario", "tag": "busy"},
+             energy(8.0, 1_950_000)]                              # 300 W, 50 J active
+    got = expected_energy(trace, states, learns_idle=frozenset({GPU}))
+    assert dict(got.low) == pytest.approx({A: 300.0 + 50.0})
+    assert dict(got.high) == pytest.approx({A: 300.0 + 50.0})
+    configured = expected_energy(trace, states)                   # 100 W configured
+    assert dict(configured.low) == pytest.approx({A: 200.0 + 200.0})
+
+
+def test_no_idle_bills_the_whole_energy():
+    from bench.chaos_checks import NoIdle, counters
+    text = """# TYPE gpustats_node_gpu_joules_total counter
+gpustats_node_gpu_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_node_gpu_active_joules_total counter
+gpustats_node_gpu_active_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_node_gpu_unallocated_idle_joules_total counter
+gpustats_node_gpu_unallocated_idle_joules_total{gpu="0",gpu_uuid="G"} %s
+"""
+    check = NoIdle()
+    assert check.check(1, counters(text % (100, 100, 0)), {"G"}, {"G"}) == []
+    assert check.check(1, counters(text % (300, 300, 0)), {"G"}, {"G"}) == []
+    found = check.check(1, counters(text % (500, 400, 0)), {"G"}, {"G"})
+    assert len(found) == 1 and "energy gained 200.0 J, active 100.0 J" in found[0]
+    found = check.check(1, counters(text % (700, 600, 50)), {"G"}, {"G"})
+    assert len(found) == 1 and "unallocated 50.0 J" in found[0]
+    assert check.check(1, counters(text % (900, 700, 50)), {"G"}, set()) == []  # idle known
+    assert check.check(2, counters(text % (950, 700, 50)), {"G"}, {"G"}) == []  # a new run
+
+
+def test_the_stepped_clock_stays_within_its_bounds(tmp_path):
+    from bench.chaos_clock import MAX_OFFSET_SECONDS, SteppedClock
+    clock = SteppedClock(tmp_path / "libfaketime.so", tmp_path / "offset")
+    assert (tmp_path / "offset").read_text() == "+0\n"
+    assert clock.step(-600) == -600 and (tmp_path / "offset").read_text() == "-600\n"
+    for _ in range(10):
+        clock.step(-900)
+        assert abs(clock.offset_seconds) <= MAX_OFFSET_SECONDS
+    assert clock.env()["FAKETIME_TIMESTAMP_FILE"] == str(tmp_path / "offset")
+
+
+def test_the_previous_release_is_the_last_commit_of_the_previous_state_format():
+    from bench.chaos_daemon import REPO
+    from bench.chaos_release import STATE_FILES_SOURCE, _git, previous_release_commit
+    from gpustats.engine.state_files import FORMAT_VERSION
+    commit, why = previous_release_commit(REPO, FORMAT_VERSION - 1)
+    if commit is None:
+        pytest.skip(f"no previous release here: {why}")
+    source = _git(REPO, "show", f"{commit}:{STATE_FILES_SOURCE}").stdout.decode()
+    assert f"FORMAT_VERSION = {FORMAT_VERSION - 1}\n" in source
+
+
 @pytest.mark.parametrize("seed", [11, 14, 16])     # cgroup v2, v1, v2
 def test_a_short_chaos_run_holds_every_invariant(seed, tmp_path):
     """Every kind of world event, every check on (``python -m bench.chaos`` runs it longer)."""
     result = run_chaos(seed, 20.0, list(EVENTS), tmp_path / "run")
     assert result.ok, result.report(verbose=True)
     assert result.scrapes > 20 and sum(result.counts.values()) >= 4
+
+
+def test_a_short_chaos_run_steps_the_clock_and_crosses_releases(tmp_path):
+    """The wall clock stepped under the daemon, a GPU with no idle busy from the start, and
+    the previous release both ways: every check holds, and the daemon saw the step."""
+    events = ["clock_step", "busy_from_start", "previous_release", "sigkill", "power"]
+    result = run_chaos(3, 20.0, events, tmp_path / "run")
+    assert result.ok, result.report(verbose=True)
+    assert result.counts["busy_from_start"] == 1
+    if "clock_step" not in result.skipped:
+        assert result.counts["clock_step"] >= 1
+        assert "the wall clock stepped" in (tmp_path / "run" / "daemon.log").read_text()
+    if "previous_release" not in result.skipped:
+        assert result.counts["previous_release"] >= 2
 
 
 @pytest.mark.parametrize("argv, said", [
