@@ -190,3 +190,21 @@ def test_bad_history_duration_in_file(tmp_path):
     cfg.write_text("history_duration: true\n")
     with pytest.raises(ConfigError, match="history_duration in"):
         _resolve(["--config", str(cfg)])
+
+
+def test_tenants_that_are_no_container_are_named_as_shown():
+    """A service, a user's sessions, a job, a process: their series are named by the unit,
+    the user, ``job <id>``, the command (their IDs are their keys); a container by its name."""
+    from tests.support.tenant_snapshot import tenant_snapshot
+
+    history = History(60)
+    history.record(tenant_snapshot())
+    body = json.loads(history_json(history.window()))
+    names = {(c["id"], c.get("gpuInstanceId")): c.get("name") for c in body["containers"]}
+    assert names[("service:ollama.service", 7)] == names[("service:ollama.service", 8)] \
+        == "ollama.service"
+    assert names[("session:1000", None)] == "alice"
+    assert names[("job:4242:0", 8)] == "job 4242"
+    assert names[("process:1002:python3", None)] == "python3"
+    assert names[("3" * 64, None)] == "jupyter"
+    assert names[("2" * 64, 7)] is None              # a pod's container nothing names

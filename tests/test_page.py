@@ -210,7 +210,7 @@ def test_no_gpu_node_says_so(node):
                                    status=replace(snap.status, gpus_on_pci_bus=0,
                                                   nvml_loaded=False)))
     html = client.get("/").get_data(as_text=True)
-    assert "No NVIDIA GPU on this node" in html and "No pod uses a GPU." in html
+    assert "No NVIDIA GPU on this node" in html and "No tenant uses a GPU." in html
 
 
 @pytest.mark.parametrize("name, mimetype", [("gpustats.js", "text/javascript"),
@@ -258,3 +258,46 @@ def test_page_revalidates_like_snapshot_bodies(node):
     assert client.get("/", headers={"If-None-Match": zipped}).status_code == 200
     assert client.get("/", headers={"If-None-Match": zipped,
                                     "Accept-Encoding": "gzip"}).status_code == 304
+
+
+def test_page_shows_tenants_of_every_kind_and_not_the_ended(node):
+    """Pods, a Docker container, a service on two MIG instances, a user's sessions, a Slurm
+    job and a process: in the GPU cards and in the tenant table, with their kind; the pod and
+    the service that ended (kept for their counters) nowhere."""
+    from gpustats.export.page import page_view
+    from tests.support.tenant_snapshot import tenant_snapshot
+
+    store, history, client = node
+    snapshot = tenant_snapshot()
+    page = page_view(snapshot)
+    table = [(r.kind, r.tenant, r.namespace, r.gpus, r.power, r.energy) for r in page.tenants]
+    assert table == [
+        ("pod", "trainer-0", "ml", "0", "100 W", "1.00 kJ"),
+        ("job", "job 4242", "–", "1", "7.0 W", "70.0 J"),
+        ("session", "alice", "–", "0", "6.0 W", "60.0 J"),
+        ("service", "ollama.service", "–", "1", "5.0 W", "50.0 J"),
+        ("container", "jupyter", "–", "0", "4.0 W", "40.0 J"),
+        ("pod", "u2", "–", "1", "2.0 W", "20.0 J"),
+        ("process", "python3", "–", "0", "1.5 W", "15.0 J")]
+    assert [r.tenant_is_id for r in page.tenants] == [False] * 5 + [True, False]
+    assert dict(page.totals)["tenants on GPUs"] == "7"
+    cards = {g.uuid: [(r.kind, r.tenant, r.container, r.instance) for r in g.containers]
+             for g in page.gpus}
+    assert sorted(cards["GPU-aaaa"]) == [
+        ("container", "jupyter", "–", ""), ("pod", "trainer-0", "trainer", ""),
+        ("process", "python3", "–", ""), ("session", "alice", "–", "")]
+    assert sorted(cards["GPU-mmmm"]) == [
+        ("job", "job 4242", "–", "GI 8 · 3g.40gb"),
+        ("pod", "u2", "222222222222", "GI 7 · 3g.40gb"),
+        ("service", "ollama.service", "–", "GI 7 · 3g.40gb"),
+        ("service", "ollama.service", "–", "GI 8 · 3g.40gb")]
+    # The charts colour a tenant outside pods by the key its history series has.
+    service = next(r for r in page.tenants if r.kind == "service")
+    assert service.pod_key == "container:service:ollama.service"
+
+    tick(store, history, 0, snapshot)
+    html = client.get("/").get_data(as_text=True)
+    for name in ("ollama.service", "alice", "job 4242", "python3", "jupyter", "trainer-0"):
+        assert f"<bdi>{name}</bdi>" in html, name
+    assert "old-0" not in html and "old.service" not in html and ">old<" not in html
+    assert "Energy per tenant" in html

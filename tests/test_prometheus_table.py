@@ -12,8 +12,10 @@ from gpustats.export import metric_table, prometheus
 from gpustats.export.metric_table import FAMILIES, GROUPS
 from gpustats.export.prometheus import render
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
+from gpustats.model.snapshot import ContainerAccelerator, ContainerStats, ProcessStats
 from gpustats.model.sources import SourceState
-from tests.support.snapshots import T, sample_snapshot
+from gpustats.model.tenants import service_tenant
+from tests.support.snapshots import M, T, sample_snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
 
@@ -21,7 +23,8 @@ GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
 def every_family_snapshot():
     """The sample snapshot with what it lacks for a sample in every family: the GPM and NVLink
     window figures, idle shares and unallocated idle, a container holding an unresolved claim,
-    and the sources' states."""
+    the sources' states, a process's command and user, and a tenant that is no container (a
+    systemd service)."""
     s = sample_snapshot()
     a = s.devices[0]
     sat = dataclasses.replace(a.saturation, sm_occupancy_avg=0.25, dram_active_avg=0.5,
@@ -40,7 +43,17 @@ def every_family_snapshot():
     sources = (SourceState("nvml", "ok", T - 60, last_success_time=T),
                SourceState("pod_resources", "failing", T - 5, last_success_time=T - 30,
                            last_error_reason="timeout"))
+    service = service_tenant("ollama.service", "/system.slice/ollama.service")
+    ollama = ContainerStats(service.key, cgroup_path=service.cgroup_path, tenant=service,
+                            accelerators=(ContainerAccelerator(
+                                M, gpu_instance_id=8, mig_profile="3g.40gb",
+                                attributed_power_watts=0.0, attributed_energy_joules=5.0),))
+    processes = (dataclasses.replace(s.processes[0], comm="train.py", uid=1000, user="alice"),
+                 *s.processes[1:],
+                 ProcessStats(6000, M, 8, service.key, 1 << 20, None, "mig-activity", 0.0, 5.0,
+                              start_time_ticks=99, comm="ollama", uid=998))
     return dataclasses.replace(s, devices=devices, pods=(pod,) + s.pods[1:],
+                               containers=s.containers + (ollama,), processes=processes,
                                status=dataclasses.replace(s.status, sources=sources))
 
 
@@ -105,7 +118,7 @@ def test_series_per_process():
     full, without = _text(s).splitlines(), _text(s, ("process",)).splitlines()
     per_pid = [sum(1 for line in full if line.startswith("gpustats_process_")
                    and f'pid="{p.pid}"' in line) for p in s.processes]
-    assert per_pid == [5, 3, 4]
+    assert per_pid == [5, 3, 4, 4]
     assert [line for line in full if not line.startswith(("gpustats_process_", "# HELP "
                                                           "gpustats_process_", "# TYPE "
                                                           "gpustats_process_"))] == without

@@ -149,13 +149,13 @@ def test_while_both_pods_exist_the_newer_is_listed(start_daemon, tmp_path):
 
 def test_the_page_lists_the_pod_the_summary_lists():
     """A snapshot holding an old ``ml/db-0`` kept for its counters beside the new one: the
-    page's pod table has one ``ml/db-0`` row, the new pod's figures."""
+    page's tenant table has one ``ml/db-0`` row, the new pod's figures."""
     old = PodStats("u-old", POD, NAMESPACE, accelerators=(PodAccelerator(GPU, None, 1466.0),),
                    superseded_by="u-new")
     new = PodStats("u-new", POD, NAMESPACE, accelerators=(PodAccelerator(GPU, 180.0, 906.0),))
     snapshot = Snapshot(sequence=1, taken_at=0.0, monotonic=0.0,
                         node=NodeStats(node_name="n", start_time=0.0), pods=(old, new))
-    rows = page_view(snapshot).pods
+    rows = page_view(snapshot).tenants
     assert [(r.pod_key, r.energy) for r in rows] == [(f"{NAMESPACE}/{POD}", "906.0 J")]
 
 

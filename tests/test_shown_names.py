@@ -42,7 +42,7 @@ def test_json_bytes_shows_every_string_value():
 
 
 def _poisoned(value, skip=("status", "type", "source", "state", "sharing_mode",
-                           "share_method", "runtime")):
+                           "share_method", "runtime", "kind")):
     """Every string field of a snapshot (but a few enumerations) made hostile the same way:
     an undecodable byte, a right-to-left override and 1,100 more characters."""
     import dataclasses
@@ -69,14 +69,20 @@ def _strings(tree):
             yield from _strings(v)
 
 
-def test_every_output_shows_every_name_by_the_rule():
+def _samples():
+    from tests.support.snapshots import sample_snapshot
+    from tests.support.tenant_snapshot import tenant_snapshot
+    return [sample_snapshot(), tenant_snapshot()]    # the second: a tenant of every kind
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_every_output_shows_every_name_by_the_rule(index):
     from gpustats.export.dcgm import render_dcgm
     from gpustats.export.page import page_view
     from gpustats.export.prometheus import render
     from gpustats.export.summary import summary_json
-    from tests.support.snapshots import sample_snapshot
 
-    snapshot = _poisoned(sample_snapshot())
+    snapshot = _poisoned(_samples()[index])
     body = summary_json(snapshot)
     strings = list(_strings(json.loads(body)))
     assert any("\\xff\\u202e" in s for s in strings)
@@ -86,9 +92,11 @@ def test_every_output_shows_every_name_by_the_rule():
         values = [re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], v)  # unescaped
                   for v in re.findall(r'="((?:[^"\\]|\\.)*)"', text)]
         assert values and all(len(v) <= MAX_SHOWN_CHARS and v.isprintable() for v in values)
-    text = render_dcgm(snapshot).decode("utf-8")
-    assert "\u202e" not in text and "\\\\xff\\\\u202e" in text      # label-escaped
+    text = render_dcgm(snapshot).decode("utf-8")     # none without NVML readings (the second)
+    assert "\u202e" not in text and ("\\\\xff\\\\u202e" in text) == (index == 0)
     page = page_view(snapshot)
     names = [page.node_name] + [getattr(r, f) for g in page.gpus for r in g.containers
-                                for f in ("pod", "namespace", "container")]
+                                for f in ("tenant", "namespace", "container")]
+    names += [getattr(r, f) for r in page.tenants for f in ("tenant", "namespace")]
+    assert any("\\xff\\u202e" in n for n in names)
     assert all(n.isprintable() and len(n) <= MAX_SHOWN_CHARS for n in names)

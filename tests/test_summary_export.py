@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -322,3 +323,97 @@ def test_documented_strict_schema_is_closed_over_the_kubelets_keys():
                          ("memory", container["properties"]["memory"])):
         assert set(schema["properties"]) == KUBELET_OBJECT_KEYS[kind], kind
         assert schema["additionalProperties"] is False, kind
+
+
+# ------------------------------------------------------------------ tenants[]
+
+def _tenants_snapshot():
+    from tests.support.tenant_snapshot import tenant_snapshot
+    return tenant_snapshot()
+
+
+def test_tenants_that_are_no_container_are_listed_apart():
+    """A service, a user's sessions, a Slurm job step and a process in ``tenants[]``, with
+    the identity of their kind, cgroup, usage and accelerators as a container's; the top-level
+    ``containers[]`` keeps the Docker container and the nameless pod's; what ended (a pod, a
+    service) is in neither."""
+    out = summary_dict(_tenants_snapshot())
+    assert [p["podRef"]["name"] for p in out["pods"]] == ["trainer-0"]
+    assert [(c["id"], c.get("name"), c.get("podUid")) for c in out["containers"]] == [
+        ("2" * 64, None, "u2"), ("3" * 64, "jupyter", None)]
+    identity = [{k: v for k, v in t.items()
+                 if k not in ("startTime", "cpu", "memory", "accelerators")}
+                for t in out["tenants"]]
+    assert identity == [
+        {"kind": "service", "id": "service:ollama.service", "name": "ollama.service",
+         "unit": "ollama.service", "cgroup": "/system.slice/ollama.service"},
+        {"kind": "session", "id": "session:1000", "name": "alice", "uid": 1000, "user": "alice",
+         "cgroup": "/user.slice/user-1000.slice"},          # the tenant's own cgroup
+        {"kind": "job", "id": "job:4242:0", "name": "job 4242", "uid": 1001, "user": "bob",
+         "jobId": "4242", "step": "0",
+         "cgroup": "/system.slice/slurmstepd.scope/job_4242/step_0"},
+        {"kind": "process", "id": "process:1002:python3", "name": "python3", "uid": 1002,
+         "command": "python3"}]
+    service, session, _, process = out["tenants"]
+    assert service["startTime"] == rfc3339(T - 60)
+    assert service["cpu"] == {"time": rfc3339(T), "usageNanoCores": 100,
+                              "usageCoreNanoSeconds": 5_000_000}
+    assert service["memory"] == {"time": rfc3339(T), "workingSetBytes": 1 << 20}
+    # Accelerators as a container's: each MIG instance its own entry, under its MIG device.
+    assert [(a["id"], a["parentId"], a["gpuInstanceId"], a["attributedEnergyJoules"],
+             a["idleShareEnergyJoules"]) for a in service["accelerators"]] == [
+        ("MIG-m7", "GPU-mmmm", 7, 30.0, 5.0), ("MIG-m8", "GPU-mmmm", 8, 20.0, 5.0)]
+    assert session["accelerators"] == [{
+        "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": "GPU-aaaa",
+        "memoryTotal": 85520809984, "attributedPowerWatts": 6.0,
+        "attributedEnergyJoules": 60.0, "idleSharePowerWatts": 3.0,
+        "idleShareEnergyJoules": 40.0}]
+    assert not {"startTime", "cpu", "memory", "cgroup"} & set(process)   # unknown: absent
+    body = json.dumps(out)
+    assert "old.service" not in body and "old-0" not in body and "0" * 64 not in body
+
+
+def test_strict_leaves_tenants_out_and_only_cpu_and_memory_their_accelerators(kubelet_decoder):
+    snapshot = _tenants_snapshot()
+    strict = summary_dict(snapshot, strict=True)
+    assert set(strict) == {"node", "pods"} and _foreign_keys(strict) == []
+    seen = kubelet_decoder(summary_json(snapshot, strict=True), strict=True)
+    assert [p["podRef"]["name"] for p in seen["pods"]] == ["trainer-0"]
+    with pytest.raises(DecodeError, match='unknown field "tenants"'):
+        kubelet_decoder(json.dumps({"node": strict["node"], "pods": [],
+                                    "tenants": []}).encode(), strict=True)
+    assert "tenants" not in summary_dict(snapshot, strict=True, only_cpu_and_memory=True)
+    light = summary_dict(snapshot, only_cpu_and_memory=True)
+    assert [t["name"] for t in light["tenants"]] == ["ollama.service", "alice", "job 4242",
+                                                     "python3"]
+    assert all("accelerators" not in t for t in light["tenants"])
+
+
+def test_no_live_tenant_no_tenants_key():
+    snapshot = _tenants_snapshot()
+    containers = tuple(c for c in snapshot.containers if c.tenant is None)
+    assert "tenants" not in summary_dict(replace(snapshot, containers=containers))
+    # Ended, or holding no GPU: not listed either.
+    idle = tuple(replace(c, accelerators=()) if c.tenant is not None else c
+                 for c in snapshot.containers)
+    assert "tenants" not in summary_dict(replace(snapshot, containers=idle))
+
+
+def test_the_document_describes_every_tenants_key():
+    """``tenants[]`` in /openapi.json's Summary: each key the body has is declared, and the
+    body validates against the schema."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    out = summary_dict(_tenants_snapshot())
+    schema = openapi_document()["components"]["schemas"]["Summary"]
+    tenant = schema["properties"]["tenants"]["items"]
+    declared = set(tenant["properties"])
+    accelerator = set(tenant["properties"]["accelerators"]["items"]["properties"])
+    for entry in out["tenants"]:
+        assert set(entry) <= declared and set(tenant["required"]) <= set(entry)
+        assert entry["kind"] in tenant["properties"]["kind"]["enum"]
+        for acc in entry["accelerators"]:
+            assert set(acc) <= accelerator
+    jsonschema_rs.validate(schema, out)
+    bad = dict(out, tenants=[dict(out["tenants"][0], kind="pod")])
+    with pytest.raises(jsonschema_rs.ValidationError):
+        jsonschema_rs.validate(schema, bad)

@@ -19,6 +19,7 @@ from gpustats.model.history import (
     MigSeries,
 )
 from gpustats.model.snapshot import ContainerStats, Snapshot
+from gpustats.model.tenants import display_name
 
 NAN = math.nan
 GPU_WIDTH = 1 + len(GPU_FIELDS)
@@ -49,6 +50,13 @@ def _first_row_at_or_after(rows: array, width: int, cutoff: float) -> int:
     """Index of the first row whose time is >= ``cutoff`` (rows are in time order)."""
     count = len(rows) // width
     return bisect_left(range(count), cutoff, key=lambda i: rows[i * width])
+
+
+def _tenant_name(container: ContainerStats) -> str | None:
+    """A container's name; a tenant of another kind's (a unit, a user, a job, a command)."""
+    if container.tenant is None:
+        return container.name
+    return display_name(container.tenant, container.user, container.name)
 
 
 class History:
@@ -121,7 +129,7 @@ class History:
                         pod_namespace: str | None, pod_uid: str | None) -> None:
         for acc in container.accelerators:
             out.append(((container.container_id, acc.device_uuid, acc.gpu_instance_id),
-                        (container.name, pod_name, pod_namespace, pod_uid),
+                        (_tenant_name(container), pod_name, pod_namespace, pod_uid),
                         (t, _milli(acc.attributed_power_watts),
                          _milli(acc.attributed_energy_joules),
                          _value(acc.process_memory_used_bytes),

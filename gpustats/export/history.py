@@ -2,8 +2,9 @@
 
 Shape: ``{"seconds", "gpus": [{"id", "index", "model", ..., "points": [{"time", "dutyCycle",
 ...}], "migInstances": [...]}], "containers": [{"id", "gpu", "name", "pod", "namespace",
-"points": [...]}]}``. Times are UTC RFC 3339 with milliseconds; an absent value's key is left
-out of its point.
+"points": [...]}]}``. ``containers`` holds every tenant outside pods too: a service, session,
+job or process has its key as ``id`` and is named as the page names it. Times are UTC RFC 3339
+with milliseconds; an absent value's key is left out of its point.
 """
 
 from __future__ import annotations

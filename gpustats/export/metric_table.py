@@ -29,8 +29,14 @@ POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid", "claim", "claim_namespa
 # split a counter into a new series and break rate(); the method has its own gauge.
 # A process is its PID and its start time (clock ticks after boot, /proc/<pid>/stat field 22):
 # a reused PID is a new series, never a counter that steps down. Empty when unknown.
-PROCESS = ("pid", "pid_start_ticks", "gpu", "gpu_uuid", "gpu_instance_id", "container_id")
+# Then its command (/proc/<pid>/comm), real UID and the UID's user name.
+PROCESS = ("pid", "pid_start_ticks", "gpu", "gpu_uuid", "gpu_instance_id", "container_id",
+           "comm", "uid", "user")
 MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
+# A tenant of any kind on one GPU: its kind, the name it is shown by, and the identity labels of
+# every kind (empty where not its kind's, or unknown).
+TENANT = ("gpu", "gpu_uuid", "kind", "tenant", "namespace", "pod", "pod_uid", "container_id",
+          "unit", "uid", "user", "job_id", "step")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
 CLAIM = ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
          "driver", "pool", "device", "reason")
@@ -48,14 +54,15 @@ CONTAINER_GPU = "container_gpu"    # ContainerAccelerator; CONTAINER
 CONTAINER_VIEW = "container_view"  # AcceleratorView (the container's view of a GPU); CADVISOR
 UNRESOLVED = "unresolved"  # UnresolvedClaim; CLAIM
 POD_GPU = "pod_gpu"        # PodAccelerator; POD
+TENANT_GPU = "tenant_gpu"  # export.tenants.TenantGpu (a tenant on one physical GPU); TENANT
 SOURCE_STATE = "source"    # SourceState; SOURCE
 ERROR_COUNT = "error"      # (source, reason, count); ERROR
 
 # Groups for --disable-metrics (cAdvisor's convention): each family is in one. ``dcgm`` holds
 # the --dcgm-compat families, declared in export.dcgm_table and rendered by export.dcgm.
 DCGM = "dcgm"
-GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "cadvisor",
-          "daemon", DCGM)
+GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "tenant",
+          "cadvisor", "daemon", DCGM)
 
 Value = Callable[[Any], "float | int | None"]
 Samples = Callable[[Any], Iterable[tuple[tuple[object, ...], "float | int | None"]]]
@@ -281,6 +288,23 @@ FAMILIES: tuple[Family, ...] = (
            "The pod's share of the idle energy of a GPU its containers hold (containers gone "
            "included).", POD, "joules", group="pod", scope=POD_GPU,
            value=_at("idle_share_energy_joules")),
+    Family("gpustats_tenant_gpu_watts", GAUGE,
+           "Active GPU power attributed to a tenant (a pod, a container outside pods, a "
+           "service, a user's sessions, a Slurm job step or a process) over the tick; a "
+           "tenant on several MIG instances of the GPU: their sum.", TENANT, "watts",
+           group="tenant", scope=TENANT_GPU, value=_at("attributed_power_watts")),
+    Family("gpustats_tenant_gpu_joules", COUNTER,
+           "Active GPU energy attributed to a tenant (ended ones included while their "
+           "counters are retained); per GPU, with the unattributed energy it adds up to the "
+           "active energy.", TENANT, "joules",
+           group="tenant", scope=TENANT_GPU, value=_at("attributed_energy_joules")),
+    Family("gpustats_tenant_gpu_idle_share_watts", GAUGE,
+           "The tenant's share of the idle power of a GPU it holds, over the tick.", TENANT,
+           "watts", group="tenant", scope=TENANT_GPU, value=_at("idle_share_power_watts")),
+    Family("gpustats_tenant_gpu_idle_share_joules", COUNTER,
+           "The tenant's share of the idle energy of a GPU it holds; per GPU, with the "
+           "unallocated idle energy it adds up to the idle energy.", TENANT, "joules",
+           group="tenant", scope=TENANT_GPU, value=_at("idle_share_energy_joules")),
     Family("container_accelerator_duty_cycle", GAUGE,
            "Percent of time over the past sample period during which the accelerator was "
            "actively processing.", CADVISOR,

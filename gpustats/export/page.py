@@ -1,8 +1,10 @@
 """What the web page shows of one snapshot, as plain rows of display text (no HTML here).
 
 The page is for people: figures are rounded and carry their units; a value that is absent is
-shown as "–", never as 0; a pod or container nothing names is shown by its ID. Every name is
-shown by the one rule of ``export.text`` (the template isolates each in ``<bdi>`` too).
+shown as "–", never as 0; a pod or container nothing names is shown by its ID. Tenants of
+every kind are shown (pods, containers outside pods, services, sessions, Slurm jobs, processes);
+one that ended, kept for its counters, is not. Every name is shown by the one rule of
+``export.text`` (the template isolates each in ``<bdi>`` too).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
 )
 from gpustats.model.health import STATUS_TRUE
+from gpustats.model.tenants import KIND_POD
 
 ABSENT = "–"
 
@@ -61,9 +65,13 @@ class Health:
 
 @dataclass(frozen=True)
 class ContainerRow:
-    pod_key: str        # the key the page's charts colour this pod by
-    pod: str
-    pod_is_id: bool
+    """A tenant's use of one GPU (or MIG instance): a pod's container, or a tenant outside
+    pods (``container`` then "–", but for a container's)."""
+
+    kind: str
+    pod_key: str        # the key the page's charts colour this tenant by
+    tenant: str         # the pod (name, else UID), else the tenant's name
+    tenant_is_id: bool
     namespace: str
     container: str
     container_is_id: bool
@@ -88,10 +96,13 @@ class GpuCard:
 
 
 @dataclass(frozen=True)
-class PodRow:
+class TenantRow:
+    """A tenant holding GPUs: a pod, or a tenant outside pods (of any kind)."""
+
+    kind: str
     pod_key: str
-    pod: str
-    pod_is_id: bool
+    tenant: str
+    tenant_is_id: bool
     namespace: str
     gpus: str
     power: str
@@ -108,7 +119,7 @@ class Page:
     nvml_note: str | None
     totals: tuple[tuple[str, str], ...]
     gpus: tuple[GpuCard, ...]
-    pods: tuple[PodRow, ...]
+    tenants: tuple[TenantRow, ...]
 
 
 def _health(device: DeviceStats) -> Health:
@@ -168,6 +179,17 @@ def _instance_text(gpu_instance_id: int, profile: str | None) -> str:
     return f"GI {gpu_instance_id}" + (f" · {profile}" if profile else "")
 
 
+def _entry_name(container: ContainerStats) -> tuple[str, bool]:
+    """(how a tenant outside pods is shown, whether that is an ID): a container's name, else
+    its short ID; another kind's name (model.tenants.display_name), else its key."""
+    if container.tenant is None:
+        if container.name is None:
+            return _short_id(container.container_id), True
+        return shown(container.name), False
+    name = entry_identity(container).name
+    return shown(name), name == container.container_id
+
+
 def _container_row(pod: PodStats | None, container: ContainerStats, acc: ContainerAccelerator,
                    profiles: dict[int, str | None]) -> ContainerRow:
     pod_name = _shown(pod.name) if pod is not None else None
@@ -177,12 +199,18 @@ def _container_row(pod: PodStats | None, container: ContainerStats, acc: Contain
     if acc.gpu_instance_id is not None:
         instance = _instance_text(acc.gpu_instance_id,
                                   acc.mig_profile or profiles.get(acc.gpu_instance_id))
+    kind = container.kind
+    if kind == KIND_POD:
+        tenant, tenant_is_id = pod_name or pod_uid or ABSENT, pod_name is None and bool(pod_uid)
+        own, own_is_id = (_shown(container.name) or _short_id(container.container_id),
+                          container.name is None)
+    else:
+        tenant, tenant_is_id = _entry_name(container)
+        own, own_is_id = ABSENT, False
     return ContainerRow(
-        pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
-        pod=pod_name or pod_uid or ABSENT, pod_is_id=pod_name is None and bool(pod_uid),
-        namespace=namespace or ABSENT,
-        container=_shown(container.name) or _short_id(container.container_id),
-        container_is_id=container.name is None, instance=instance,
+        kind=kind, pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
+        tenant=tenant, tenant_is_id=tenant_is_id, namespace=namespace or ABSENT,
+        container=own, container_is_id=own_is_id, instance=instance,
         power=format_watts(acc.attributed_power_watts),
         idle_share=format_watts(acc.idle_share_power_watts),
         compute=format_percent(acc.compute_utilization_percent),
@@ -198,13 +226,18 @@ def _rows_for(device: DeviceStats, owners: list[tuple[PodStats | None, Container
             if acc.device_uuid == device.identity.uuid]
 
 
+def _live(pod: PodStats | None, container: ContainerStats) -> bool:
+    """Not ended: a tenant kept only for its counters is not shown."""
+    return not (container.ended or (pod is not None and pod.ended))
+
+
 def _ratio(value: float | None) -> str:
     return ABSENT if value is None else f"{value * 100:.0f} %"
 
 
 def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]]) -> GpuCard:
     ident = device.identity
-    rows = sorted(_rows_for(device, owners), key=lambda r: (r.namespace, r.pod, r.container))
+    rows = sorted(_rows_for(device, owners), key=lambda r: (r.namespace, r.tenant, r.container))
     return GpuCard(
         uuid=ident.uuid, index=ident.index, model=_shown(ident.name) or "unknown model",
         bus_id=_shown(ident.pci_bus_id) or "", health=_health(device),
@@ -215,48 +248,55 @@ def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStat
                   for m in device.mig_instances))
 
 
-def _present_sum(values: list[float | None]) -> float | None:
-    """The sum of the values that are present; None when none is."""
-    present = [v for v in values if v is not None]
-    return sum(present) if present else None
-
-
-def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, PodRow]:
-    """(the pod's attributed watts, -1 when unknown, for ordering; its row)."""
-    power = _present_sum([a.attributed_power_watts for a in pod.accelerators])
-    idle = _present_sum([a.idle_share_power_watts for a in pod.accelerators])
-    energy = _present_sum([a.attributed_energy_joules for a in pod.accelerators])
-    gpus = sorted(index_of[a.device_uuid] for a in pod.accelerators
-                  if a.device_uuid in index_of)
-    name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
-    return (power if power is not None else -1.0, PodRow(
-        pod_key=pod_key(name, namespace, uid, ""),
-        pod=name or uid, pod_is_id=name is None,
+def _tenant_row(kind: str, key: str, name: str, name_is_id: bool, namespace: str | None,
+                accelerators: list, index_of: dict[str, int]) -> tuple[float, TenantRow]:
+    """(the tenant's attributed watts, -1 when unknown, for ordering; its row)."""
+    power = present_sum(a.attributed_power_watts for a in accelerators)
+    idle = present_sum(a.idle_share_power_watts for a in accelerators)
+    energy = present_sum(a.attributed_energy_joules for a in accelerators)
+    gpus = sorted({index_of[a.device_uuid] for a in accelerators if a.device_uuid in index_of})
+    return (power if power is not None else -1.0, TenantRow(
+        kind=kind, pod_key=key, tenant=name, tenant_is_id=name_is_id,
         namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
         power=format_watts(power), idle_share=format_watts(idle),
         energy=format_joules(energy)))
 
 
-def _pod_rows(snapshot: Snapshot) -> tuple[PodRow, ...]:
-    """Pods holding GPUs, the most power first; one per namespace/name (a pod re-created
-    under its name: the one the Summary API lists)."""
+def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
+    name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
+    return _tenant_row(KIND_POD, pod_key(name, namespace, uid, ""), name or uid, name is None,
+                       namespace, list(pod.accelerators), index_of)
+
+
+def _entry_row(container: ContainerStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
+    name, name_is_id = _entry_name(container)
+    return _tenant_row(container.kind, pod_key(None, None, None, container.container_id), name,
+                       name_is_id, None, list(container.accelerators), index_of)
+
+
+def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
+    """Tenants holding GPUs, the most power first: pods, one per namespace/name (a pod
+    re-created under its name: the one the Summary API lists), and every live tenant outside
+    pods, of any kind."""
     index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
-    pods = [_pod_row(pod, index_of) for pod in snapshot.listed_pods() if pod.accelerators]
-    pods.sort(key=lambda p: (-p[0], p[1].namespace, p[1].pod))
-    return tuple(row for _, row in pods)
+    rows = [_pod_row(pod, index_of) for pod in snapshot.listed_pods() if pod.accelerators]
+    rows += [_entry_row(c, index_of) for c in snapshot.containers
+             if c.pod_uid is None and not c.ended and c.accelerators]
+    rows.sort(key=lambda r: (-r[0], r[1].namespace, r[1].tenant))
+    return tuple(row for _, row in rows)
 
 
-def _totals(snapshot: Snapshot, pods_on_gpus: int) -> tuple[tuple[str, str], ...]:
+def _totals(snapshot: Snapshot, tenants_on_gpus: int) -> tuple[tuple[str, str], ...]:
     healthy = sum(1 for d in snapshot.devices if _health(d).state == "healthy")
-    attributed = _present_sum([a.attributed_power_watts for p in snapshot.pods
-                               for a in p.accelerators]
-                              + [a.attributed_power_watts for c in snapshot.containers
-                                 for a in c.accelerators])
+    attributed = present_sum([a.attributed_power_watts for p in snapshot.pods
+                              for a in p.accelerators]
+                             + [a.attributed_power_watts for c in snapshot.containers
+                                for a in c.accelerators])
     return (
         ("GPUs", f"{len(snapshot.devices)} ({healthy} healthy)"),
-        ("power", format_watts(_present_sum([d.power_watts for d in snapshot.devices]))),
-        ("attributed to pods", format_watts(attributed)),
-        ("pods on GPUs", str(pods_on_gpus)),
+        ("power", format_watts(present_sum([d.power_watts for d in snapshot.devices]))),
+        ("attributed to tenants", format_watts(attributed)),
+        ("tenants on GPUs", str(tenants_on_gpus)),
     )
 
 
@@ -270,10 +310,10 @@ def _nvml_note(status: DaemonStatus) -> str | None:
 
 def page_view(snapshot: Snapshot) -> Page:
     """The page's content for one snapshot."""
-    owners = list(snapshot.containers_with_pods())
-    pods = _pod_rows(snapshot)
+    owners = [(p, c) for p, c in snapshot.containers_with_pods() if _live(p, c)]
+    tenants = _tenant_rows(snapshot)
     status = snapshot.status
     return Page(node_name=shown(snapshot.node.node_name), taken_at=format_time(snapshot.taken_at),
                 sequence=snapshot.sequence, driver_version=status.driver_version,
-                nvml_note=_nvml_note(status), totals=_totals(snapshot, len(pods)),
-                gpus=tuple(_card(d, owners) for d in snapshot.devices), pods=pods)
+                nvml_note=_nvml_note(status), totals=_totals(snapshot, len(tenants)),
+                gpus=tuple(_card(d, owners) for d in snapshot.devices), tenants=tenants)

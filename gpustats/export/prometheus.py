@@ -26,6 +26,7 @@ from gpustats.export import metric_table
 from gpustats.export.accelerators import container_view
 from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import COUNTER, FAMILIES, GAUGE, INFO, Family, enabled
+from gpustats.export.tenants import tenant_gpus
 from gpustats.export.text import shown
 from gpustats.model.dra import ClaimDevice
 from gpustats.model.snapshot import PodStats, Snapshot
@@ -64,7 +65,7 @@ def _mig_rows(snapshot: Snapshot, *_) -> list[Row]:
 
 def _process_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
     return [_row(p, (p.pid, p.start_time_ticks, gpu_index.get(p.device_uuid), p.device_uuid,
-                     p.gpu_instance_id, p.container_id))
+                     p.gpu_instance_id, p.container_id, p.comm, p.uid, p.user))
             for p in snapshot.processes]
 
 
@@ -109,6 +110,17 @@ def _pod_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
             for pod in snapshot.pods for a in pod.accelerators]
 
 
+def _tenant_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
+    """Each tenant once per physical GPU (export.tenants), with its kind's identity labels."""
+    rows = []
+    for t in tenant_gpus(snapshot):
+        i = t.identity
+        rows.append(_row(t, (gpu_index.get(t.device_uuid), t.device_uuid, i.kind, i.name,
+                             i.namespace, i.pod, i.pod_uid, i.container_id, i.unit, i.uid,
+                             i.user, i.job_id, i.step)))
+    return rows
+
+
 def _source_rows(snapshot: Snapshot, *_) -> list[Row]:
     return [_row(state, (state.source,)) for state in snapshot.status.sources]
 
@@ -129,6 +141,7 @@ ROWS: dict[str, Callable[[Snapshot, dict[str, int]], list[Row]]] = {
     metric_table.CONTAINER_VIEW: _container_view_rows,
     metric_table.UNRESOLVED: _unresolved_rows,
     metric_table.POD_GPU: _pod_gpu_rows,
+    metric_table.TENANT_GPU: _tenant_gpu_rows,
     metric_table.SOURCE_STATE: _source_rows,
     metric_table.ERROR_COUNT: _error_rows,
 }

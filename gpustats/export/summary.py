@@ -2,11 +2,12 @@
 
 Keys follow k8s.io/kubelet/pkg/apis/stats/v1alpha1: camelCase, times as UTC RFC 3339 with
 second precision, every unknown value left out (never 0). Accelerators carry the kubelet's six
-keys plus gpustats' extension keys; ``strict`` leaves out every key the kubelet's types do not
-declare (node and pod ``accelerators``, top-level ``containers``, extension keys), so a decoder
-that rejects unknown fields reads the body. Every name from the host or a source is shown by the one
-rule of ``export.text``, field by field (a walk over the whole body would cost as much as
-encoding it).
+keys plus gpustats' extension keys; tenants that are no container (services, sessions, Slurm job
+steps, processes) are listed in the extension ``tenants[]``. ``strict`` leaves out every key the
+kubelet's types do not declare (node and pod ``accelerators``, top-level ``containers`` and
+``tenants``, extension keys), so a decoder that rejects unknown fields reads the body. Every
+name from the host or a source is shown by the one rule of ``export.text``, field by field (a
+walk over the whole body would cost as much as encoding it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpustats.export.accelerators import container_view
+from gpustats.export.tenants import entry_identity, is_container
 from gpustats.export.text import shown, shown_or_none
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats
@@ -227,6 +229,33 @@ def _container_dict(container: ContainerStats, devices: dict[str, DeviceStats],
     return out
 
 
+def _tenant_dict(entry: ContainerStats, devices: dict[str, DeviceStats], *,
+                 with_accelerators: bool) -> dict[str, Any]:
+    """A ``tenants[]`` entry: kind, key, name and the identity its kind has, its cgroup, usage
+    and accelerators as a container's."""
+    ident = entry_identity(entry)
+    out: dict[str, Any] = {"kind": ident.kind, "id": shown(entry.container_id),
+                           "name": shown(ident.name)}
+    _put(out, "unit", shown_or_none(ident.unit))
+    _put(out, "uid", ident.uid)
+    _put(out, "user", shown_or_none(ident.user))
+    _put(out, "jobId", shown_or_none(ident.job_id))
+    _put(out, "step", shown_or_none(ident.step))
+    _put(out, "command", shown_or_none(ident.command))
+    cgroup = entry.cgroup_path
+    if cgroup is None and entry.tenant is not None:
+        cgroup = entry.tenant.cgroup_path
+    _put(out, "cgroup", shown_or_none(cgroup))
+    start = entry.usage.start_time
+    if start is not None:
+        out["startTime"] = rfc3339(start)
+    _usage(out, entry.usage)
+    if with_accelerators:
+        out["accelerators"] = [container_accelerator_dict(a, devices.get(a.device_uuid))
+                               for a in entry.accelerators]
+    return out
+
+
 def _pod_dict(pod: PodStats, devices: dict[str, DeviceStats], fallback_start: float,
               *, with_accelerators: bool, strict: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
@@ -279,20 +308,29 @@ def summary_dict(snapshot: Snapshot, *, only_cpu_and_memory: bool = False,
     # with the pod's UID until a name source names the pod. For the same reason one pod is
     # listed per namespace/name (``listed_pods``): a pod re-created under its name gives way
     # to the new one, as in the kubelet's own Summary.
+    # Tenants that are no container are listed apart (``tenants[]``), while they hold a GPU;
+    # what ended (kept for its counters) is listed in neither.
     named = [p for p in snapshot.listed_pods() if _named(p)]
     loose = [(c, p.uid if p is not None else c.pod_uid)
-             for p, c in snapshot.containers_with_pods() if p is None or not _named(p)]
+             for p, c in snapshot.containers_with_pods()
+             if (p is None or not (_named(p) or p.ended)) and not c.ended and is_container(c)]
     out: dict[str, Any] = {
         "node": node_out,
         "pods": [_pod_dict(p, devices, node.start_time, with_accelerators=full, strict=strict)
                  for p in named],
     }
-    if loose and not strict:
+    if strict:
+        return out
+    if loose:
         out["containers"] = [
             _container_dict(c, devices, node.start_time, with_accelerators=full, top_level=True,
                             pod_uid=uid)
             for c, uid in loose
         ]
+    tenants = [c for c in snapshot.containers
+               if not (c.ended or is_container(c)) and c.accelerators]
+    if tenants:
+        out["tenants"] = [_tenant_dict(c, devices, with_accelerators=full) for c in tenants]
     return out
 
 

@@ -39,7 +39,6 @@ PODMAN_BOLT = ("var", "lib", "containers", "storage", "libpod", "bolt_state.db")
 MAX_CONFIG_BYTES = 1 << 20       # config.v2.json: a few KB, more with many labels and env
 MAX_DB_BYTES = 1 << 30
 MAX_NAME_CHARS = 255
-_QUERY_IDS = 256                 # IDs per query (SQLite's bound parameters: 32766 since 3.32)
 _ID = re.compile(r"[0-9a-f]{64}")
 
 
@@ -161,12 +160,10 @@ class RuntimeStoreNames:
             connection.text_factory = lambda data: data.decode("utf-8", "replace")
             connection.set_progress_handler(lambda: self._monotonic() > deadline, 1000)
             found: dict[str, str] = {}
-            for start in range(0, len(container_ids), _QUERY_IDS):
-                chunk = container_ids[start:start + _QUERY_IDS]
-                marks = ",".join("?" * len(chunk))
+            for wanted in container_ids:
                 cursor = connection.execute(
-                    f"SELECT ID, Name FROM ContainerConfig WHERE ID IN ({marks})", chunk)
-                for container_id, name in cursor.fetchmany(len(chunk)):
+                    "SELECT ID, Name FROM ContainerConfig WHERE ID = ?", (wanted,))
+                for container_id, name in cursor.fetchmany(1):
                     try:
                         found.setdefault(container_id, valid_name(name))
                     except ValueError:

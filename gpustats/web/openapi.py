@@ -110,6 +110,21 @@ _LOOSE_CONTAINER = {
                    "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR},
                    "unresolvedClaims": {"type": "array", "items": _UNRESOLVED_CLAIM}},
 }
+# A tenant that is no container (gpustats extension): a systemd service, a user's sessions, a
+# Slurm job step, or a process in none of these; the identity keys of its kind.
+_TENANT = {
+    "type": "object", "required": ["kind", "id", "name"],
+    "properties": {"kind": {"type": "string", "enum": ["service", "session", "job", "process"]},
+                   # Its key: service:<unit>, session:<uid>, job:<id>[:<step>],
+                   # process:<uid>:<command>; its processes' container_id label.
+                   "id": {"type": "string"},
+                   "name": {"type": "string"},   # the unit, user, job <id>, command
+                   "unit": {"type": "string"}, "uid": _U64, "user": {"type": "string"},
+                   "jobId": {"type": "string"}, "step": {"type": "string"},
+                   "command": {"type": "string"}, "cgroup": {"type": "string"},
+                   "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
+                   "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
+}
 _POD = {
     "type": "object", "required": ["podRef", "startTime", "containers"],
     "properties": {
@@ -135,6 +150,7 @@ _SUMMARY = {
                                 "accelerators": {"type": "array", "items": _DEVICE}}},
         "pods": {"type": "array", "items": _POD},
         "containers": {"type": "array", "items": _LOOSE_CONTAINER},
+        "tenants": {"type": "array", "items": _TENANT},
     },
 }
 
@@ -277,7 +293,7 @@ _STRICT = {"name": "strict", "in": "query", "required": False, "schema": {"type"
                           "v1alpha1 types declare, for decoders that reject unknown fields: no "
                           "node or pod accelerators, container accelerators with make, model, "
                           "id, memoryTotal, memoryUsed and dutyCycle only, no top-level "
-                          "containers (schema: components.schemas.KubeletSummary)"}
+                          "containers or tenants (schema: components.schemas.KubeletSummary)"}
 # Snapshot bodies: gzip when accepted, an ETag per snapshot, 304 for a poller that has it.
 _CONDITIONAL = [
     {"name": "Accept-Encoding", "in": "header", "required": False, "schema": {"type": "string"},

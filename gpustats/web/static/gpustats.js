@@ -238,13 +238,13 @@
   }
 
   function capLayers(byPod, n) {
-    // The largest MAX_LAYERS pods by mean; the rest summed as "other pods".
+    // The largest MAX_LAYERS tenants by mean; the rest summed as "other tenants".
     const ranked = [...byPod.values()].sort((a, b) => b.weight - a.weight);
     const layers = ranked.slice(0, MAX_LAYERS);
     if (ranked.length > MAX_LAYERS) {
       const rest = new Array(n).fill(0);
       for (const p of ranked.slice(MAX_LAYERS)) p.values.forEach((v, i) => { rest[i] += v || 0; });
-      layers.push({label: (ranked.length - MAX_LAYERS) + " other pods", color: OTHERS, values: rest});
+      layers.push({label: (ranked.length - MAX_LAYERS) + " other tenants", color: OTHERS, values: rest});
     }
     return layers;
   }
@@ -281,7 +281,7 @@
     const total = points.map(p => value(p, "powerWatts"));
     const peak = Math.max(0, ...total.filter(v => v !== null));
     draw(holder, "power", {
-      title: "power: idle, per pod, unattributed", now: last(total) === null ? "–" : fmt.watts(last(total)),
+      title: "power: idle, per tenant, unattributed", now: last(total) === null ? "–" : fmt.watts(last(total)),
       format: fmt.watts, times, stacked: true, ymax: niceMax(Math.max(meta.powerLimitWatts || 0, peak)),
       layers: [{label: "idle", color: IDLE, values: idle}, ...capLayers(byPod, n),
                {label: "unattributed", color: UNATTRIBUTED, values: unattributed}],
@@ -328,7 +328,7 @@
     for (const layer of layers) layer.note = fmt.joules(layer.values[n - 1] || 0);
     const sum = times.map((_, i) => layers.reduce((s, l) => s + (l.values[i] || 0), 0));
     const seconds = n > 1 ? (times[n - 1] - times[0]) / 1000 : 0;
-    draw(holder, "energy", {title: "attributed energy over the last " + span(seconds) + ", stacked by pod",
+    draw(holder, "energy", {title: "attributed energy over the last " + span(seconds) + ", stacked by tenant",
       now: fmt.joules(sum[n - 1] || 0), format: fmt.joules, times, stacked: true,
       ymax: niceMax(Math.max(0, ...sum)), layers});
   }
