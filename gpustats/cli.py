@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.log_level != "DEBUG":     # the demo rewrites the scenario every second, on purpose
         logging.getLogger("gpustats.simulator.library").setLevel(logging.WARNING)
     try:
-        demo = DemoNode.start()
+        demo = DemoNode.start(config.demo)
     except OSError as exc:
         print(f"gpustats: cannot make the demo's node: {exc}", file=sys.stderr)
         return 2

@@ -152,6 +152,23 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {brief(value)}")
 
 
+# The demo nodes (--demo KIND); the flag alone, or true, is the Kubernetes one.
+DEMO_KINDS = ("kubernetes", "bare-metal")
+
+
+def parse_demo(value: Any) -> str | None:
+    """One of ``DEMO_KINDS``; a boolean's words too: true is ``kubernetes``, false ``None``
+    (no demo)."""
+    text = _scalar(value).lower() if not isinstance(value, bool) else ""
+    if text in DEMO_KINDS:
+        return text
+    try:
+        return DEMO_KINDS[0] if parse_bool(value) else None
+    except ValueError:
+        raise ValueError(f"expected {', '.join(DEMO_KINDS)}, true or false, got "
+                         f"{brief(value)}") from None
+
+
 # dcgm-exporter's node label: ``Hostname`` in its releases, ``hostname`` on its main branch.
 DCGM_HOSTNAME_LABELS = ("Hostname", "hostname")
 
@@ -165,8 +182,8 @@ def _dcgm_hostname_label(value: Any) -> str:
 
 
 # --disable-metrics groups, as export.metric_table names them (config sits below export).
-METRIC_GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "cadvisor",
-                 "daemon", "dcgm")
+METRIC_GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "tenant",
+                 "cadvisor", "daemon", "dcgm")
 
 
 def _metric_groups(value: Any) -> tuple[str, ...]:
@@ -278,6 +295,7 @@ class Option:
     default: Any
     help: str
     metavar: str | None = None
+    const: str | None = None        # what the flag alone means (a boolean's: true)
 
     @property
     def flag(self) -> str:
@@ -326,10 +344,12 @@ OPTIONS: tuple[Option, ...] = (
            "WATTS"),
     Option("simulate", _optional_text, None,
            "run against simulated GPUs described by this scenario YAML", "SCENARIO"),
-    Option("demo", parse_bool, False,
-           "run on a demo node: simulated GPUs (one in MIG mode) and named pods with a moving "
-           "load, on a fake host in a temporary directory removed on exit (of this host, only "
-           "the node's CPU and memory figures are read)", "BOOL"),
+    Option("demo", parse_demo, None,
+           "run on a demo node: simulated GPUs with a moving load on a fake host in a temporary "
+           "directory removed on exit (of this host, only the node's CPU and memory figures are "
+           "read): kubernetes (the flag alone: named pods, one GPU in MIG mode) or bare-metal "
+           "(a Slurm job, a systemd service, a Docker container and a user's notebook)",
+           "KIND", const="kubernetes"),
     Option("log_level", _log_level, "INFO", "debug, info, warning or error", "LEVEL"),
     Option("saturation_window", _positive_seconds, 60.0,
            "seconds covered by the saturation signals", "SECONDS"),
@@ -404,7 +424,7 @@ class Config:
     health_listen: tuple[str, int] | None = None
     tick_watchdog_intervals: float = 12.0
     dcgm_hostname_label: str = "Hostname"
-    demo: bool = False
+    demo: str | None = None         # one of DEMO_KINDS
     disable_metrics: tuple[str, ...] = ()
     host_root: str = "/"
     config_file: str | None = field(default=None)
@@ -435,7 +455,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         shown = _shown_default(option.default)
         default_text = f"; default {shown}" if shown is not None else ""
-        extra = {"nargs": "?", "const": "true"} if isinstance(option.default, bool) else {}
+        const = "true" if isinstance(option.default, bool) else option.const
+        extra = {"nargs": "?", "const": const} if const is not None else {}
         parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
                             help=f"{option.help} [env {option.env}{default_text}]", **extra)
     parser.add_argument("--once", action="store_true",

@@ -1,5 +1,8 @@
 """Fake host trees for the demo and the tests: a cgroup v2 tree with kubelet pod and container
-cgroups, a /proc whose processes live in them, and the kubelet's log layout that names them.
+cgroups, a /proc whose processes live in them, and the kubelet's log layout that names them;
+outside Kubernetes, the cgroups of systemd services, users' sessions, Slurm job steps (v1 and
+v2) and Docker containers, processes with a command and a user, and a host root with the
+``etc/passwd`` and Docker metadata (``config.v2.json``) that name them.
 
 Everything is written below the roots it is given; nothing of the real host is changed. The
 node-wide /proc files (CPU, memory, boot id) are copied from the real host where it has them,
@@ -8,6 +11,7 @@ so the node's figures stay plausible.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -52,6 +56,80 @@ def add_process(proc: Path, pid: int, rel: str) -> None:
     p = proc / str(pid)
     p.mkdir(parents=True, exist_ok=True)
     (p / "cgroup").write_text(f"0::/{rel}\n")
+
+
+def service_cgroup(unit: str) -> str:
+    """A systemd service's cgroup (relative), in the system slice."""
+    return f"system.slice/{unit}"
+
+
+def session_cgroup(uid: int, session: str) -> str:
+    """A user's login session scope (relative), in the user's slice."""
+    return f"user.slice/user-{uid}.slice/session-{session}.scope"
+
+
+def slurm_v1_cgroup(uid: int, job: int, step: str = "0", task: int = 0) -> str:
+    """A Slurm task's cgroup in a v1 controller's hierarchy (Slurm's ``cgroup/v1`` plugin)."""
+    return f"slurm/uid_{uid}/job_{job}/step_{step}/task_{task}"
+
+
+def slurm_v2_cgroup(job: int, step: str = "0", task: int = 0) -> str:
+    """A Slurm task's cgroup on cgroup v2 (Slurm's ``cgroup/v2`` plugin, below slurmstepd)."""
+    return f"system.slice/slurmstepd.scope/job_{job}/step_{step}/user/task_{task}"
+
+
+def docker_cgroup(container: str, v1: bool = False) -> str:
+    """A Docker container's cgroup outside Kubernetes: the systemd driver's scope (v2), or the
+    cgroupfs driver's ``docker/<id>`` (v1)."""
+    return f"docker/{container}" if v1 else f"system.slice/docker-{container}.scope"
+
+
+def v2_cgroup_lines(rel: str) -> str:
+    """``/proc/<pid>/cgroup`` of a process in ``rel`` on cgroup v2."""
+    return f"0::/{rel}\n"
+
+
+def v1_cgroup_lines(paths: dict[str, str]) -> str:
+    """``/proc/<pid>/cgroup`` on cgroup v1: ``paths`` maps each hierarchy (``cpuacct``,
+    ``memory``, ``name=systemd``, ...) to the process's relative path in it (``""``: the root)."""
+    return "".join(f"{n}:{hierarchy}:/{rel}\n"
+                   for n, (hierarchy, rel) in enumerate(reversed(list(paths.items())), 1))
+
+
+def add_process_files(proc: Path, pid: int, cgroup_lines: str, comm: str, uid: int,
+                      start_ticks: int = 1000) -> None:
+    """A process's ``cgroup`` (the lines given), ``comm``, ``status`` (with its ``Uid:``
+    line: real, effective, saved, filesystem) and ``stat`` (its start time, field 22)."""
+    p = proc / str(pid)
+    p.mkdir(parents=True, exist_ok=True)
+    (p / "cgroup").write_text(cgroup_lines)
+    (p / "comm").write_text(comm + "\n")
+    (p / "status").write_text(f"Name:\t{comm}\nState:\tS (sleeping)\nPid:\t{pid}\n"
+                              f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                              f"Gid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    # Fields 3 to 21 (state, ppid, ... itrealvalue), then 22: the start time in clock ticks.
+    (p / "stat").write_text(f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560"
+                            + " 0" * 12 + f" {start_ticks} 0 0\n")
+
+
+def add_passwd(host_root: Path, users: dict[int, str]) -> None:
+    """The host's ``etc/passwd`` naming these UIDs (root's entry first)."""
+    lines = ["root:x:0:0:root:/root:/bin/bash"]
+    lines += [f"{name}:x:{uid}:{uid}:{name}:/home/{name}:/bin/bash"
+              for uid, name in sorted(users.items()) if uid != 0]
+    path = host_root / "etc" / "passwd"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def add_docker_container(host_root: Path, container: str, name: str) -> None:
+    """Docker's metadata of one container: ``var/lib/docker/containers/<id>/config.v2.json``
+    with its ID and ``/``-prefixed name (what ``gpustats.sources.runtime_store`` reads)."""
+    d = host_root / "var" / "lib" / "docker" / "containers" / container
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.v2.json").write_text(json.dumps({
+        "ID": container, "Name": f"/{name}", "Running": True,
+        "Config": {"Hostname": container[:12]}}))
 
 
 def copy_node_files(proc: Path, real_proc: Path = Path("/proc")) -> None:

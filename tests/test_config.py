@@ -94,6 +94,11 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_DCGM_HOSTNAME_LABEL": ""}, "GPUSTATS_DCGM_HOSTNAME_LABEL"),
     (["--demo", "maybe"], {}, "--demo"),
     ([], {"GPUSTATS_DEMO": "2"}, "GPUSTATS_DEMO"),
+    (["--demo", "baremetal"], {}, "expected kubernetes, bare-metal, true or false, got "
+                                  "'baremetal'"),
+    ([], {"GPUSTATS_DEMO": "slurm"}, "invalid GPUSTATS_DEMO: expected kubernetes, bare-metal"),
+    ([], {"GPUSTATS_DEMO": ""}, "GPUSTATS_DEMO"),
+    (["--demo", "bare-metal", "--simulate", "s.yaml"], {}, "cannot be combined with --simulate"),
     (["--demo", "--simulate", "examples/two-gpus.yaml"], {}, "cannot be combined with --simulate"),
     (["--demo", "--cgroup-root", "/sys/fs/cgroup", "--runtime-socket", "/run/c.sock"], {},
      "cannot be combined with --cgroup-root, --runtime-socket"),
@@ -120,13 +125,26 @@ def test_dcgm_compat_switch(tmp_path):
         _resolve(["--config", str(cfg)])
 
 
-def test_demo_switch_from_flag_env_and_file(tmp_path):
-    assert _resolve().demo is False
-    assert _resolve(["--demo"]).demo is True
-    assert _resolve([], {"GPUSTATS_DEMO": "yes"}).demo is True
+def test_demo_kind_from_flag_env_and_file(tmp_path):
+    assert _resolve().demo is None
+    assert _resolve(["--demo"]).demo == "kubernetes"           # the flag alone
+    assert _resolve(["--demo", "kubernetes"]).demo == "kubernetes"
+    assert _resolve(["--demo=bare-metal"]).demo == "bare-metal"
+    assert _resolve(["--demo", "--listen", ":9999"]).demo == "kubernetes"
+    assert _resolve([], {"GPUSTATS_DEMO": "yes"}).demo == "kubernetes"
+    assert _resolve([], {"GPUSTATS_DEMO": "Bare-Metal"}).demo == "bare-metal"
+    assert _resolve([], {"GPUSTATS_DEMO": "off"}).demo is None
+    assert _resolve(["--demo=false"], {"GPUSTATS_DEMO": "bare-metal"}).demo is None
     cfg = tmp_path / "c.yaml"
     cfg.write_text("demo: true\nlisten: 127.0.0.1:9999\n")
-    assert _resolve(["--config", str(cfg)]).demo is True
+    assert _resolve(["--config", str(cfg)]).demo == "kubernetes"
+    cfg.write_text("demo: bare-metal\n")
+    assert _resolve(["--config", str(cfg)]).demo == "bare-metal"
+    cfg.write_text("demo: false\n")
+    assert _resolve(["--config", str(cfg)]).demo is None
+    cfg.write_text("demo: bare-metal\nhost_root: /host\n")
+    with pytest.raises(ConfigError, match="cannot be combined with --host-root"):
+        _resolve(["--config", str(cfg)])
     cfg.write_text("demo: true\ncgroup_root: /sys/fs/cgroup\n")
     with pytest.raises(ConfigError, match="cannot be combined with --cgroup-root"):
         _resolve(["--config", str(cfg)])

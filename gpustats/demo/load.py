@@ -1,4 +1,5 @@
-"""The demo node's GPUs, pods and their load over time (pure: a scenario for a moment).
+"""The Kubernetes demo node's GPUs, pods and their load over time (pure: a scenario for a
+moment).
 
 Three simulated H100s: GPU 0 time-sliced between a training job and a notebook, GPU 1 serving
 one model, GPU 2 in MIG mode with two busy instances and an idle one. Every tenant's load
@@ -56,7 +57,7 @@ def busy_at(tenant: Tenant, t: float) -> float:
     return round(max(1.0, min(100.0, tenant.busy_percent * (1 + 0.5 * wave))), 1)
 
 
-def _power(busy_percent: float) -> float:
+def gpu_power(busy_percent: float) -> float:
     """A GPU's power at a total SM utilization: idle plus a share of the headroom."""
     share = min(100.0, busy_percent) / 100.0
     return round(IDLE_WATTS + 0.85 * (POWER_LIMIT_WATTS - IDLE_WATTS) * share, 1)
@@ -72,7 +73,7 @@ def scenario_at(t: float) -> dict:
         device = {
             "uuid": gpu_uuid(index), "name": H100, "architecture": "hopper", "minor": index,
             "pci_bus_id": f"00000000:{0x1b + 0x20 * index:02X}:00.0",
-            "memory_total_bytes": 80 * GIB, "power_watts": _power(total),
+            "memory_total_bytes": 80 * GIB, "power_watts": gpu_power(total),
             "power_limit_watts": POWER_LIMIT_WATTS,
             "temperature_celsius": int(35 + total / 4),
         }

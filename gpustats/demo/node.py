@@ -1,5 +1,6 @@
 """The demo's temporary node: a fake host in a temporary directory, a simulator scenario that a
-thread rewrites as the load moves, and the options that point the daemon at them."""
+thread rewrites as the load moves, and the options that point the daemon at them. Two kinds:
+``kubernetes`` (named pods, ``demo.load``) and ``bare-metal`` (``demo.bare_metal``)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import logging
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
 from gpustats import fakehost
 from gpustats.config import Config, IdlePower
-from gpustats.demo.load import IDLE_WATTS, TENANTS, scenario_at
+from gpustats.demo import bare_metal, load
+from gpustats.demo.load import IDLE_WATTS, TENANTS
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +28,18 @@ DEMO_NODE_NAME = "demo-node"
 DEMO_HOUSEKEEPING_SECONDS = 2.0
 
 
+@dataclass(frozen=True)
+class Tree:
+    """Where a demo host's fake trees are: the daemon's roots."""
+
+    cgroup: Path
+    proc: Path
+    host: Path                   # --host-root: etc/passwd, Docker's metadata
+    log_root: Path | None        # the kubelet's log layout (Kubernetes only)
+
+
 def build_host(root: Path) -> tuple[Path, Path, Path]:
-    """The tenants' cgroups, processes and log names below ``root``: (cgroup, proc, log root)."""
+    """The pods' cgroups, processes and log names below ``root``: (cgroup, proc, log root)."""
     cgroup, proc, logs = root / "cgroup", root / "proc", root / "log"
     fakehost.start_cgroup_tree(cgroup)
     fakehost.copy_node_files(proc)
@@ -39,6 +53,37 @@ def build_host(root: Path) -> tuple[Path, Path, Path]:
     return cgroup, proc, logs
 
 
+def _kubernetes_tree(root: Path) -> Tree:
+    cgroup, proc, logs = build_host(root)
+    (root / "host").mkdir()            # no passwd, no Docker: nothing of the real host's
+    return Tree(cgroup, proc, root / "host", logs)
+
+
+def _bare_metal_tree(root: Path) -> Tree:
+    cgroup, proc, host = bare_metal.build_host(root)
+    return Tree(cgroup, proc, host, None)
+
+
+def _describe_pods() -> str:
+    pods = ", ".join(f"{t.namespace}/{t.pod}" for t in TENANTS)
+    return f"3 simulated H100s (GPU 2 in MIG mode), {len(TENANTS)} pods: {pods}"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of demo node: its trees below a root, its load at a moment, and its words."""
+
+    build: Callable[[Path], Tree]
+    scenario_at: Callable[[float], dict]
+    describe: Callable[[], str]
+
+
+KINDS = {
+    "kubernetes": Kind(_kubernetes_tree, load.scenario_at, _describe_pods),
+    "bare-metal": Kind(_bare_metal_tree, bare_metal.scenario_at, bare_metal.describe),
+}
+
+
 def write_scenario(path: Path, scenario: dict) -> None:
     """Atomically: the simulator never reads half a file."""
     tmp = path.with_name(path.name + ".tmp")
@@ -49,37 +94,47 @@ def write_scenario(path: Path, scenario: dict) -> None:
 class DemoNode:
     """Owns the temporary directory from ``start`` to ``close``; ``close`` removes it."""
 
-    def __init__(self, root: Path, clock=time.monotonic):
+    def __init__(self, root: Path, clock=time.monotonic, kind: str = "kubernetes"):
         self.root = root
+        self.kind = KINDS[kind]
         self.scenario = root / "scenario.yaml"
-        self.cgroup, self.proc, self.log_root = build_host(root)
+        self.tree = self.kind.build(root)
         self._clock = clock
         self._started = clock()
-        write_scenario(self.scenario, scenario_at(0.0))
+        write_scenario(self.scenario, self.kind.scenario_at(0.0))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
 
     @classmethod
-    def start(cls) -> "DemoNode":
-        node = cls(Path(tempfile.mkdtemp(prefix="gpustats-demo-")))
+    def start(cls, kind: str = "kubernetes") -> "DemoNode":
+        """The node of that kind (``KINDS``), its load moving."""
+        root = Path(tempfile.mkdtemp(prefix="gpustats-demo-"))
+        try:
+            node = cls(root, kind=kind)
+        except OSError:
+            fakehost.remove(root)
+            raise
         node._thread.start()
         return node
 
     def _run(self) -> None:
         while not self._stop.wait(REWRITE_SECONDS):
             try:
-                write_scenario(self.scenario, scenario_at(self._clock() - self._started))
+                write_scenario(self.scenario,
+                               self.kind.scenario_at(self._clock() - self._started))
             except OSError as exc:       # the directory was removed under the demo
                 log.warning("demo: cannot move the load: %s", exc)
 
     def configure(self, config: Config) -> Config:
         """``config`` pointed at the demo's node; options the user gave keep their value where
         the demo does not need its own (listen, interval, idle power, state dir, node name)."""
-        given = config.explicit
+        given, tree = config.explicit, self.tree
         return dataclasses.replace(
-            config, simulate=str(self.scenario), cgroup_root=str(self.cgroup),
-            proc_root=str(self.proc), sysfs_root=str(self.root / "sys"),
-            log_root=str(self.log_root), pod_resources_socket=None, runtime_socket=None,
+            config, simulate=str(self.scenario), cgroup_root=str(tree.cgroup),
+            proc_root=str(tree.proc), sysfs_root=str(self.root / "sys"),
+            host_root=str(tree.host),
+            log_root=str(tree.log_root) if tree.log_root is not None else None,
+            pod_resources_socket=None, runtime_socket=None,
             cdi_spec_dirs=(), dcgm_exporter_url=None,
             state_dir=config.state_dir if "state_dir" in given else str(self.root / "state"),
             node_name=config.node_name if "node_name" in given else DEMO_NODE_NAME,
@@ -94,6 +149,5 @@ class DemoNode:
         fakehost.remove(self.root)
 
     def describe(self) -> str:
-        pods = ", ".join(f"{t.namespace}/{t.pod}" for t in TENANTS)
-        return f"3 simulated H100s (GPU 2 in MIG mode), {len(TENANTS)} pods: {pods}"
+        return self.kind.describe()
 
