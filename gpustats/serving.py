@@ -123,11 +123,22 @@ class _Channel(HTTPChannel):
 
     parser_class = _Parser
     error_task_class = _JsonErrorTask
-    # waitress's clock (``time.time``) for these, as for ``last_activity``.
+    # The monotonic clock, as ``last_activity`` (below), so that a step of the wall clock
+    # neither closes live connections nor keeps idle ones.
     request_began: float | None = None
     body_began: float | None = None
     held = b""                       # received, not parsed yet: requests past the depth
     over_budget_since: float | None = None
+    _last_activity = 0.0
+
+    @property
+    def last_activity(self) -> float:
+        return self._last_activity
+
+    @last_activity.setter
+    def last_activity(self, _wall: float) -> None:
+        # waitress stamps activity with ``time.time()``; the stamp taken is the monotonic one.
+        self._last_activity = time.monotonic()
 
     def received(self, data: bytes) -> bool:
         """Parses requests from ``data`` until ``PIPELINE_DEPTH`` are waiting to be served.
@@ -273,7 +284,7 @@ class _Server(TcpWSGIServer):
         # connections in the backlog behind whatever slow sockets hold the slots. This one
         # stops only when no connection can give its slot up (every one is being served);
         # otherwise ``handle_accept`` makes room.
-        now = time.time()
+        now = time.monotonic()
         if now >= self.next_channel_cleanup:
             self.next_channel_cleanup = now + self.adj.cleanup_interval
             self.maintenance(now)

@@ -107,3 +107,37 @@ def test_a_restart_across_a_step_back_counts_the_gap(start_daemon, tmp_path, fak
     gained = after["node"]["accelerators"][0]["energyJoules"] - stopped
     assert gained >= 500 * 8.0 * 0.95, gained
     assert "added to its energy counter" in second.log()
+
+
+def test_a_step_forward_leaves_a_live_keep_alive_connection_open(start_daemon, tmp_path,
+                                                                 faketime_library):
+    """The server's idle timers run on the monotonic clock: after a +300 s step a connection
+    idle for 2 s (of its 5 s) is still served, where waitress's wall-clock stamps made it
+    look idle for 302 s and closed it."""
+    import http.client
+
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = {"LD_PRELOAD": str(faketime_library), "FAKETIME_TIMESTAMP_FILE": str(offset),
+           "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    host = build(tmp_path / "host", {101: (1, 1)})
+    daemon, _ = start_simulated(start_daemon, tmp_path, {"devices": [device()]}, host,
+                                "--housekeeping-interval", "0.2", "--pod-resources-socket", "",
+                                "--runtime-socket", "", env=env)
+    daemon.wait_for(lambda s: s["node"].get("accelerators"))
+    connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().read()
+        offset.write_text("+300\n")
+        # The daemon's ticks are stamped 300 s ahead (its wall clock stepped), then the
+        # server's cleanup (every 2 s) has run at least once.
+        daemon.wait_for(lambda s: s["node"]["cpu"]["time"] > time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 250)), timeout=3)
+        time.sleep(2.5)
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        assert response.status == 200
+        response.read()
+    finally:
+        connection.close()
