@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.cgroup_dirs import make_recorded
 from tests.support.fakehost import metric_value
 from tests.support.invariants import assert_attributed_watts
 
@@ -31,17 +32,6 @@ def _own_v1_path(controller: str) -> str:
         if controller in controllers.split(","):
             return path
     return "/"
-
-
-def _mkdir(path: Path, created: list[Path]) -> None:
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        d.mkdir()
-        created.append(d)
 
 
 @pytest.fixture
@@ -82,14 +72,14 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
     rel1 = f"kubepods/burstable/pod{uid1}/{cid1}"
     try:
         devices = CGROUP / "devices" / rel1
-        _mkdir(devices, created)
+        make_recorded(devices, created)
         (devices / "devices.deny").write_text("a")
         (devices / "devices.allow").write_text("c 195:0 rw")
         cpu = cgroups["cpuacct"] / rel1
-        _mkdir(cpu, created)
+        make_recorded(cpu, created)
         own_memory = _own_v1_path("memory").lstrip("/")
         memory = CGROUP / "memory" / own_memory / rel1
-        _mkdir(memory, created)
+        make_recorded(memory, created)
     except OSError as exc:
         pytest.skip(f"cannot create v1 cgroups here: {exc}")
 
@@ -103,7 +93,7 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
     if (unified / "cgroup.procs").exists():
         v2_group = unified / f"kubepods/besteffort/pod{uid2}/{cid2}"
         try:
-            _mkdir(v2_group, created)
+            make_recorded(v2_group, created)
             v2_worker = subprocess.Popen([sys.executable, "-c", BUSY])
             cgroups["procs"].append(v2_worker)
             _join(v2_worker, v2_group)
@@ -173,7 +163,7 @@ def test_a_cgroup_made_after_the_first_walk_is_found_and_read(cgroups):
         cid = f"{os.getpid():064x}"
         group = CGROUP / "memory" / f"gpustats-late-{uuid.uuid4().hex[:8]}" / "docker" / cid
         try:
-            _mkdir(group, cgroups["created"])
+            make_recorded(group, cgroups["created"])
         except OSError as exc:
             pytest.skip(f"cannot create v1 cgroups here: {exc}")
         found = reader.discover()
@@ -215,7 +205,7 @@ def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
             groups = [root / top / "docker" / cid for root in roots]
             try:
                 for group in groups:
-                    _mkdir(group, cgroups["created"])
+                    make_recorded(group, cgroups["created"])
             except OSError as exc:
                 pytest.skip(f"cannot create cgroups here: {exc}")
             found = reader.discover()
@@ -253,7 +243,7 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     memory = CGROUP / "memory" / _own_v1_path("memory").lstrip("/") / \
         f"kubepods/besteffort/pod{uid}/{cid}"
     try:
-        _mkdir(memory, cgroups["created"])
+        make_recorded(memory, cgroups["created"])
     except OSError as exc:
         pytest.skip(f"cannot create v1 cgroups here: {exc}")
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])

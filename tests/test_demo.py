@@ -12,6 +12,7 @@ from gpustats.demo.load import MIG_GPU, TENANTS, gpu_uuid, scenario_at
 from gpustats.simulator import parse_scenario
 from tests.support.browser import HEADLESS, chromium
 from tests.support.paths import REPO_ROOT
+from tests.support.demo import demo_root, start_demo
 
 PODS = {(t.namespace, t.pod) for t in TENANTS}
 
@@ -26,27 +27,11 @@ def _all_billed(summary: dict) -> bool:
     return set(pods) == PODS and all(_billed(p) > 0 for p in pods.values())
 
 
-def _start_demo(start_daemon, tmp_path: Path):
-    """The demo daemon, its temporary host made below ``tmp_path`` (the fixture's SIGKILL at
-    teardown leaves it behind)."""
-    (tmp_path / "tmp").mkdir()
-    daemon = start_daemon("--demo", "--housekeeping-interval", "0.5",
-                          env={"TMPDIR": str(tmp_path / "tmp")})
-    daemon.wait_ready()
-    return daemon
-
-
-def _demo_root(daemon) -> Path:
-    found = re.search(r"removes (/\S+?)\.\n", daemon.log())
-    assert found, daemon.log()
-    return Path(found.group(1))
-
-
 def test_demo_bills_named_pods_on_a_node_with_a_mig_gpu(start_daemon, tmp_path):
-    daemon = _start_demo(start_daemon, tmp_path)
+    daemon = start_demo(start_daemon, tmp_path)
     first = daemon.wait_for(_all_billed)
     assert f"Open {daemon.base}/ " in daemon.log()
-    root = _demo_root(daemon)
+    root = demo_root(daemon)
     assert root.parent == tmp_path / "tmp"
     assert (root / "cgroup").is_dir() and (root / "scenario.yaml").is_file()
     gpus = {a["id"]: a for a in first["node"]["accelerators"]}
@@ -67,7 +52,7 @@ def test_demo_bills_named_pods_on_a_node_with_a_mig_gpu(start_daemon, tmp_path):
 
 def test_demo_page_in_headless_chromium_shows_the_pods(start_daemon, tmp_path):
     binary = chromium()
-    daemon = _start_demo(start_daemon, tmp_path)
+    daemon = start_demo(start_daemon, tmp_path)
     daemon.wait_for(_all_billed)
     time.sleep(1.5)                                   # a few ticks of history for the charts
     dom = subprocess.run([binary, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",

@@ -17,6 +17,7 @@ from gpustats.sources.procs import ProcessIdentity, owner_from, parse_proc_cgrou
 from tests.support.browser import HEADLESS, chromium
 from tests.support.paths import REPO_ROOT
 from tests.test_tenants_e2e import samples, tenant_series
+from tests.support.demo import demo_root, start_demo
 
 # (kind, the name it is shown by): the job, the user's notebook by her name, the service, the
 # Docker container by its config.v2.json name.
@@ -42,22 +43,8 @@ def _all_billed(summary: dict) -> bool:
     return set(found) == SHOWN and all(_billed(t) > 0 for t in found.values())
 
 
-def _start_demo(start_daemon, tmp_path: Path):
-    (tmp_path / "tmp").mkdir()
-    daemon = start_daemon("--demo", "bare-metal", "--housekeeping-interval", "0.5",
-                          env={"TMPDIR": str(tmp_path / "tmp")})
-    daemon.wait_ready()
-    return daemon
-
-
-def _demo_root(daemon) -> Path:
-    found = re.search(r"removes (/\S+?)\.\n", daemon.log())
-    assert found, daemon.log()
-    return Path(found.group(1))
-
-
 def test_bare_metal_demo_bills_its_tenants_with_no_kubernetes(start_daemon, tmp_path):
-    daemon = _start_demo(start_daemon, tmp_path)
+    daemon = start_demo(start_daemon, tmp_path, "bare-metal")
     summary = daemon.wait_for(_all_billed, timeout=30)
     assert "no Kubernetes" in daemon.log() and "Docker container embeddings" in daemon.log()
     assert summary["pods"] == []
@@ -76,7 +63,7 @@ def test_bare_metal_demo_bills_its_tenants_with_no_kubernetes(start_daemon, tmp_
     notebook = samples(text, "gpustats_process_gpu_joules_total", pid=str(NOTEBOOK_PID))
     assert [(s.labels["comm"], s.labels["user"]) for s in notebook] == [("jupyter-lab", "grace")]
 
-    root = _demo_root(daemon)
+    root = demo_root(daemon)
     assert root.parent == tmp_path / "tmp"
     assert (root / "host" / "etc" / "passwd").is_file()
     assert not (root / "log").exists()                     # no kubelet log layout
@@ -87,7 +74,7 @@ def test_bare_metal_demo_bills_its_tenants_with_no_kubernetes(start_daemon, tmp_
 
 def test_bare_metal_demo_page_in_headless_chromium_shows_every_tenant(start_daemon, tmp_path):
     binary = chromium()
-    daemon = _start_demo(start_daemon, tmp_path)
+    daemon = start_demo(start_daemon, tmp_path, "bare-metal")
     daemon.wait_for(_all_billed, timeout=30)
     time.sleep(1.5)                                   # a few ticks of history for the charts
     dom = subprocess.run([binary, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",

@@ -25,6 +25,7 @@ from gpustats import fakehost
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.tenant_paths import parse_tenant_path
 from tests.support.gpus import GPU_A as GPU, device
+from tests.support.cgroup_dirs import make_recorded
 from tests.test_tenants_e2e import (
     ACTIVE_WATTS, IDLE_WATTS, POWER_WATTS, assert_billed_by_truth, billed, samples,
     tenant_series,
@@ -64,16 +65,7 @@ class RealCgroups:
 
     def make(self, directory: str, rel: str) -> Path:
         """``CGROUP/directory/rel``, making (and recording) each missing component."""
-        path = CGROUP / directory / rel
-        missing = []
-        p = path
-        while not p.exists():
-            missing.append(p)
-            p = p.parent
-        for d in reversed(missing):
-            d.mkdir()
-            self.created.append(d)
-        return path
+        return make_recorded(CGROUP / directory / rel, self.created)
 
     def spawn(self, comm: str, uid: int = 0) -> subprocess.Popen:
         """A sleeping process named ``comm`` running as ``uid``, out of any tenant it
