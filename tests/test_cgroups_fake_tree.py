@@ -252,8 +252,8 @@ def test_proc_reader(tmp_path):
     proc = tmp_path / "proc"
     _write(proc / "4242", {"cgroup": f"0::/kubepods/pod{UID}/{C1}\n"})
     reader = ProcReader(HostRoots(proc=str(proc)))
-    assert reader.container_of(4242).info.container_id == C1
-    assert reader.container_of(999999) is None            # gone
+    assert reader.owner_of(4242).container.info.container_id == C1
+    assert reader.owner_of(999999) is None            # gone
 
 
 

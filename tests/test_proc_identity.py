@@ -152,12 +152,12 @@ def test_containers_are_left_to_container_from_paths():
     assert container_from_paths(paths).info.container_id == CID
 
 
-def test_tenant_of_reads_the_processes_cgroup_file(proc):
+def test_owner_of_reads_the_processes_cgroup_file(proc):
     make_process(proc, 10, cgroup="0::/system.slice/nvidia-persistenced.service\n")
     make_process(proc, 11, cgroup=V1_SLURM_STEP)
     make_process(proc, 12, cgroup="0::/\n")
     r = reader(proc)
-    assert r.tenant_of(10).unit == "nvidia-persistenced.service"
-    assert r.tenant_of(11).key == "job:88:0"
-    assert r.tenant_of(12) is None
-    assert r.tenant_of(13) is None                     # gone
+    assert r.owner_of(10).tenant.unit == "nvidia-persistenced.service"
+    assert r.owner_of(11).tenant.key == "job:88:0"
+    assert r.owner_of(12).tenant.kind == "process"     # in no service, session or job
+    assert r.owner_of(13) is None                      # gone

@@ -235,14 +235,6 @@ class ProcReader:
     def close(self) -> None:
         self._stats.close()
 
-    def container_of(self, pid: int) -> ProcessContainer | None:
-        """``None`` when the process is gone or not in a container."""
-        text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
-                         max_bytes=65536)
-        if text is None:
-            return None
-        return container_from_paths(parse_proc_cgroup(text))
-
     def owner_of(self, pid: int) -> ProcessOwner | None:
         """Who the process is billed to (``owner_from``); ``None`` when it is gone."""
         text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
@@ -251,15 +243,6 @@ class ProcReader:
             return None
         return owner_from(parse_proc_cgroup(text),
                           self.identity(pid) or ProcessIdentity(None, None))
-
-    def tenant_of(self, pid: int) -> TenantRef | None:
-        """The service, session or job a process's cgroups name; ``None`` when gone or in
-        none (try ``container_of`` first)."""
-        text = read_text(self._roots.proc_path(str(pid), "cgroup"), self._report,
-                         max_bytes=_PROC_FILE_BYTES)
-        if text is None:
-            return None
-        return tenant_from_paths(parse_proc_cgroup(text))
 
     def identity(self, pid: int) -> ProcessIdentity | None:
         """The process's command (``comm``) and real UID (``status``); ``None`` when gone."""
