@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Protocol
 
-from gpustats.model.device import DeviceIdentity, DeviceReading
+from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity, DeviceReading
 
 
 class DriverInfo(Protocol):
@@ -44,7 +44,8 @@ def identify_lost_gpu(index: int, bus_id: str | None, driver: DriverInfo | None,
     """The best identity the host still gives for the GPU at ``index`` (pure)."""
     if driver is not None and driver.uuid:
         return DeviceIdentity(index=index, uuid=driver.uuid, name=driver.model,
-                              minor_number=driver.minor_number, pci_bus_id=bus_id)
+                              minor_number=driver.minor_number, pci_bus_id=bus_id,
+                              vendor=VENDOR_NVIDIA)
     candidates = [(uuid, r) for uuid, r in remembered.items() if uuid not in taken]
     match = None
     if bus_id is not None:
@@ -56,9 +57,10 @@ def identify_lost_gpu(index: int, bus_id: str | None, driver: DriverInfo | None,
     if match is not None:
         uuid, r = match
         return DeviceIdentity(index=index, uuid=uuid, name=r.name, minor_number=r.minor_number,
-                              pci_bus_id=r.pci_bus_id or bus_id)
+                              pci_bus_id=r.pci_bus_id or bus_id, vendor=VENDOR_NVIDIA)
     # Nothing names it: its place on the bus (or in NVML's order) is its id.
-    return DeviceIdentity(index=index, uuid=bus_id or f"nvml-index-{index}", pci_bus_id=bus_id)
+    return DeviceIdentity(index=index, uuid=bus_id or f"nvml-index-{index}", pci_bus_id=bus_id,
+                          vendor=VENDOR_NVIDIA)
 
 
 class LostGpuNamer:

@@ -17,6 +17,7 @@ SHARE_MIG_ACTIVITY = "mig-activity"
 SHARE_MIG_ASSUMED = "mig-assumed-activity"   # instance without activity data: mean of the rest
 SHARE_MIG_EQUAL = "mig-equal-split"
 SHARE_ACCOUNTING = "accounting"   # ended between ticks: NVML's accounting record of its run
+SHARE_ENGINE_TIME = "engine-time"  # by engine busy time the driver measured (DRM fdinfo)
 
 
 @record

@@ -1,4 +1,5 @@
-"""What one NVML sweep of one GPU observed. Every reading may be ``None`` (absent)."""
+"""What one sweep of one GPU observed, whatever its vendor's interface (NVML, or the kernel's
+sysfs and DRM fdinfo). Every reading may be ``None`` (absent)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,27 @@ from dataclasses import field
 from gpustats.model.record import record
 
 
+VENDOR_NVIDIA = "nvidia"
+VENDOR_AMD = "amd"
+VENDOR_INTEL = "intel"
+
+
 @record
 class DeviceIdentity:
-    """Identity read once per NVML session (refreshed on re-init or MIG mode change)."""
+    """Identity read once per session of the vendor's interface (refreshed on re-init or MIG
+    mode change). ``uuid`` is the GPU's stable ID: NVML's UUID, or what a DRM backend derives
+    from the card's unique ID or PCI address."""
 
-    index: int
+    index: int                               # within its vendor's GPUs
     uuid: str
     name: str | None = None
-    minor_number: int | None = None
+    minor_number: int | None = None          # /dev/nvidia<N> (NVIDIA only)
     pci_bus_id: str | None = None
     memory_total_bytes: int | None = None
     architecture: str | None = None
+    vendor: str | None = None                # VENDOR_*; None: not known
+    drm_card: str | None = None              # the DRM card node's name, "card0" (DRM GPUs)
+    drm_minors: tuple[int, ...] = ()         # its DRM nodes' minors (major 226): card, render
 
 
 @record
@@ -45,6 +56,9 @@ class ProcessReading:
     compute_instance_id: int | None = None
     listed: bool = True
     accounted: AccountedRun | None = None
+    # Seconds its engines were busy over the tick, measured by the driver (DRM fdinfo's
+    # engine time); None where the interface gives utilization samples instead (NVML).
+    engine_busy_seconds: float | None = None
 
 
 @record

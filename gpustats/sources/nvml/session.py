@@ -8,7 +8,7 @@ from typing import Any
 
 import pynvml
 
-from gpustats.model.device import DeviceIdentity
+from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.nvml.query import DeviceLost, DriverGone, Querier, error_reason
 
@@ -104,4 +104,5 @@ class NvmlSession:
             pci_bus_id=pci.busId if pci is not None else None,
             memory_total_bytes=int(memory.total) if memory is not None else None,
             architecture=_ARCHITECTURES.get(arch) if arch is not None else None,
+            vendor=VENDOR_NVIDIA,
         )
