@@ -8,7 +8,8 @@ when there is one (resets and glitches detected), else the trapezoid of two powe
 Active energy is split across processes: exclusive → all of it; time-sliced or MPS → by SM
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 a process NVML's accounting saw end during the tick, without samples of it → by utilization ×
-the part of the tick each process ran (``_weights_with_accounting``);
+the part of the tick each process ran (``_weights_with_accounting``); processes whose engine
+busy time the driver measured (DRM fdinfo: AMD, Intel) → by that time (``SHARE_ENGINE_TIME``);
 MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
 active as the mean of the known ones; equal only when none is known), then equally across each
 instance's processes. Idle energy is never attributed. No process is billed for more of a
@@ -24,8 +25,8 @@ from dataclasses import field
 from typing import Iterable, Mapping
 
 from gpustats.model.attribution import (
-    SHARE_ACCOUNTING, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY, SHARE_MIG_ASSUMED,
-    SHARE_MIG_EQUAL, SHARE_SM_UTIL,
+    SHARE_ACCOUNTING, SHARE_ENGINE_TIME, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
+    SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
     DeviceAttribution, ProcessAttribution,
 )
@@ -92,9 +93,10 @@ def idle_tick(processes_known: bool, processes: tuple[ProcessReading, ...],
     performance state (``idle_performance_state``: the driver's own judgement that it has
     nothing to do, its clocks and voltage at their floor, whatever a display or the driver's
     housekeeping does to the duty cycle, or where the duty cycle is not read), or the duty
-    cycle reads 0 % and every listed process's utilization samples show no SM work (a
-    notebook holding an idle context). Without samples a listed process may be working, and
-    one NVML's accounting saw run during the tick did: not idle. A busy reading never
+    cycle reads 0 % and every listed process's utilization samples (or its engine time, where
+    the driver measures it) show no work (a notebook holding an idle context). Without
+    samples a listed process may be working, and one NVML's accounting saw run during the
+    tick did: not idle. A busy reading never
     becomes the idle: a GPU that never idles (a training node) would keep a busy power as its
     idle and bill that much less for ever."""
     if not processes_known:
@@ -102,7 +104,12 @@ def idle_tick(processes_known: bool, processes: tuple[ProcessReading, ...],
     if not processes:
         return duty_percent == 0 or (mig_enabled and duty_percent is None) \
             or idle_performance_state(performance_state, lowest_performance_state)
-    if duty_percent != 0 or samples is None or any(p.accounted is not None for p in processes):
+    if duty_percent != 0:
+        return False
+    measured = _engine_seconds(processes)
+    if measured is not None:                  # the driver measured each one's engine time
+        return not any(measured.values())
+    if samples is None or any(p.accounted is not None for p in processes):
         return False
     listed = {p.pid for p in processes}
     return not any(s.sm_util_percent > 0 for s in samples if s.pid in listed)
@@ -241,6 +248,26 @@ def _weights(processes: tuple[ProcessReading, ...],
     return {pid: 1.0 / len(pids) for pid in pids}, SHARE_EQUAL
 
 
+def _engine_seconds(processes: tuple[ProcessReading, ...]) -> dict[int, float] | None:
+    """Each process's engine busy seconds over the tick, where the driver measured them for
+    every process (DRM fdinfo); ``None`` otherwise."""
+    if not processes or any(not _finite(p.engine_busy_seconds) for p in processes):
+        return None
+    return {p.pid: max(0.0, p.engine_busy_seconds) for p in processes}
+
+
+def _weights_by_engine_time(busy: Mapping[int, float]) -> tuple[dict[int, float], str]:
+    """Shares by the engine time each process used in the tick, as the driver measured it:
+    not sampled, so a time-sliced GPU splits as its clients used it. No engine time at all
+    while the GPU drew power above idle: equal, as ``_weights`` does without samples."""
+    if len(busy) == 1:
+        return {pid: 1.0 for pid in busy}, SHARE_EXCLUSIVE
+    total = sum(busy.values())
+    if total > 0:
+        return {pid: seconds / total for pid, seconds in busy.items()}, SHARE_ENGINE_TIME
+    return {pid: 1.0 / len(busy) for pid in busy}, SHARE_EQUAL
+
+
 def _weights_with_accounting(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
                              values: Mapping[int, list[float]]
                              ) -> tuple[dict[int, float], dict[int, str]]:
@@ -345,12 +372,19 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         by_pid = {p.pid: p for p in processes}     # without MIG a PID is one process
         unique = tuple(by_pid.values())
         values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
-        if any(p.accounted is not None for p in unique):
+        measured = _engine_seconds(unique)
+        if measured is not None:
+            weights, method = _weights_by_engine_time(measured)
+            methods = dict.fromkeys(by_pid, method)
+        elif any(p.accounted is not None for p in unique):
             weights, methods = _weights_with_accounting(inp, unique, values)
         else:
             weights, method = _weights(unique, values)
             methods = dict.fromkeys(by_pid, method)
         utilization = _mean_sm(unique, values) if inp.samples is not None else None
+        if measured is not None and inp.dt_seconds > 0:
+            utilization = {pid: min(100.0, 100.0 * busy / inp.dt_seconds)
+                           for pid, busy in measured.items()}
         for pid, p in by_pid.items():
             sm = utilization.get(pid) if utilization is not None else None
             ran = None

@@ -1,0 +1,45 @@
+"""Splitting a GPU by the engine time its driver measured per process (DRM fdinfo)."""
+
+import pytest
+
+from gpustats.attribution import DeviceTickInput, attribute_device, idle_tick
+from gpustats.model.attribution import SHARE_ENGINE_TIME, SHARE_EQUAL, SHARE_EXCLUSIVE
+from gpustats.model.device import ProcessReading
+
+
+def _tick(*processes, active=100.0, dt=5.0):
+    return attribute_device(DeviceTickInput(
+        device_uuid="amd-1", dt_seconds=dt, tick_energy_joules=active + 50.0,
+        active_energy_joules=active, idle_power_watts=10.0, active_power_watts=active / dt,
+        processes=processes))
+
+
+def test_three_to_one_engine_time_splits_75_25():
+    result = {p.pid: p for p in _tick(ProcessReading(pid=1, engine_busy_seconds=3.0),
+                                      ProcessReading(pid=2, engine_busy_seconds=1.0)).processes}
+    assert result[1].energy_joules == pytest.approx(75.0)
+    assert result[2].energy_joules == pytest.approx(25.0)
+    assert result[1].share_method == SHARE_ENGINE_TIME
+    assert result[1].sm_util_percent == pytest.approx(60.0)      # 3 s of a 5 s tick
+
+
+def test_no_engine_time_splits_equally_and_one_process_is_exclusive():
+    equal = _tick(ProcessReading(pid=1, engine_busy_seconds=0.0),
+                  ProcessReading(pid=2, engine_busy_seconds=0.0)).processes
+    assert [p.energy_joules for p in equal] == [50.0, 50.0]
+    assert {p.share_method for p in equal} == {SHARE_EQUAL}
+    alone = _tick(ProcessReading(pid=1, engine_busy_seconds=0.5)).processes
+    assert alone[0].energy_joules == 100.0 and alone[0].share_method == SHARE_EXCLUSIVE
+
+
+def test_a_process_without_measured_time_falls_back_to_the_sampled_rules():
+    mixed = _tick(ProcessReading(pid=1, engine_busy_seconds=3.0), ProcessReading(pid=2))
+    assert {p.share_method for p in mixed.processes} == {SHARE_EQUAL}
+
+
+def test_idle_tick_by_engine_time():
+    held = (ProcessReading(pid=1, engine_busy_seconds=0.0),)
+    busy = (ProcessReading(pid=1, engine_busy_seconds=0.2),)
+    assert idle_tick(True, held, None, 0)
+    assert not idle_tick(True, busy, None, 0)
+    assert not idle_tick(True, held, None, 3)
