@@ -25,7 +25,7 @@ from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.history import History
-from gpustats.engine.gpus import GpuSource, SessionUnavailable
+from gpustats.engine.gpus import GpuBackends, GpuSource, SessionUnavailable
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
@@ -54,6 +54,7 @@ from gpustats.sources.nvml.sweep import DeviceSweeper
 from gpustats.serving import Interrupt, ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
 from gpustats.sources.pci import PciGpu, PciScanner
+from gpustats.sources.vendors import AMD, INTEL, Vendor
 from gpustats.sources.psutil_root import use_proc_root
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
@@ -137,9 +138,11 @@ class Daemon:
         lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
                                   self.counters.devices, normalize_bus_id,
                                   logging.getLogger("gpustats.engine.gpus").error)
-        self.gpus = GpuSource(scanner, self._open_nvml,
-                              is_driver_gone=lambda exc: isinstance(exc, DriverGone),
-                              retry_interval=config.nvml_retry_interval, lost_namer=lost_namer)
+        self.gpus = GpuBackends((
+            GpuSource(scanner, self._open_nvml,
+                      is_driver_gone=lambda exc: isinstance(exc, DriverGone),
+                      retry_interval=config.nvml_retry_interval, lost_namer=lost_namer),
+            *self._drm_sources()))
         self.node_name = config.node_name or socket.gethostname()
         # A driver's event wait cannot be woken: short slices keep stop within its budget.
         # The simulator's can, so there the health thread wakes only for events.
@@ -207,6 +210,27 @@ class Daemon:
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
         return (_ReportedSweeper(DeviceSweeper(session, energy_every=self.config.energy_every),
                                  self.errors), session.driver_version)
+
+    def _drm_sources(self) -> tuple[GpuSource, ...]:
+        """AMD's and Intel's GPUs, read from the kernel's sysfs and DRM fdinfo: under the
+        simulator's trees where the scenario has such GPUs, else under the host's roots."""
+        roots, refresh = self.roots, None
+        drm = getattr(self.simulator, "drm", None)
+        if drm is not None:
+            roots = HostRoots(sysfs=drm.sysfs_root, proc=drm.proc_root)
+            refresh = drm.render
+        return tuple(
+            GpuSource(PciScanner(roots, vendor), self._drm_opener(vendor, roots, refresh),
+                      is_driver_gone=lambda exc: False,
+                      retry_interval=self.config.nvml_retry_interval, vendor=vendor)
+            for vendor in (AMD, INTEL))
+
+    @staticmethod
+    def _drm_opener(vendor: Vendor, roots: HostRoots, refresh):
+        def open_session():
+            from gpustats.sources.drm.sweep import DrmSweeper
+            return DrmSweeper(vendor.name, roots, before_sweep=refresh), None
+        return open_session
 
     def _persisted(self, problem: Problem | None) -> None:
         if problem is None:

@@ -53,7 +53,7 @@ def test_no_gpu_never_loads_nvml_and_rescans_rarely():
         clock.now += 5
     assert opened == []
     assert scanner.scans == 2            # 500 s of ticks: the first scan and one rescan
-    assert source.status().gpus_on_pci_bus == 0 and not source.status().nvml_loaded
+    assert source.status().gpus_on_pci_bus == 0 and not source.status().loaded
 
 
 def test_hot_plugged_gpu_is_noticed_on_rescan():
@@ -64,7 +64,7 @@ def test_hot_plugged_gpu_is_noticed_on_rescan():
     scanner.found = ("0000:3b:00.0",)
     clock.now += 301
     assert len(source.readings()) == 1
-    assert source.status().nvml_loaded and source.status().driver_version == "580"
+    assert source.status().loaded and source.status().driver_version == "580"
 
 
 def test_failed_load_retries_at_interval(caplog):
@@ -85,7 +85,7 @@ def test_failed_load_retries_at_interval(caplog):
             clock.now += 5
     assert attempts == [1000.0, 1060.0, 1120.0]
     assert len([r for r in caplog.records if "NVML not available" in r.message]) == 2
-    assert source.status().nvml_loaded and source.status().nvml_error is None
+    assert source.status().loaded and source.status().error is None
     assert source.status().calls_last_tick == 7
 
 
@@ -101,8 +101,8 @@ def test_driver_gone_closes_and_reenters_retry(caplog):
     assert len(source.readings()) == 1
     sweepers[0].fail = DriverGone("Driver Not Loaded")
     assert source.readings() == ()
-    assert sweepers[0].closed and not source.status().nvml_loaded
-    assert "driver_gone" in source.status().nvml_error
+    assert sweepers[0].closed and not source.status().loaded
+    assert "driver_gone" in source.status().error
     clock.now += 30
     assert source.readings() == () and len(sweepers) == 1
     clock.now += 31

@@ -20,7 +20,7 @@ from gpustats.engine.store import SnapshotStore
 from gpustats.health import unknown_health
 from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
-from gpustats.model.device import DeviceReading
+from gpustats.model.device import VENDOR_NVIDIA, DeviceReading
 from gpustats.model.energy_keys import (
     ActiveKey, DeviceKey, MigKey, UnallocatedIdleKey, UnattributedKey,
 )
@@ -118,10 +118,12 @@ class Housekeeper:
             mapped = self._guard("container discovery",
                                  lambda: self._containers.map(readings, starts), None)
         holdings = mapped.holdings if mapped is not None else Holdings()
-        if not gpu_status.nvml_loaded and gpu_status.gpus_on_pci_bus:
-            # NVML away: the GPUs known before stay served, and so do their counters.
+        if gpu_status.away:
+            # An interface away (NVML): the GPUs known before stay served, and so do their
+            # counters.
+            read = {r.identity.uuid for r in readings}
             holdings = replace(holdings, alive=(*holdings.alive, *(
-                ("gpu", uuid) for uuid in self._known)))
+                ("gpu", uuid) for uuid in self._known if uuid not in read)))
         # The one step that advances every energy counter of the tick.
         settled = self._guard("energy ledger",
                               lambda: self._ledger.settle(readings, attributions, starts,
@@ -156,8 +158,8 @@ class Housekeeper:
             containers=view.containers,
             status=DaemonStatus(
                 gpus_on_pci_bus=gpu_status.gpus_on_pci_bus,
-                nvml_loaded=gpu_status.nvml_loaded,
-                nvml_error=gpu_status.nvml_error,
+                nvml_loaded=gpu_status.loaded,
+                nvml_error=gpu_status.error,
                 driver_version=gpu_status.driver_version,
                 nvml_calls_last_tick=gpu_status.calls_last_tick,
                 tick_duration_seconds=time.perf_counter() - started,
@@ -183,7 +185,9 @@ class Housekeeper:
         uuids = tuple(r.identity.uuid for r in readings)
         health = {}
         if self._health is not None:
-            self._health.track(status.session if status.nvml_loaded else 0, uuids)
+            # The health thread waits on NVML's events: NVIDIA GPUs only.
+            self._health.track(status.session if status.loaded else 0, tuple(
+                r.identity.uuid for r in readings if _nvml_gpu(r)))
             for r in readings:
                 if r.lost:
                     self._health.note_gpu_lost(r.identity.uuid, now)
@@ -206,12 +210,13 @@ class Housekeeper:
         for gone in set(self._windows) - set(uuids):
             del self._windows[gone]
         unknown: tuple[DeviceStats, ...] = ()
-        if not status.nvml_loaded and status.gpus_on_pci_bus and self._known:
-            # NVML went away: keep reporting the GPUs we knew, with health Unknown.
-            reason = status.nvml_error or "NVML is not loaded"
+        if status.away and self._known:
+            # An interface went away (NVML): keep reporting the GPUs we knew and did not read,
+            # with health Unknown.
+            reason = status.error or "NVML is not loaded"
             unknown = tuple(DeviceStats(identity=ident,
                                         health=unknown_health(now, "NVMLNotLoaded", reason))
-                            for ident in self._known.values())
+                            for uuid, ident in self._known.items() if uuid not in uuids)
         return health, saturations, unknown
 
     def _mig_activities(self, readings: tuple[DeviceReading, ...]) -> dict[str, dict[int, float]]:
@@ -318,6 +323,10 @@ class Housekeeper:
             health=health,
             saturation=saturation,
         )
+
+
+def _nvml_gpu(reading: DeviceReading) -> bool:
+    return reading.identity.vendor in (None, VENDOR_NVIDIA)
 
 
 def _with_owner(process: ProcessStats, view: ContainerView) -> ProcessStats:

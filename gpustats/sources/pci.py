@@ -1,8 +1,9 @@
-"""The discovery gate: NVIDIA display/3D controllers on the PCI bus, from sysfs.
+"""The discovery gate: GPUs (display and 3D controllers) on the PCI bus, from sysfs.
 
-cAdvisor's design: only load NVML when ``<sysfs>/bus/pci/devices/*/vendor`` shows 0x10de with a
-display-class (0x03xxxx) function. pyudev is used where udev's database is usable on the real
-sysfs; any other root (tests, containers without udev) is read as plain files.
+cAdvisor's design: only load a vendor's interface when ``<sysfs>/bus/pci/devices/*`` shows one
+of its display-class (0x03xxxx) functions, bound to one of its drivers or to none yet
+(``vendors.Vendor.serves``). pyudev is used where udev's database is usable on the real sysfs;
+any other root (tests, containers without udev) is read as plain files.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import os
 from dataclasses import dataclass
 
 from gpustats.hostfs import HostRoots, list_dir, read_text
+from gpustats.sources.vendors import NVIDIA, Vendor
 
 log = logging.getLogger(__name__)
 
-NVIDIA_VENDOR_ID = 0x10DE
+NVIDIA_VENDOR_ID = NVIDIA.pci_vendor_id
 DISPLAY_CLASS = 0x03
 
 
@@ -23,6 +25,8 @@ DISPLAY_CLASS = 0x03
 class PciGpu:
     address: str          # sysfs form, "0000:3b:00.0"
     device_id: int | None = None
+    vendor_id: int | None = None
+    driver: str | None = None         # the bound driver's name; None: none bound
 
 
 def parse_hex(text: str | None) -> int | None:
@@ -35,21 +39,34 @@ def parse_hex(text: str | None) -> int | None:
         return None
 
 
+def is_display_class(pci_class: int | None) -> bool:
+    return pci_class is not None and pci_class >> 16 == DISPLAY_CLASS
+
+
 def is_nvidia_gpu(vendor: int | None, pci_class: int | None) -> bool:
-    return vendor == NVIDIA_VENDOR_ID and pci_class is not None and pci_class >> 16 == DISPLAY_CLASS
+    return vendor == NVIDIA_VENDOR_ID and is_display_class(pci_class)
+
+
+def bound_driver(device_dir: str) -> str | None:
+    """The name of the driver a PCI function is bound to (its ``driver`` link's target)."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(device_dir, "driver"))) or None
+    except OSError:
+        return None
 
 
 def scan_sysfs(roots: HostRoots) -> tuple[PciGpu, ...]:
-    """NVIDIA GPUs under ``<sysfs>/bus/pci/devices`` read as plain files."""
+    """Every vendor's GPUs under ``<sysfs>/bus/pci/devices`` read as plain files."""
     base = roots.sys_path("bus", "pci", "devices")
     found = []
     for address in sorted(list_dir(base)):
         device_dir = os.path.join(base, address)
-        vendor = parse_hex(read_text(os.path.join(device_dir, "vendor")))
-        if vendor != NVIDIA_VENDOR_ID:
+        if not is_display_class(parse_hex(read_text(os.path.join(device_dir, "class")))):
             continue
-        if is_nvidia_gpu(vendor, parse_hex(read_text(os.path.join(device_dir, "class")))):
-            found.append(PciGpu(address, parse_hex(read_text(os.path.join(device_dir, "device")))))
+        vendor = parse_hex(read_text(os.path.join(device_dir, "vendor")))
+        if vendor is not None:
+            found.append(PciGpu(address, parse_hex(read_text(os.path.join(device_dir, "device"))),
+                                vendor, bound_driver(device_dir)))
     return tuple(found)
 
 
@@ -59,17 +76,19 @@ def scan_udev() -> tuple[PciGpu, ...] | None:
         import pyudev
     except ImportError:
         return None
+
+    def attribute(device, name: str) -> int | None:
+        raw = device.attributes.get(name)
+        return parse_hex(raw.decode() if raw else None)
+
     try:
         context = pyudev.Context()
         found = []
         for device in context.list_devices(subsystem="pci"):
-            vendor = parse_hex(device.attributes.get("vendor").decode()
-                               if device.attributes.get("vendor") else None)
-            raw_class = device.attributes.get("class")
-            pci_class = parse_hex(raw_class.decode() if raw_class else None)
-            if is_nvidia_gpu(vendor, pci_class):
-                raw_id = device.attributes.get("device")
-                found.append(PciGpu(device.sys_name, parse_hex(raw_id.decode() if raw_id else None)))
+            vendor = attribute(device, "vendor")
+            if vendor is not None and is_display_class(attribute(device, "class")):
+                found.append(PciGpu(device.sys_name, attribute(device, "device"), vendor,
+                                    device.driver))
         return tuple(sorted(found, key=lambda g: g.address))
     except (OSError, pyudev.DeviceNotFoundError, ValueError, AttributeError) as exc:
         log.debug("udev PCI scan unusable (%s); reading sysfs directly", exc)
@@ -77,15 +96,17 @@ def scan_udev() -> tuple[PciGpu, ...] | None:
 
 
 class PciScanner:
-    """Scans for NVIDIA GPUs; udev on the real ``/sys``, plain sysfs on any other root."""
+    """Scans for one vendor's GPUs (NVIDIA unless told); udev on the real ``/sys``, plain
+    sysfs on any other root."""
 
-    def __init__(self, roots: HostRoots, *, use_udev: bool | None = None):
+    def __init__(self, roots: HostRoots, vendor: Vendor = NVIDIA, *,
+                 use_udev: bool | None = None):
         self._roots = roots
+        self.vendor = vendor
         self._use_udev = (os.path.realpath(roots.sysfs) == "/sys") if use_udev is None else use_udev
 
     def scan(self) -> tuple[PciGpu, ...]:
-        if self._use_udev:
-            found = scan_udev()
-            if found is not None:
-                return found
-        return scan_sysfs(self._roots)
+        found = scan_udev() if self._use_udev else None
+        if found is None:
+            found = scan_sysfs(self._roots)
+        return tuple(g for g in found if self.vendor.serves(g.vendor_id, g.driver))
