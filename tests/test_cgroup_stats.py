@@ -101,3 +101,12 @@ def test_proc_cgroup_v1_v2_and_garbage():
 def test_proc_cgroup_not_in_container():
     assert container_from_paths(parse_proc_cgroup("0::/user.slice/user-0.slice\n")) is None
     assert container_from_paths(parse_proc_cgroup("")) is None
+
+
+def test_drm_render_and_card_nodes_are_gpu_assignments():
+    from gpustats.sources.cgroup_stats import parse_devices_list
+    rules = parse_devices_list("c 195:255 rw\nc 226:1 rw\nc 226:129 rw\nc 238:0 rw\n")
+    assert rules.drm_minors == {1, 129} and rules.gpu_minors == frozenset()
+    assert rules.gpu_nodes == {(226, 1), (226, 129)}          # 238:0, /dev/kfd: no GPU alone
+    every = parse_devices_list("c 226:* rwm\nc 195:0 rw\n")
+    assert every.all_drm and every.gpu_nodes == {(195, 0)}

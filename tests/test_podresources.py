@@ -316,9 +316,10 @@ def test_only_gpu_resources_are_kept_and_counted():
         + b"\x12" + _varint(len(not_utf8)) + not_utf8)
     pod = api.PodResources(name="p", namespace="ml").SerializeToString() + \
         b"\x1a" + _varint(len(container)) + container
-    allocations = allocations_from_reply(_pod_field(pod), ReplyLimits(devices=3))
+    allocations = allocations_from_reply(_pod_field(pod), ReplyLimits(devices=4))
     assert [(a.resource_name, a.device_id) for a in allocations] == [
-        ("nvidia.com/gpu", GPU), ("nvidia.com/gpu", MIG), ("gpu.nvidia.com", "/")]
+        ("nvidia.com/gpu", GPU), ("nvidia.com/gpu", MIG), ("amd.com/gpu", "0000:03:00.0"),
+        ("gpu.nvidia.com", "/")]
 
 
 def test_repeated_strings_are_one_object_each():
@@ -478,3 +479,13 @@ def test_a_reply_over_the_limits_keeps_the_last_good_listing_until_stale(tmp_pat
         now[0] = 80.0
         assert [a.device.uuid for a in client.allocations()] == [GPU]
         assert errors.states()[0].state == "ok"
+
+
+def test_amd_and_intel_device_ids_name_their_gpus():
+    from gpustats.sources.podresources.client import parse_device_id
+    amd = parse_device_id("0000:19:00.0")
+    assert (amd.kind, amd.uuid, amd.replica) == ("pci", "0000:19:00.0", None)
+    intel = parse_device_id("card1-3")
+    assert (intel.kind, intel.uuid, intel.replica) == ("card", "card1", 3)
+    assert parse_device_id("amdgpu_xcp_3") is None          # a compute partition: not mapped
+    assert parse_device_id("all") is None                    # Intel's monitoring resource

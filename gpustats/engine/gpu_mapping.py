@@ -1,11 +1,12 @@
 """Which container holds which GPU this tick, from four sources, and what each is called.
 
 A container's GPUs come from, and are recorded with, these reasons: v1 ``devices.list``
-explicit ``c 195:<minor>`` entries; NVML's process list mapped through ``/proc/<pid>/cgroup``
+explicit ``c 195:<minor>`` (NVIDIA) and ``c 226:<minor>`` (DRM) entries; the GPU's process
+list (NVML's, or the DRM clients found in fdinfo) mapped through ``/proc/<pid>/cgroup``
 (what makes cgroup v2 and privileged containers work); kubelet pod-resources allocations
-(device-plugin devices, and DRA claim devices resolved through CDI), joined to a container by
-the runtime's name labels or, without a runtime, by a GPU that one container alone uses and one
-allocation alone holds. Names come from the runtime's labels or that join; a container nothing
+(device-plugin devices: NVML UUIDs, ROCm's PCI addresses, Intel's cards; and DRA claim
+devices resolved through CDI), joined to a container by the runtime's name labels or, without
+a runtime, by a GPU that one container alone uses and one allocation alone holds. Names come from the runtime's labels or that join; a container nothing
 names is known by its cgroup ID only (never a guessed name).
 """
 
@@ -20,6 +21,8 @@ from gpustats.model.containers import (
     ContainerIdentity, ContainerNames, ContainerUsage, PodDeviceAllocation,
 )
 from gpustats.model.device import DeviceReading
+from gpustats.sources.cgroup_stats import DRM_MAJOR, NVIDIA_MAJOR
+from gpustats.sources.driver_procfs import normalize_bus_id
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.energy_keys import ContainerKey
 
@@ -143,32 +146,44 @@ class MappedTick(NamedTuple):
 
 @dataclass
 class GpuIndex:
-    """Lookups over this tick's GPUs: by minor number, UUID and MIG instance UUID."""
+    """Lookups over this tick's GPUs: by device node (NVIDIA's major 195 or DRM's 226, and
+    minor), UUID, MIG instance UUID, PCI address and DRM card."""
 
-    by_minor: dict[int, str]
+    by_minor: dict[int, str]          # NVIDIA's, of /dev/nvidia<N> (what CDI and MIG caps name)
     by_uuid: dict[str, DeviceReading]
     mig_by_uuid: dict[str, GpuKey]
     profiles: dict[GpuKey, str | None]
+    by_node: dict[tuple[int, int], str] = field(default_factory=dict)
+    by_pci: dict[str, str] = field(default_factory=dict)
+    by_card: dict[str, str] = field(default_factory=dict)
 
     def signature(self) -> tuple:
-        """What resolving a device ID or a claim depends on: UUIDs, minors, MIG instances."""
-        return (tuple(sorted(self.by_minor.items())), tuple(sorted(self.by_uuid)),
+        """What resolving a device ID or a claim depends on: UUIDs, nodes, MIG instances."""
+        return (tuple(sorted(self.by_node.items())), tuple(sorted(self.by_uuid)),
                 tuple(sorted(self.mig_by_uuid.items())),
                 tuple(sorted(u for u, r in self.by_uuid.items() if r.mig_instances)))
 
     @classmethod
     def of(cls, readings: tuple[DeviceReading, ...]) -> "GpuIndex":
-        by_minor, by_uuid, mig, profiles = {}, {}, {}, {}
+        by_minor, by_node, by_uuid, mig, profiles, by_pci, by_card = {}, {}, {}, {}, {}, {}, {}
         for r in readings:
-            by_uuid[r.identity.uuid] = r
-            if r.identity.minor_number is not None:
-                by_minor[r.identity.minor_number] = r.identity.uuid
+            ident = r.identity
+            by_uuid[ident.uuid] = r
+            if ident.minor_number is not None:
+                by_minor[ident.minor_number] = ident.uuid
+                by_node[(NVIDIA_MAJOR, ident.minor_number)] = ident.uuid
+            for minor in ident.drm_minors:
+                by_node[(DRM_MAJOR, minor)] = ident.uuid
+            if ident.pci_bus_id:
+                by_pci[normalize_bus_id(ident.pci_bus_id)] = ident.uuid
+            if ident.drm_card:
+                by_card[ident.drm_card] = ident.uuid
             for inst in r.mig_instances:
-                key = (r.identity.uuid, inst.gpu_instance_id)
+                key = (ident.uuid, inst.gpu_instance_id)
                 profiles[key] = inst.profile
                 if inst.uuid:
                     mig[inst.uuid] = key
-        return cls(by_minor, by_uuid, mig, profiles)
+        return cls(by_minor, by_uuid, mig, profiles, by_node, by_pci, by_card)
 
     def resolve(self, allocation: PodDeviceAllocation) -> GpuKey | None:
         ref = allocation.device
@@ -179,7 +194,9 @@ class GpuIndex:
                 else None
         if ref.kind == "mig":
             return self.mig_by_uuid.get(ref.uuid)
-        return (ref.uuid, None) if ref.uuid in self.by_uuid else None
+        uuid = {"pci": self.by_pci, "card": self.by_card}.get(ref.kind, {}).get(ref.uuid) \
+            if ref.kind in ("pci", "card") else ref.uuid
+        return (uuid, None) if uuid in self.by_uuid else None
 
 
 class GpuMapper:
@@ -328,16 +345,16 @@ class GpuMapper:
         return cid
 
     def _map_devices_lists(self, containers, devices: GpuIndex, mappings) -> None:
-        if not devices.by_minor:
+        if not devices.by_node:
             return
         for cid, identity in containers.items():
             if identity.cgroup is None or identity.cgroup.path("devices") is None:
                 continue
             rules = self._cgroups.device_rules(identity.cgroup)
-            if rules is None or rules.all_devices or rules.all_nvidia:
+            if rules is None or rules.all_devices:
                 continue
-            for minor in rules.gpu_minors:
-                uuid = devices.by_minor.get(minor)
+            for node in rules.gpu_nodes:
+                uuid = devices.by_node.get(node)
                 if uuid is not None:
                     mappings.setdefault(cid, {}).setdefault((uuid, None), set()).add(
                         REASON_DEVICES_LIST)

@@ -79,10 +79,12 @@ class ContainerUsage:
 
 @record
 class DeviceRef:
-    """A device ID as the NVIDIA device plugin reports it, parsed."""
+    """A device ID as a device plugin reports it, parsed."""
 
-    kind: str                          # "gpu" or "mig"
-    uuid: str                          # GPU-… or MIG-… (legacy MIG-GPU-…/gi/ci kept whole)
+    kind: str                          # "gpu" or "mig" (NVIDIA), "pci" (AMD), "card" (Intel)
+    # GPU-… or MIG-… (legacy MIG-GPU-…/gi/ci kept whole); a PCI address (0000:19:00.0); a
+    # DRM card (card0)
+    uuid: str
     replica: int | None = None         # time-slicing / MPS replica (``::N`` suffix)
     parent_uuid: str | None = None     # legacy MIG-GPU-<uuid>/<gi>/<ci>: the parent GPU
     gpu_instance_id: int | None = None

@@ -11,23 +11,40 @@ log = logging.getLogger(__name__)
 
 NVIDIA_MAJOR = 195
 MAX_GPU_MINOR = 128            # 255 is nvidiactl, 254 nvidia-modeset
+# DRM: /dev/dri/card<N> (minor N) and renderD<128+N>. AMD's /dev/kfd (a dynamic major) names
+# no GPU of its own: KFD lets a process compute on a GPU only where its device cgroup allows
+# that GPU's render node, so the 226 entries name the GPUs.
+DRM_MAJOR = 226
+MAX_DRM_MINOR = 256
 V1_UNLIMITED = 1 << 62         # a v1 memory limit at or above this means "no limit"
 
 
 @dataclass(frozen=True)
 class DeviceRules:
-    """A v1 ``devices.list``: only explicit ``c 195:<minor>`` entries are GPU assignments."""
+    """A v1 ``devices.list``: only explicit ``c 195:<minor>`` (NVIDIA) and ``c 226:<minor>``
+    (DRM: AMD, Intel) entries are GPU assignments."""
 
     all_devices: bool
     all_nvidia: bool
     gpu_minors: frozenset[int]
     malformed_lines: int = 0
+    all_drm: bool = False
+    drm_minors: frozenset[int] = frozenset()
+
+    @property
+    def gpu_nodes(self) -> frozenset[tuple[int, int]]:
+        """The (major, minor) GPU nodes assigned one by one: none of a kind allowed whole."""
+        nvidia = () if self.all_nvidia else ((NVIDIA_MAJOR, m) for m in self.gpu_minors)
+        drm = () if self.all_drm else ((DRM_MAJOR, m) for m in self.drm_minors)
+        return frozenset((*nvidia, *drm))
 
 
 def parse_devices_list(text: str) -> DeviceRules:
-    """``a *:* rwm`` (everything), ``c 195:* rwm`` (every NVIDIA node), ``c 195:0 rw`` (GPU 0)."""
-    all_devices = all_nvidia = False
+    """``a *:* rwm`` (everything), ``c 195:* rwm`` (every NVIDIA node), ``c 195:0 rw`` (GPU 0),
+    ``c 226:128 rw`` (a DRM render node), ``c 226:* rwm`` (every DRM node)."""
+    all_devices = all_nvidia = all_drm = False
     minors = set()
+    drm: set[int] = set()
     malformed = 0
     for line in text.splitlines():
         line = line.strip()
@@ -42,6 +59,14 @@ def parse_devices_list(text: str) -> DeviceRules:
         if kind == "a":
             all_devices = True
             continue
+        if kind == "c" and major == str(DRM_MAJOR):
+            if minor == "*":
+                all_drm = True
+            elif minor.isdigit() and int(minor) < MAX_DRM_MINOR:
+                drm.add(int(minor))
+            elif not minor.isdigit():
+                malformed += 1
+            continue
         if kind != "c" or major != str(NVIDIA_MAJOR):
             if not (major == "*" or major.isdigit()) or not (minor == "*" or minor.isdigit()):
                 malformed += 1
@@ -53,7 +78,8 @@ def parse_devices_list(text: str) -> DeviceRules:
                 minors.add(int(minor))
         else:
             malformed += 1
-    return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed)
+    return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed, all_drm,
+                       frozenset(drm))
 
 
 def parse_flat_keyed(text: str | bytes, keys: frozenset[str] | None = None) -> dict[str, int]:

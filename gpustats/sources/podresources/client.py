@@ -3,8 +3,10 @@
 The NVIDIA device plugin reports ``GPU-<uuid>`` for a full GPU, ``MIG-<uuid>`` for a MIG
 device (``MIG-GPU-<uuid>/<gi>/<ci>`` on drivers before R470), and ``<id>::<n>`` for
 time-slicing and MPS replicas. GKE's plugin reports ``nvidia0``-style names, which carry no
-UUID: those are not mapped (the NVML process path still is). Only ``nvidia.com/`` resources
-are kept; other device plugins' devices are skipped unread.
+UUID: those are not mapped (the NVML process path still is). ROCm's plugin (``amd.com/gpu``)
+reports a GPU's PCI address, Intel's (``gpu.intel.com/i915``, ``gpu.intel.com/xe``) its DRM
+card and share, ``card0-0``. Only resources that allocate some vendor's GPUs
+(``vendors.Vendor.resources``) are kept; other device plugins' devices are skipped unread.
 
 Devices allocated through ResourceClaims (DRA) come in ``dynamic_resources`` instead, from
 every driver: which of them are GPUs is decided later, from their CDI devices. Kubelets before
@@ -18,7 +20,7 @@ counts as it goes. A reply over ``REPLY_LIMITS`` is refused as soon as a count i
 ``malformed_reply``), and the last good listing is kept until ``stale_after_seconds``, as
 when a call fails. The limits are far above any real node: more than 5,000 pods (the kubelet
 runs 110 by default, large nodes up to ~1,000), more than 10,000 GPU and claim devices
-(device IDs of ``nvidia.com/`` resources, DRA claim devices and their CDI devices: 16 GPUs
+(device IDs of GPU resources, DRA claim devices and their CDI devices: 16 GPUs
 of 7 MIG instances, each time-sliced 64 ways, is 7,168), or more than 250,000 fields walked
 (1,000 pods of 3 containers, each holding a GPU replica and a NIC, walk 33,000). Reading a
 reply within them takes at most ~11 MB and ~0.15 s (10,000 800-character device IDs; 5,000
@@ -31,6 +33,7 @@ IDs and UUIDs, claim fields) are one object each per reply. After a reply of 1 M
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import re
 import time
@@ -40,19 +43,24 @@ from typing import Callable, Iterator
 from gpustats.model.containers import DeviceRef, PodDeviceAllocation
 from gpustats.model.dra import ClaimDevice
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.driver_procfs import normalize_bus_id
 from gpustats.sources.grpc_channel import ReplyRefused, UnixChannel
+from gpustats.sources.vendors import allocating_vendor
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
-GPU_RESOURCE_PREFIX = b"nvidia.com/"
 REFUSED_OVER_LIMITS = "reply_over_limits"
 REFUSED_MALFORMED = "malformed_reply"
 # A reply at least this large is followed by malloc_trim(0): glibc keeps the heap it grew for
 # it (its mmap threshold rises to the size of the last large block freed).
 TRIM_AFTER_REPLY_BYTES = 1 << 20
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/(\d+)$")
+# ROCm's device plugin names a whole GPU by its PCI address; Intel's by its DRM card and a
+# share number (``card0-0``; more than one share with ``-shared-dev-num``).
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_INTEL_CARD_SHARE = re.compile(r"^(card\d+)-(\d+)$")
 _UUID_BODY = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]*$")
 _MAX_FIELD_NUMBER = (1 << 29) - 1
 
@@ -62,7 +70,7 @@ class ReplyLimits:
     """How much of a ``List`` reply is read before it is refused (see the module docstring)."""
 
     pods: int = 5_000
-    devices: int = 10_000       # nvidia.com/ device IDs, DRA claim devices and CDI devices
+    devices: int = 10_000       # GPU resources' device IDs, DRA claim devices and CDI devices
     fields: int = 250_000       # fields walked, at every level read
 
 
@@ -75,8 +83,10 @@ def _same(text: str) -> str:
 
 def parse_device_id(device_id: str,
                     share: Callable[[str], str] = _same) -> DeviceRef | None:
-    """A device-plugin ID → DeviceRef; ``None`` for IDs that name no NVML UUID. ``share``
-    returns the one object kept for a UUID's text (replicas of one GPU share it)."""
+    """A device-plugin ID → DeviceRef: an NVML UUID (NVIDIA's plugin), a PCI address (ROCm's)
+    or a DRM card and its share (Intel's); ``None`` for IDs that name none (an AMD compute
+    partition, GKE's ``nvidia0``). ``share`` returns the one object kept for a GPU's text
+    (replicas of one GPU share it)."""
     text = device_id.strip()
     replica = None
     base, sep, suffix = text.rpartition("::")
@@ -84,6 +94,11 @@ def parse_device_id(device_id: str,
         if not suffix.isdigit():
             return None
         text, replica = base, int(suffix)
+    if _PCI_ADDRESS.match(text.lower()):
+        return DeviceRef(kind="pci", uuid=share(normalize_bus_id(text)), replica=replica)
+    card = _INTEL_CARD_SHARE.match(text)
+    if card and replica is None:
+        return DeviceRef(kind="card", uuid=share(card.group(1)), replica=int(card.group(2)))
     legacy = _LEGACY_MIG.match(text)
     if legacy:
         return DeviceRef(kind="mig", uuid=share(text), replica=replica,
@@ -94,6 +109,16 @@ def parse_device_id(device_id: str,
             if len(text) > len(prefix):
                 return DeviceRef(kind=kind, uuid=share(text), replica=replica)
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _allocates_gpus(resource: bytes) -> bool:
+    """Whether a device-plugin resource (its name's bytes, not decoded: another plugin's is
+    skipped unread) hands out some vendor's GPUs. A handful of names repeat in every reply."""
+    try:
+        return allocating_vendor(resource.decode("ascii")) is not None
+    except UnicodeDecodeError:
+        return False
 
 
 class _Malformed(Exception):
@@ -245,9 +270,9 @@ class _ReplyReader:
         return (self._text(name), items) if items else None
 
     def _gpu_devices(self, start: int, end: int, items: list[_Held]) -> None:
-        """One ``ContainerDevices``: its device IDs when its resource is ``nvidia.com/``."""
+        """One ``ContainerDevices``: its device IDs when its resource allocates GPUs."""
         resource = self._last(start, end, 1)
-        if resource is None or not self._data.startswith(GPU_RESOURCE_PREFIX, *resource):
+        if resource is None or not _allocates_gpus(self._data[resource[0]:resource[1]]):
             return
         resource_name = self._text(resource)
         for number, s, e in self._walk(start, end):
