@@ -304,3 +304,33 @@ def test_sdist_and_wheel_build(tmp_path):
         assert any(n.endswith("gpustats/cli.py") for n in tar.getnames())
         assert all(any(n.endswith(f) for n in tar.getnames()) for f in page_files)
         assert any(n.endswith("/LICENSE") for n in tar.getnames())
+
+
+def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
+    """AMD and Intel nodes: no NVIDIA runtime or device request, those nodes' labels, and
+    CAP_SYS_PTRACE (other users' DRM fdinfo) as the one capability kept."""
+    tool = _tool("kubectl")
+    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
+    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
+        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(MANIFESTS, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [base], "nameSuffix": "-drm",
+        "components": [f"{base}/components/amd-intel-gpu-nodes"]}))
+    done = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                           str(overlay)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    daemonset = next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert daemonset["metadata"]["name"] == "gpustats-drm"
+    assert "runtimeClassName" not in spec and "nodeSelector" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]] == [
+        "feature.node.kubernetes.io/amd-gpu", "intel.feature.node.kubernetes.io/gpu"]
+    gpustats = spec["containers"][0]
+    assert gpustats["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert not any(e["name"].startswith("NVIDIA_") for e in gpustats["env"])
+    assert "nvidia-devices" not in [v["name"] for v in spec["volumes"]]
+    assert {"/host/sys", "/host/proc"} <= {m["mountPath"] for m in gpustats["volumeMounts"]}
