@@ -282,3 +282,16 @@ def test_dcgm_hostname_label(tmp_path):
     cfg.write_text("dcgm_hostname_label: Host-name\n")
     with pytest.raises(ConfigError, match="dcgm_hostname_label in"):
         _resolve(["--config", str(cfg)])
+
+
+def test_each_option_is_declared_once_as_a_config_field():
+    """OPTIONS is derived from Config: a field's default is its option's default, parsed."""
+    import dataclasses
+
+    from gpustats.config import Config
+    names = [f.name for f in dataclasses.fields(Config)]
+    assert [o.name for o in OPTIONS] == [n for n in names if n not in ("config_file",
+                                                                       "explicit")]
+    resolved = _resolve()
+    for option in OPTIONS:
+        assert getattr(Config(), option.name) == getattr(resolved, option.name), option.name

@@ -19,7 +19,8 @@ RULES = {
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
     "malloc_arenas": set(),   # glibc's malloc arenas, capped once before threads start
     "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
-    "config": {"documents"},
+    "config": {"documents", "config_values"},
+    "config_values": {"documents"},    # the options' value parsers (pure)
     "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},
     "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
