@@ -30,7 +30,7 @@ from tests.support.clock import Clock
 
 
 def persist_to(counters, path):
-    counters.attach(StateFiles(str(path)))
+    counters.load(StateFiles(str(path)))
     return counters.persist()
 
 
@@ -241,7 +241,7 @@ def test_an_unencodable_key_is_logged_not_raised(tmp_path, caplog):
 
 def test_an_unencodable_key_in_a_journal_line_is_logged_and_stays_to_be_written(tmp_path, caplog):
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", frozenset({"x"})), 1.0)
     with caplog.at_level(logging.ERROR):
         assert not counters.journal()
@@ -252,7 +252,7 @@ def test_an_unencodable_key_in_a_journal_line_is_logged_and_stays_to_be_written(
 def test_journal_replay_restores_what_was_served_after_the_last_snapshot(tmp_path):
     """A kill between two compactions loses nothing that was journaled."""
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 10.0)
     counters.set_device("GPU-a", DeviceRecord(idle_watts=61.0, energy_counter_mj=5000))
     assert counters.persist()
@@ -273,7 +273,7 @@ def test_journal_replay_restores_what_was_served_after_the_last_snapshot(tmp_pat
 
 def test_compaction_empties_the_journal_and_replay_skips_lines_already_compacted(tmp_path):
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 1.0)
     counters.journal()
     stale_line = (tmp_path / JOURNAL_FILE).read_bytes()
@@ -289,7 +289,7 @@ def test_compaction_empties_the_journal_and_replay_skips_lines_already_compacted
 
 def test_a_torn_last_journal_line_is_skipped(tmp_path, caplog):
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 1.0)
     counters.journal()
     with open(tmp_path / JOURNAL_FILE, "ab") as f:
@@ -303,7 +303,7 @@ def test_a_torn_last_journal_line_is_skipped(tmp_path, caplog):
 
 def test_only_changes_are_journaled(tmp_path):
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 1.0)
     counters.advance(("device", "GPU-b"), 1.0)
     counters.journal()
@@ -423,7 +423,7 @@ class Disk:
 def test_changes_a_failed_write_could_not_keep_go_into_the_next_line(tmp_path):
     disk = Disk(room=0)
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path), write=disk.write))
+    counters.load(StateFiles(str(tmp_path), write=disk.write))
     counters.advance(("device", "GPU-a"), 5.0)
     assert not counters.journal()
     disk.room = None
@@ -439,7 +439,7 @@ def test_a_short_write_leaves_no_torn_line(tmp_path):
     lines were appended to it and replay stopped there)."""
     disk = Disk()
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path), write=disk.write))
+    counters.load(StateFiles(str(tmp_path), write=disk.write))
     journal = tmp_path / JOURNAL_FILE
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal()
@@ -463,7 +463,7 @@ def test_a_line_written_in_pieces_is_whole(tmp_path):
         return os.write(fd, bytes(data[:7]))
 
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path), write=trickle))
+    counters.load(StateFiles(str(tmp_path), write=trickle))
     counters.advance(("device", "GPU-a"), 3.0)
     assert counters.journal()
     reloaded = EnergyCounters()
@@ -473,7 +473,7 @@ def test_a_line_written_in_pieces_is_whole(tmp_path):
 
 def test_replay_skips_a_damaged_line_and_goes_on(tmp_path, caplog):
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     journal = tmp_path / JOURNAL_FILE
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal()
@@ -495,7 +495,7 @@ def test_a_torn_tail_is_ended_before_the_next_line(tmp_path):
     """A journal left ending mid-line (a crash mid-write, a cut that failed): the next line
     starts on a line of its own."""
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path)))
+    counters.load(StateFiles(str(tmp_path)))
     counters.advance(("device", "GPU-a"), 1.0)
     assert counters.journal()
     counters.close()
@@ -540,7 +540,7 @@ def test_a_compaction_and_a_tick_never_write_at_once(tmp_path):
         served.update(counters.items())               # published after its line
 
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path), fsync=slow_fsync))
+    counters.load(StateFiles(str(tmp_path), fsync=slow_fsync))
     counters.advance(key, 1.0)
     assert counters.persist()
     ticks[0].join()
@@ -561,7 +561,7 @@ def test_the_persister_reports_what_is_failing_until_it_works_again(tmp_path):
         os.fsync(fd)
 
     counters = EnergyCounters()
-    counters.attach(StateFiles(str(tmp_path), write=disk.write, fsync=fsync))
+    counters.load(StateFiles(str(tmp_path), write=disk.write, fsync=fsync))
     persister = Persister(counters, 3600.0, report=reports.append)
     counters.advance(("device", "GPU-a"), 1.0)
     assert persister.journal() and reports[-1] is None

@@ -172,13 +172,6 @@ class EnergyCounters:
 
     # ------------------------------------------------------------ persistence
 
-    def attach(self, files: StateFiles) -> None:
-        self._files = files
-
-    def to_document(self) -> dict:
-        with self._lock:
-            return self._document()
-
     def _document(self) -> dict:
         seen = self._seen
         return state_document(self._wall(), self._sequence,

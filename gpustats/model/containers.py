@@ -59,16 +59,6 @@ class ContainerIdentity:
 
 
 @record
-class GpuMapping:
-    """One container → GPU link and the sources that established it."""
-
-    container_id: str
-    device_uuid: str                  # physical GPU UUID
-    gpu_instance_id: int | None = None
-    reasons: frozenset[str] = field(default_factory=frozenset)
-
-
-@record
 class ContainerUsage:
     """CPU and memory of one container (or pod) cgroup, as the kubelet reports them."""
 
