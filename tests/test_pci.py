@@ -75,3 +75,16 @@ def test_device_plugin_resources_name_their_vendor():
     assert allocating_vendor("gpu.intel.com/xe").name == "intel"
     assert allocating_vendor("gpu.intel.com/monitoring") is None
     assert allocating_vendor("example.com/fpga") is None
+
+
+def test_an_amd_accelerator_counts_only_bound_to_amdgpu(fake_sysfs):
+    """MI300X is a processing accelerator (class 0x1200), as AMD's NPU is (bound to amdxdna)."""
+    from gpustats.sources.vendors import AMD
+    make_pci_device(fake_sysfs, "0000:05:00.0", vendor="0x1002", pci_class="0x120000")
+    _bind(fake_sysfs, "0000:05:00.0", "amdgpu")
+    make_pci_device(fake_sysfs, "0000:c6:00.1", vendor="0x1002", pci_class="0x118000")
+    make_pci_device(fake_sysfs, "0000:c7:00.1", vendor="0x1002", pci_class="0x120000")
+    _bind(fake_sysfs, "0000:c7:00.1", "amdxdna")
+    make_pci_device(fake_sysfs, "0000:c8:00.1", vendor="0x1002", pci_class="0x120000")
+    found = PciScanner(HostRoots(sysfs=str(fake_sysfs)), AMD).scan()
+    assert [g.address for g in found] == ["0000:05:00.0"]

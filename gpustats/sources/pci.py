@@ -1,8 +1,8 @@
 """The discovery gate: GPUs (display and 3D controllers) on the PCI bus, from sysfs.
 
 cAdvisor's design: only load a vendor's interface when ``<sysfs>/bus/pci/devices/*`` shows one
-of its display-class (0x03xxxx) functions, bound to one of its drivers or to none yet
-(``vendors.Vendor.serves``). pyudev is used where udev's database is usable on the real sysfs;
+of its display-class (0x03xxxx) functions, bound to one of its drivers or to none yet, or one
+of its accelerators (AMD Instinct: 0x12xxxx) bound to its driver (``vendors.Vendor.serves``). pyudev is used where udev's database is usable on the real sysfs;
 any other root (tests, containers without udev) is read as plain files.
 """
 
@@ -13,12 +13,11 @@ import os
 from dataclasses import dataclass
 
 from gpustats.hostfs import HostRoots, list_dir, read_text
-from gpustats.sources.vendors import NVIDIA, Vendor
+from gpustats.sources.vendors import ACCELERATOR_CLASS, DISPLAY_CLASS, NVIDIA, Vendor
 
 log = logging.getLogger(__name__)
 
 NVIDIA_VENDOR_ID = NVIDIA.pci_vendor_id
-DISPLAY_CLASS = 0x03
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,7 @@ class PciGpu:
     device_id: int | None = None
     vendor_id: int | None = None
     driver: str | None = None         # the bound driver's name; None: none bound
+    pci_class: int | None = None
 
 
 def parse_hex(text: str | None) -> int | None:
@@ -43,6 +43,11 @@ def is_display_class(pci_class: int | None) -> bool:
     return pci_class is not None and pci_class >> 16 == DISPLAY_CLASS
 
 
+def may_be_gpu(pci_class: int | None) -> bool:
+    """A display controller, or a processing accelerator (some vendor's GPU may be one)."""
+    return pci_class is not None and pci_class >> 16 in (DISPLAY_CLASS, ACCELERATOR_CLASS)
+
+
 def is_nvidia_gpu(vendor: int | None, pci_class: int | None) -> bool:
     return vendor == NVIDIA_VENDOR_ID and is_display_class(pci_class)
 
@@ -56,17 +61,19 @@ def bound_driver(device_dir: str) -> str | None:
 
 
 def scan_sysfs(roots: HostRoots) -> tuple[PciGpu, ...]:
-    """Every vendor's GPUs under ``<sysfs>/bus/pci/devices`` read as plain files."""
+    """Every function under ``<sysfs>/bus/pci/devices`` that may be a GPU (``may_be_gpu``),
+    read as plain files."""
     base = roots.sys_path("bus", "pci", "devices")
     found = []
     for address in sorted(list_dir(base)):
         device_dir = os.path.join(base, address)
-        if not is_display_class(parse_hex(read_text(os.path.join(device_dir, "class")))):
+        pci_class = parse_hex(read_text(os.path.join(device_dir, "class")))
+        if not may_be_gpu(pci_class):
             continue
         vendor = parse_hex(read_text(os.path.join(device_dir, "vendor")))
         if vendor is not None:
             found.append(PciGpu(address, parse_hex(read_text(os.path.join(device_dir, "device"))),
-                                vendor, bound_driver(device_dir)))
+                                vendor, bound_driver(device_dir), pci_class))
     return tuple(found)
 
 
@@ -85,10 +92,10 @@ def scan_udev() -> tuple[PciGpu, ...] | None:
         context = pyudev.Context()
         found = []
         for device in context.list_devices(subsystem="pci"):
-            vendor = attribute(device, "vendor")
-            if vendor is not None and is_display_class(attribute(device, "class")):
+            vendor, pci_class = attribute(device, "vendor"), attribute(device, "class")
+            if vendor is not None and may_be_gpu(pci_class):
                 found.append(PciGpu(device.sys_name, attribute(device, "device"), vendor,
-                                    device.driver))
+                                    device.driver, pci_class))
         return tuple(sorted(found, key=lambda g: g.address))
     except (OSError, pyudev.DeviceNotFoundError, ValueError, AttributeError) as exc:
         log.debug("udev PCI scan unusable (%s); reading sysfs directly", exc)
@@ -109,4 +116,4 @@ class PciScanner:
         found = scan_udev() if self._use_udev else None
         if found is None:
             found = scan_sysfs(self._roots)
-        return tuple(g for g in found if self.vendor.serves(g.vendor_id, g.driver))
+        return tuple(g for g in found if self.vendor.serves(g.vendor_id, g.pci_class, g.driver))

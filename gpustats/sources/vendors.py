@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from gpustats.model.device import VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA
 
+DISPLAY_CLASS = 0x03            # display controllers: VGA (0x0300), 3D (0x0302), other (0x0380)
+ACCELERATOR_CLASS = 0x12        # processing accelerators (0x1200)
+
 
 @dataclass(frozen=True)
 class Vendor:
@@ -21,8 +24,17 @@ class Vendor:
     # Device-plugin resources that allocate its GPUs: a name ending in "/" is a prefix.
     resources: tuple[str, ...]
 
-    def serves(self, vendor_id: int | None, driver: str | None) -> bool:
-        return vendor_id == self.pci_vendor_id and (driver is None or driver in self.drivers)
+    # PCI classes (the class code's top byte) its GPUs may have besides display controllers
+    # (0x03): AMD's Instinct accelerators are processing accelerators (0x12), a class other
+    # devices share, so a function of such a class is its only when bound to its driver.
+    accelerator_classes: tuple[int, ...] = ()
+
+    def serves(self, vendor_id: int | None, pci_class: int | None, driver: str | None) -> bool:
+        if vendor_id != self.pci_vendor_id or pci_class is None:
+            return False
+        if pci_class >> 16 == DISPLAY_CLASS:
+            return driver is None or driver in self.drivers
+        return pci_class >> 16 in self.accelerator_classes and driver in self.drivers
 
     def allocates(self, resource: str) -> bool:
         """Whether a device-plugin resource of this name hands out this vendor's GPUs."""
@@ -33,7 +45,7 @@ class Vendor:
 NVIDIA = Vendor(VENDOR_NVIDIA, "NVIDIA", 0x10DE, ("nvidia",), "NVML", ("nvidia.com/",))
 # ROCm's device plugin: ``amd.com/gpu``, or ``amd.com/<compute>_<memory>`` per partition.
 AMD = Vendor(VENDOR_AMD, "AMD", 0x1002, ("amdgpu",), "amdgpu sysfs and DRM fdinfo",
-             ("amd.com/",))
+             ("amd.com/",), accelerator_classes=(ACCELERATOR_CLASS,))
 # Intel's device plugin, by the card's driver; ``gpu.intel.com/monitoring`` (device ID
 # ``all``) grants no GPU of its own.
 INTEL = Vendor(VENDOR_INTEL, "Intel", 0x8086, ("i915", "xe"), "i915/xe sysfs and DRM fdinfo",
