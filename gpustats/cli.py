@@ -118,15 +118,18 @@ class Daemon:
         use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
         self.errors = CollectionErrors()
         self.store = SnapshotStore()
-        self.simulator = None
+        self.simulator = self.simulated_drm = None
         if config.simulate:
-            from gpustats.simulator import SimulatedNvml
+            from gpustats.simulator import SimulatedDrm, SimulatedNvml
             # The simulated driver keeps its energy counters across daemon restarts, as
             # hardware does (it counts from the driver's load, not the daemon's start).
             self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
                 config.state_dir, "simulated-driver.json"))
             self.simulator.install()
             scanner = _SimulatedBus(self.simulator)
+            # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
+            self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
+                config.state_dir, "simulated-drm"))
         else:
             scanner = PciScanner(self.roots)
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
@@ -215,8 +218,8 @@ class Daemon:
         """AMD's and Intel's GPUs, read from the kernel's sysfs and DRM fdinfo: under the
         simulator's trees where the scenario has such GPUs, else under the host's roots."""
         roots, refresh = self.roots, None
-        drm = getattr(self.simulator, "drm", None)
-        if drm is not None:
+        drm = self.simulated_drm
+        if drm is not None and drm.vendors:
             roots = HostRoots(sysfs=drm.sysfs_root, proc=drm.proc_root)
             refresh = drm.render
         return tuple(
