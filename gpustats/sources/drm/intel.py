@@ -1,0 +1,66 @@
+"""An i915 or xe device's hwmon values, and its utilization from its clients' engine time.
+
+hwmon (Documentation/ABI/testing/sysfs-driver-intel-{i915,xe}-hwmon): ``energy1_input`` (µJ,
+a 64-bit accumulator the driver advances on each read), ``power1_max`` (PL1, µW; 0 means
+disabled), xe's ``temp2_input`` (package, m°C, 6.15+). Neither driver has a power file: the
+engine derives power from the energy counter's rate. Neither has a memory-used file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable
+
+from gpustats.sources.drm.clients import ClientTick
+from gpustats.sources.drm.devices import DeviceValues, DrmDevice
+from gpustats.sources.drm.hwmon import HwmonDirs, celsius, watts
+from gpustats.sources.drm.reads import FsReads
+
+UUID_PREFIX = "intel-"
+
+
+class IntelValues:
+    """Reads each i915/xe device's hwmon directory."""
+
+    def __init__(self, fs: FsReads, monotonic: Callable[[], float]):
+        self._fs = fs
+        self._monotonic = monotonic
+        self._hwmon = HwmonDirs(fs)
+
+    def read(self, device: DrmDevice) -> DeviceValues:
+        fs = self._fs
+        hwmon = self._hwmon.of(device.path, device.driver)
+
+        def value(name: str) -> int | None:
+            return fs.integer(os.path.join(hwmon, name)) if hwmon is not None else None
+
+        energy_uj = value("energy1_input")
+        read_at = self._monotonic()
+        limit = value("power1_max")
+        return DeviceValues(
+            monotonic_seconds=read_at, uuid=UUID_PREFIX + device.address,
+            energy_counter_millijoules=energy_uj // 1000 if energy_uj is not None
+            and energy_uj >= 0 else None,
+            power_limit_watts=watts(limit) if limit else None,
+            temperature_celsius=celsius(value("temp2_input")))
+
+    def forget(self, addresses: set[str]) -> None:
+        """Nothing is kept per device but its hwmon directory, found again when needed."""
+
+
+def engine_utilization(clients: Iterable[ClientTick], seconds: float | None) -> int | None:
+    """The busiest engine class's utilization over the tick: Σ of the clients' busy engine
+    seconds / (tick × the class's capacity), 0 to 100. ``None`` without an interval (the
+    first scan)."""
+    if seconds is None or not seconds > 0:
+        return None
+    busy: dict[str, float] = {}
+    capacity: dict[str, int] = {}
+    for client in clients:
+        for engine, engine_seconds in client.engine_seconds.items():
+            busy[engine] = busy.get(engine, 0.0) + engine_seconds
+            capacity[engine] = max(capacity.get(engine, 1), client.capacity.get(engine, 1))
+    if not busy:
+        return 0
+    percent = max(busy[e] / (seconds * capacity[e]) for e in busy) * 100
+    return int(round(min(100.0, max(0.0, percent))))

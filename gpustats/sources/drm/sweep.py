@@ -1,0 +1,132 @@
+"""``DrmSweeper``: one sweep per tick of one vendor's DRM GPUs (AMD: amdgpu; Intel: i915, xe)
+into vendor-neutral ``DeviceReading``s, as the NVML sweep does for NVIDIA's.
+
+Each sweep: the vendor's GPUs on the PCI bus (``devices.py``), one scan of ``/proc`` for their
+DRM clients (``clients.py``), each device's sysfs and hwmon values (``amdgpu.py``,
+``intel.py``). A device's processes are the PIDs of its clients (matched by ``drm-pdev``, or by
+the node's minor where a driver prints no ``drm-pdev``), each with its clients' resident
+device memory and engine busy seconds over the tick. Where some process's files were refused,
+``"processes"`` is in the reading's ``unsupported_fields``: its process list is not the whole.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from gpustats.hostfs import HostRoots
+from gpustats.model.device import (VENDOR_AMD, VENDOR_INTEL, DeviceIdentity, DeviceReading,
+                                   ProcessReading)
+from gpustats.sources.drm.amdgpu import AmdgpuValues
+from gpustats.sources.drm.clients import ClientScan, ClientScanner, ClientTick
+from gpustats.sources.drm.devices import DeviceDiscovery, DeviceValues, DrmDevice
+from gpustats.sources.drm.intel import IntelValues, engine_utilization
+from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.vendors import AMD, INTEL
+
+_VENDORS = {VENDOR_AMD: AMD, VENDOR_INTEL: INTEL}
+_UNKNOWN_PROCESSES = frozenset({"processes"})
+
+
+class DrmSweeper:
+    """The engine's ``Sweeper`` for one vendor's DRM GPUs. ``calls``: file-system reads so far
+    (files read, directories listed, links read)."""
+
+    def __init__(self, vendor: str, roots: HostRoots, *,
+                 monotonic: Callable[[], float] = time.monotonic, rescan_every: int = 12,
+                 before_sweep: Callable[[], None] | None = None, fs: FsReads | None = None):
+        if vendor not in _VENDORS:
+            raise ValueError(f"not a DRM vendor: {vendor!r}")
+        self._vendor = _VENDORS[vendor]
+        self._fs = fs if fs is not None else FsReads()
+        self._before_sweep = before_sweep
+        self._discovery = DeviceDiscovery(roots, self._vendor, self._fs)
+        self._clients = ClientScanner(roots.proc, self._fs, self._vendor.drivers,
+                                      rescan_every=rescan_every, monotonic=monotonic)
+        self._values = (AmdgpuValues if vendor == VENDOR_AMD else IntelValues)(self._fs,
+                                                                               monotonic)
+        self._identities: dict[str, DeviceIdentity] = {}
+
+    @property
+    def calls(self) -> int:
+        return self._fs.calls
+
+    @property
+    def refusals(self) -> dict[str, int]:
+        """Processes whose open files (``fd``) or fdinfo were refused, counted."""
+        return dict(self._clients.refusals)
+
+    def unidentified(self) -> tuple[int, ...]:
+        return ()
+
+    def close(self) -> None:
+        """Nothing is held open between sweeps."""
+
+    def sweep(self) -> tuple[DeviceReading, ...]:
+        if self._before_sweep is not None:
+            self._before_sweep()
+        devices = self._discovery.devices()
+        gone = set(self._identities) - {d.address for d in devices}
+        if gone:
+            self._values.forget(gone)
+            for address in gone:
+                del self._identities[address]
+        if not devices:
+            return ()
+        scan = self._clients.scan()
+        return tuple(self._reading(index, device, scan)
+                     for index, device in enumerate(devices))
+
+    def _reading(self, index: int, device: DrmDevice, scan: ClientScan) -> DeviceReading:
+        values = self._values.read(device)
+        clients = [c for c in scan.clients if _on_device(c, device)]
+        utilization = values.utilization_percent
+        if self._vendor is INTEL:
+            utilization = engine_utilization(clients, scan.interval_seconds) \
+                if scan.complete else None
+        return DeviceReading(
+            identity=self._identity(index, device, values),
+            monotonic_seconds=values.monotonic_seconds,
+            memory_used_bytes=values.memory_used_bytes,
+            utilization_percent=utilization,
+            power_watts=values.power_watts,
+            energy_counter_millijoules=values.energy_counter_millijoules,
+            power_limit_watts=values.power_limit_watts,
+            temperature_celsius=values.temperature_celsius,
+            processes=_processes(clients),
+            process_samples=None,
+            mig_enabled=None,
+            unsupported_fields=frozenset() if scan.complete else _UNKNOWN_PROCESSES)
+
+    def _identity(self, index: int, device: DrmDevice, values: DeviceValues) -> DeviceIdentity:
+        """The same object tick after tick while nothing in it changes."""
+        identity = DeviceIdentity(
+            index=index, uuid=values.uuid, name=values.name, pci_bus_id=device.address,
+            memory_total_bytes=values.memory_total_bytes, vendor=self._vendor.name,
+            drm_card=device.card, drm_minors=device.minors)
+        kept = self._identities.get(device.address)
+        if kept == identity:
+            return kept
+        self._identities[device.address] = identity
+        return identity
+
+
+def _on_device(client: ClientTick, device: DrmDevice) -> bool:
+    if client.pdev is not None:
+        return client.pdev.lower() == device.address.lower()
+    return client.node_minor is not None and client.node_minor in device.minors
+
+
+def _processes(clients: list[ClientTick]) -> tuple[ProcessReading, ...]:
+    """One reading per PID: its clients' resident device memory and busy seconds summed."""
+    memory: dict[int, int | None] = {}
+    busy: dict[int, float] = {}
+    for client in clients:
+        pid = client.pid
+        if client.local_memory_bytes is not None:
+            memory[pid] = (memory.get(pid) or 0) + client.local_memory_bytes
+        else:
+            memory.setdefault(pid, None)
+        busy[pid] = busy.get(pid, 0.0) + client.busy_seconds
+    return tuple(ProcessReading(pid=pid, memory_used_bytes=memory[pid],
+                                engine_busy_seconds=busy[pid]) for pid in sorted(busy))
