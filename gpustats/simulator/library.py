@@ -6,7 +6,8 @@ patterns, error mapping — run exactly as on a real host. A symbol the fake lac
 ``NVMLError_FunctionNotFound``; a callback returning 3 as ``NVMLError_NotSupported``.
 Behaviour follows the driver's contract (refcounted init, INSUFFICIENT_SIZE on short buffers,
 NOT_FOUND from process utilization when no sample is newer than the timestamp, events delivered
-once then TIMEOUT). The scenario (see ``scenario.py``) is re-read when its file changes: checked
+once then TIMEOUT). It serves the scenario's NVIDIA devices only (AMD and Intel ones are
+``drm.py``'s). The scenario (see ``scenario.py``) is re-read when its file changes: checked
 on a call at most every ``_RELOAD_CHECK_SECONDS`` of the simulator's clock, or at once by
 ``reload()``.
 """
@@ -67,7 +68,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         self._lock = threading.Lock()
         # Event waits block on this (with the lock); a reload or a queued event wakes them.
         self._wake = threading.Condition(self._lock)
-        self._scenario = load_scenario(scenario_path)
+        self._scenario = load_scenario(scenario_path).nvidia_only()
         self._file_stamp = self._stamp()
         self._next_reload_check = monotonic() + _RELOAD_CHECK_SECONDS
         self._installed_at = monotonic()
@@ -160,7 +161,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
             return False
         self._file_stamp = stamp
         try:
-            scenario = load_scenario(self._path)
+            scenario = load_scenario(self._path).nvidia_only()
         except ValueError as exc:
             log.warning("simulator: keeping the previous scenario: %s", exc)
             return False

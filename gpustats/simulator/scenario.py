@@ -14,12 +14,14 @@ Top level (every key optional except ``devices``):
   on each (re)load of the scenario and each energy counter read, tagged with ``trace_tag``
   (see ``trace.py``; for checkers that need the ground truth's timing)
 
-Device keys: ``uuid`` (required, unique), ``name`` (default ``NVIDIA Simulated GPU``),
-``architecture`` (kepler … blackwell; default hopper), ``index`` and ``minor`` (default: list
-position), ``pci_bus_id`` (default ``00000000:<index+1>:00.0``), ``memory_total_bytes`` (default
-80 GiB), ``memory_used_bytes`` (default: the sum of its processes' memory), ``utilization_percent``
-and ``memory_utilization_percent`` (default 0), ``power_watts`` (default 70; the energy counter
-integrates it over real time), ``energy_counter_base_millijoules`` (default 0),
+Device keys: ``uuid`` (required, unique), ``vendor`` (``nvidia``, the default, ``amd`` or
+``intel``: see "AMD and Intel devices" below), ``name`` (default ``NVIDIA Simulated GPU``),
+``architecture`` (kepler … blackwell; default hopper), ``index`` and ``minor`` (default: the
+position among the NVIDIA devices), ``pci_bus_id`` (default ``00000000:<index+1>:00.0``),
+``memory_total_bytes`` (default 80 GiB), ``memory_used_bytes`` (default: the sum of its
+processes' memory), ``utilization_percent`` and ``memory_utilization_percent`` (default 0),
+``power_watts`` (default 70; the energy counter integrates it over real time),
+``energy_counter_base_millijoules`` (default 0),
 ``power_limit_watts`` (default 700), ``temperature_celsius`` (default 40),
 ``memory_temperature_celsius`` (default 45), ``sm_clock_mhz`` (default 1980),
 ``memory_clock_mhz`` (default 2619), ``pcie_replay_count`` (cumulative, default 0),
@@ -73,6 +75,30 @@ CUDA context before every read of the process list and makes it again after, so 
 listed, while its SM work shows in the utilization samples and, with its device's accounting
 on, its runs in the accounting records).
 
+AMD and Intel devices (``vendor: amd`` or ``intel``) are not NVML's: ``SimulatedNvml`` leaves
+them and their processes out (NVIDIA's indexes and handles are as without them), and
+``SimulatedDrm`` (``drm.py``) renders them as the kernel's sysfs and DRM fdinfo files. They take
+``uuid``, ``name`` (default ``AMD Instinct MI300X`` / ``Intel(R) Data Center GPU Flex 170``),
+``driver`` (intel: ``xe``, the default, or ``i915``; amd: ``amdgpu``), ``index`` and ``minor``
+(the card number N of ``cardN`` and ``renderD<128+N>``, below 64; default: the position among
+the AMD and Intel devices), ``pci_bus_id`` (sysfs form ``0000:3b:00.0``, NVML's form accepted;
+default ``0000:<number of NVIDIA devices + that position + 1>:00.0``; unique), ``pci_device_id``
+(default 0x74a1, MI300X / 0x56c0, Flex 170) and ``pci_class`` (default 0x038000, a display
+controller; MI300X's is 0x120000), ``memory_total_bytes``, ``memory_used_bytes``,
+``power_watts``, ``power_limit_watts``, ``temperature_celsius``, ``memory_temperature_celsius``
+and ``idle_cycle`` as above; amd also ``utilization_percent`` (``gpu_busy_percent``) and
+``memory_utilization_percent`` (``mem_busy_percent``); intel also
+``energy_counter_base_millijoules``. ``unsupported`` takes memory, utilization, power,
+power_limit, temperature, memory_temperature, unique_id (each leaves its sysfs files out) and
+processes (fdinfo without any ``drm-`` line, as a kernel before 5.19 writes it). Any other key
+(MIG, GPM, accounting, pstates, clocks, ECC, ``lost``, …) is NVML's and a ValueError on them,
+as are XID events. Their processes take ``pid``, ``device``, ``sm_util_percent`` (the share of
+real time its engine is busy, times the class's engine count), ``memory_used_bytes`` (its VRAM),
+``engine`` (the engine class as the driver's fdinfo names it; default amdgpu ``gfx``, i915
+``render``, xe ``rcs``) and ``fds`` (default 1: file descriptors open on its one DRM client, as
+after a dup); ``gpu_instance_id``, ``mps`` and ``between_ticks`` are a ValueError on them, and
+``engine`` and ``fds`` on an NVIDIA GPU's process.
+
 XID event keys: ``device`` (UUID), ``xid`` (int, for ``type: xid``, the default),
 ``type`` (``xid``, ``single_bit_ecc`` or ``double_bit_ecc``), ``after_seconds`` (since the
 simulator was installed; default 0). Each is delivered once through ``nvmlEventSetWait_v2``.
@@ -80,11 +106,15 @@ simulator was installed; default 0). Each is delivered once through ``nvmlEventS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from gpustats.documents import DocumentError, load_yaml, read_document
+from gpustats.simulator.drm_vendors import (
+    DEFAULT_DEVICE_IDS, DEFAULT_NAMES, DEFAULT_PCI_CLASS, DRIVERS, ENGINES, NVIDIA, VENDORS,
+)
 from gpustats.simulator.idle_cycle import IdleCycle
 
 GIB = 1024 ** 3
@@ -115,6 +145,21 @@ GPM_KEYS = ("sm_active_percent", "sm_occupancy_percent", "dram_active_percent",
             "graphics_active_percent", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
             "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "tensor_active_percent")
 EVENT_TYPES = ("xid", "single_bit_ecc", "double_bit_ecc")
+# The device keys an AMD or Intel device takes; the others are NVML's and refused on one.
+DRM_DEVICE_KEYS = frozenset({
+    "uuid", "vendor", "driver", "name", "index", "minor", "pci_bus_id", "pci_device_id",
+    "pci_class", "memory_total_bytes", "memory_used_bytes", "power_watts", "power_limit_watts",
+    "temperature_celsius", "memory_temperature_celsius", "idle_cycle", "unsupported"})
+VENDOR_DEVICE_KEYS = {"amd": frozenset({"utilization_percent", "memory_utilization_percent"}),
+                      "intel": frozenset({"energy_counter_base_millijoules"})}
+DRM_ONLY_DEVICE_KEYS = frozenset({"driver", "pci_device_id", "pci_class"})
+DRM_UNSUPPORTABLE = frozenset({"memory", "utilization", "power", "power_limit", "temperature",
+                               "memory_temperature", "processes", "unique_id"})
+NVML_PROCESS_KEYS = frozenset({"gpu_instance_id", "mps", "between_ticks"})
+DRM_PROCESS_KEYS = frozenset({"engine", "fds"})
+MAX_DRM_CARDS = 64          # card0..63; render nodes renderD128..191
+MAX_FDS = 64
+PCI_ADDRESS = re.compile(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 @dataclass(frozen=True)
@@ -165,6 +210,15 @@ class SimDevice:
     supported_pstates: tuple[int, ...] = (0,)
     accounting: bool = False
     accounting_buffer_size: int = 4000
+    vendor: str = NVIDIA
+    driver: str | None = None          # amdgpu, i915 or xe; None for an NVIDIA GPU
+    pci_device_id: int | None = None   # AMD and Intel only, as are the next
+    pci_class: int | None = None
+
+    @property
+    def is_drm(self) -> bool:
+        """An AMD or Intel GPU: rendered as sysfs and fdinfo trees, not served by NVML."""
+        return self.vendor != NVIDIA
 
 
 @dataclass(frozen=True)
@@ -176,6 +230,8 @@ class SimProcess:
     gpu_instance_id: int | None
     mps: bool
     between_ticks: bool = False      # never in the process list; its samples still come
+    engine: str | None = None        # DRM: the engine class it runs on (None: the driver's first)
+    fds: int = 1                     # DRM: its file descriptors on the one client
 
 
 @dataclass(frozen=True)
@@ -212,6 +268,20 @@ class Scenario:
             if device.uuid == uuid:
                 return device
         return None
+
+    def nvidia_only(self) -> Scenario:
+        """What NVML sees: the NVIDIA devices and their processes (this same scenario when it
+        has no other)."""
+        if not any(d.is_drm for d in self.devices):
+            return self
+        keep = {d.uuid for d in self.devices if not d.is_drm}
+        return replace(self, devices=tuple(d for d in self.devices if d.uuid in keep),
+                       processes=tuple(p for p in self.processes if p.device in keep))
+
+    @property
+    def drm_devices(self) -> tuple[SimDevice, ...]:
+        """The AMD and Intel devices, in the scenario's order."""
+        return tuple(d for d in self.devices if d.is_drm)
 
 
 def _mapping(value: Any, where: str) -> dict:
@@ -351,15 +421,25 @@ def _mig(value: Any, where: str, parent_uuid: str) -> SimMigInstance:
     )
 
 
-def _process(value: Any, where: str, uuids: set[str]) -> SimProcess:
+def _process(value: Any, where: str, vendors: dict[str, str]) -> SimProcess:
     data = _mapping(value, where)
     pid = _number(data, "pid", where, None, integer=True, minimum=1)
     if pid is None:
         raise ValueError(f"{where}.pid: required")
     device = data.get("device")
-    if device not in uuids:
+    if device not in vendors:
         raise ValueError(f"{where}.device: {device!r} is not a device UUID of this scenario")
+    vendor = vendors[device]
+    foreign = set(data) & (DRM_PROCESS_KEYS if vendor == NVIDIA else NVML_PROCESS_KEYS)
+    if foreign:
+        raise ValueError(f"{where}: {sorted(foreign)} not for a process on an {vendor} GPU")
     sm = _percent(data, "sm_util_percent", where, None)
+    engine = data.get("engine")
+    if engine is not None and not isinstance(engine, str):
+        raise ValueError(f"{where}.engine: expected an engine class name, got {engine!r}")
+    fds = _given(_number(data, "fds", where, 1, integer=True, minimum=1), "fds", where)
+    if fds > MAX_FDS:
+        raise ValueError(f"{where}.fds: must be <= {MAX_FDS}, got {fds!r}")
     return SimProcess(
         pid=pid, device=device,
         sm_util_percent=int(sm) if sm is not None else None,
@@ -367,26 +447,89 @@ def _process(value: Any, where: str, uuids: set[str]) -> SimProcess:
         gpu_instance_id=_number(data, "gpu_instance_id", where, None, integer=True),
         mps=bool(data.get("mps", False)),
         between_ticks=bool(data.get("between_ticks", False)),
+        engine=engine, fds=fds,
     )
 
 
-def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimDevice:
+def _vendor(value: Any, where: str) -> str:
+    vendor = _mapping(value, where).get("vendor", NVIDIA)
+    if vendor not in VENDORS:
+        raise ValueError(f"{where}.vendor: expected one of {', '.join(VENDORS)}, got {vendor!r}")
+    return vendor
+
+
+def _hex(data: dict, key: str, where: str, default: int, bits: int) -> int:
+    """An id given as a number or as hex text (``0x74a1``)."""
+    value = data.get(key, default)
+    if isinstance(value, str):
+        try:
+            value = int(value, 16)
+        except ValueError:
+            raise ValueError(f"{where}.{key}: expected a hex number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << bits:
+        raise ValueError(f"{where}.{key}: expected a {bits}-bit number, got {value!r}")
+    return value
+
+
+def pci_address(value: Any, where: str) -> str:
+    """A PCI address in sysfs form (``0000:3b:00.0``), given in that form or NVML's."""
+    match = PCI_ADDRESS.fullmatch(str(value))
+    if match is None:
+        raise ValueError(f"{where}: expected domain:bus:device.function, got {value!r}")
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
+
+
+def _drm_identity(data: dict, where: str, vendor: str) -> tuple[str, int, int]:
+    """(driver, PCI device id, PCI class) of an AMD or Intel device, whose keys are checked."""
+    foreign = set(data) - DRM_DEVICE_KEYS - VENDOR_DEVICE_KEYS[vendor]
+    if foreign:
+        raise ValueError(f"{where}: {sorted(foreign)} not for an {vendor} GPU (NVML only, or "
+                         f"another vendor's)")
+    driver = data.get("driver", DRIVERS[vendor][0])
+    if driver not in DRIVERS[vendor]:
+        raise ValueError(f"{where}.driver: expected one of {', '.join(DRIVERS[vendor])} for an "
+                         f"{vendor} GPU, got {driver!r}")
+    return (driver, _hex(data, "pci_device_id", where, DEFAULT_DEVICE_IDS[vendor], 16),
+            _hex(data, "pci_class", where, DEFAULT_PCI_CLASS, 24))
+
+
+def _device(value: Any, position: int, processes_memory: dict[str, int], *,
+            vendor_position: int, default_bus: int) -> SimDevice:
+    """``vendor_position``: its place among the NVIDIA devices, or among the others (the
+    default index and minor); ``default_bus``: an AMD or Intel device's default PCI bus."""
     where = f"devices[{position}]"
     data = _mapping(value, where)
     uuid = data.get("uuid")
     if not isinstance(uuid, str) or not uuid:
         raise ValueError(f"{where}.uuid: required")
+    vendor = _vendor(data, where)
+    drm = None
+    if vendor != NVIDIA:
+        drm = _drm_identity(data, where, vendor)
+    elif set(data) & DRM_ONLY_DEVICE_KEYS:
+        raise ValueError(f"{where}: {sorted(set(data) & DRM_ONLY_DEVICE_KEYS)} are for AMD and "
+                         f"Intel GPUs")
     arch_name = str(data.get("architecture", "hopper")).lower()
     if arch_name not in ARCHITECTURES:
         raise ValueError(f"{where}.architecture: unknown {arch_name!r}")
     unsupported = frozenset(str(u) for u in _list(data.get("unsupported"), f"{where}.unsupported"))
-    if unsupported - UNSUPPORTABLE:
-        raise ValueError(f"{where}.unsupported: unknown names {sorted(unsupported - UNSUPPORTABLE)}")
+    allowed = UNSUPPORTABLE if drm is None else DRM_UNSUPPORTABLE
+    if unsupported - allowed:
+        raise ValueError(f"{where}.unsupported: unknown names {sorted(unsupported - allowed)}")
     violations_data = _mapping(data.get("violations") or {}, f"{where}.violations")
     if set(violations_data) - set(VIOLATION_KEYS):
         raise ValueError(f"{where}.violations: unknown keys "
                          f"{sorted(set(violations_data) - set(VIOLATION_KEYS))}")
-    index = _number(data, "index", where, position, integer=True)
+    index = _number(data, "index", where, vendor_position, integer=True)
+    minor = _number(data, "minor", where, vendor_position, integer=True)
+    if drm is None:
+        pci_bus_id = str(data.get("pci_bus_id", f"00000000:{index + 1:02X}:00.0"))
+    else:
+        pci_bus_id = pci_address(data.get("pci_bus_id", f"0000:{default_bus:02x}:00.0"),
+                                 f"{where}.pci_bus_id")
+        if minor >= MAX_DRM_CARDS:
+            raise ValueError(f"{where}.minor: a DRM card number is < {MAX_DRM_CARDS}, got {minor}")
     pstate, supported_pstates = _pstates(data, where)
     buffer_size = _given(_number(data, "accounting_buffer_size", where, 4000, integer=True,
                                  minimum=1), "accounting_buffer_size", where)
@@ -394,11 +537,12 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
                  for i, m in enumerate(_list(data.get("mig_instances"), f"{where}.mig_instances")))
     return SimDevice(
         uuid=uuid,
-        name=str(data.get("name", "NVIDIA Simulated GPU")),
+        name=str(data.get("name", "NVIDIA Simulated GPU" if drm is None
+                          else DEFAULT_NAMES[vendor])),
         architecture=ARCHITECTURES[arch_name],
         index=index,
-        minor=_number(data, "minor", where, position, integer=True),
-        pci_bus_id=str(data.get("pci_bus_id", f"00000000:{index + 1:02X}:00.0")),
+        minor=minor,
+        pci_bus_id=pci_bus_id,
         memory_total_bytes=_number(data, "memory_total_bytes", where, 80 * GIB, integer=True),
         memory_used_bytes=_number(data, "memory_used_bytes", where,
                                   processes_memory.get(uuid, 0), integer=True),
@@ -446,13 +590,18 @@ def _device(value: Any, position: int, processes_memory: dict[str, int]) -> SimD
         supported_pstates=supported_pstates,
         accounting=bool(data.get("accounting", False)),
         accounting_buffer_size=buffer_size,
+        vendor=vendor,
+        **({} if drm is None else dict(zip(("driver", "pci_device_id", "pci_class"), drm))),
     )
 
 
-def _event(value: Any, where: str, uuids: set[str]) -> SimEvent:
+def _event(value: Any, where: str, vendors: dict[str, str]) -> SimEvent:
     data = _mapping(value, where)
-    if data.get("device") not in uuids:
+    if data.get("device") not in vendors:
         raise ValueError(f"{where}.device: {data.get('device')!r} is not a device UUID")
+    if vendors[data["device"]] != NVIDIA:
+        raise ValueError(f"{where}.device: an {vendors[data['device']]} GPU (NVML gives the "
+                         f"events, for NVIDIA GPUs only)")
     kind = str(data.get("type", "xid"))
     if kind not in EVENT_TYPES:
         raise ValueError(f"{where}.type: expected one of {EVENT_TYPES}")
@@ -473,17 +622,27 @@ def parse_scenario(data: Any) -> Scenario:
         if uuid in uuids:
             raise ValueError(f"devices[{i}].uuid: duplicate {uuid!r}")
         uuids.add(uuid)
-    processes = tuple(_process(p, f"processes[{i}]", uuids)
+    vendor_list = [_vendor(raw, f"devices[{i}]") for i, raw in enumerate(raw_devices)]
+    vendors = {raw.get("uuid"): vendor for raw, vendor in zip(raw_devices, vendor_list)}
+    processes = tuple(_process(p, f"processes[{i}]", vendors)
                       for i, p in enumerate(_list(data.get("processes"), "processes")))
     memory: dict[str, int] = {}
     for p in processes:
         memory[p.device] = memory.get(p.device, 0) + (p.memory_used_bytes or 0)
-    devices = tuple(_device(d, i, memory) for i, d in enumerate(raw_devices))
+    nvidia_count, seen = vendor_list.count(NVIDIA), {True: 0, False: 0}
+    devices = []
+    for i, raw in enumerate(raw_devices):
+        drm = vendor_list[i] != NVIDIA
+        devices.append(_device(raw, i, memory, vendor_position=seen[drm],
+                               default_bus=nvidia_count + seen[drm] + 1))
+        seen[drm] += 1
+    devices = tuple(devices)
+    _check_drm(devices, processes)
     missing = _list(data.get("missing_functions"), "missing_functions")
     return Scenario(
         devices=devices,
         processes=processes,
-        xid_events=tuple(_event(e, f"xid_events[{i}]", uuids)
+        xid_events=tuple(_event(e, f"xid_events[{i}]", vendors)
                          for i, e in enumerate(_list(data.get("xid_events"), "xid_events"))),
         driver_version=str(data.get("driver_version", "580.65.06")),
         init_failures=_number(data, "init_failures", "scenario", 0, integer=True),
@@ -493,6 +652,31 @@ def parse_scenario(data: Any) -> Scenario:
         trace_file=str(data["trace_file"]) if data.get("trace_file") else None,
         trace_tag=str(data["trace_tag"]) if data.get("trace_tag") is not None else None,
     )
+
+
+def _check_drm(devices: tuple[SimDevice, ...], processes: tuple[SimProcess, ...]) -> None:
+    """AMD and Intel devices: one card number and one PCI address each (sysfs names them);
+    their processes' engines named as their driver's fdinfo names them."""
+    cards: dict[int, int] = {}
+    addresses: dict[str, int] = {}
+    for i, device in enumerate(devices):
+        address = pci_address(device.pci_bus_id, f"devices[{i}].pci_bus_id") \
+            if PCI_ADDRESS.fullmatch(device.pci_bus_id) else device.pci_bus_id
+        if address in addresses and (device.is_drm or devices[addresses[address]].is_drm):
+            raise ValueError(f"devices[{i}].pci_bus_id: {device.pci_bus_id!r} is also "
+                             f"devices[{addresses[address]}]'s")
+        addresses.setdefault(address, i)
+        if device.is_drm:
+            if device.minor in cards:
+                raise ValueError(f"devices[{i}].minor: card{device.minor} is also "
+                                 f"devices[{cards[device.minor]}]'s")
+            cards[device.minor] = i
+    drivers = {d.uuid: d.driver for d in devices if d.is_drm}
+    for i, p in enumerate(processes):
+        driver = drivers.get(p.device)
+        if driver is not None and p.engine is not None and p.engine not in ENGINES[driver]:
+            raise ValueError(f"processes[{i}].engine: {driver} names {', '.join(ENGINES[driver])}"
+                             f", not {p.engine!r}")
 
 
 def load_scenario(path: str) -> Scenario:
