@@ -34,7 +34,10 @@ def test_records_every_gpu_mig_instance_and_container_accelerator():
     loose = next(c for c in window.containers if c.container_id == C3)
     assert loose.pod_name is None and loose.pod_uid is None
     gpu = window.gpus[0]
-    assert list(gpu.rows) == [1.0, 40, 2 << 30, 310.0, 70.0, 240.0, 51, 1.0]
+    # The history values of model.device_values in its order (P-state unknown: NaN), healthy.
+    rows = list(gpu.rows)
+    assert rows[:7] == [1.0, 310.0, 70.0, 240.0, 51, 2 << 30, 40]
+    assert math.isnan(rows[7]) and rows[8:] == [1.0]
     assert gpu.rows.typecode == "d"          # 8 bytes a value, no object per point
 
 

@@ -11,6 +11,7 @@ from gpustats.config import METRIC_GROUPS
 from gpustats.export import metric_table, prometheus
 from gpustats.export.metric_table import FAMILIES, GROUPS
 from gpustats.export.prometheus import render
+from gpustats.model.device import DeviceReading
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.snapshot import ContainerAccelerator, ContainerStats, ProcessStats
 from gpustats.model.sources import SourceState
@@ -23,14 +24,16 @@ GOLDEN = Path(__file__).parent / "golden" / "metrics_every_family.txt"
 def every_family_snapshot():
     """The sample snapshot with what it lacks for a sample in every family: the GPM and NVLink
     window figures, idle shares and unallocated idle, a container holding an unresolved claim,
-    the sources' states, a process's command and user, and a tenant that is no container (a
-    systemd service)."""
+    the sources' states, a process's command and user, a tenant that is no container (a
+    systemd service), and a sweep with the GPU's performance state."""
     s = sample_snapshot()
     a = s.devices[0]
     sat = dataclasses.replace(a.saturation, sm_occupancy_avg=0.25, dram_active_avg=0.5,
                               nvlink_tx_bytes_avg=1e9, nvlink_rx_bytes_avg=2e9)
     devices = (dataclasses.replace(a, saturation=sat, unallocated_idle_power_watts=0.0,
-                                   unallocated_idle_energy_joules=20.0),) + s.devices[1:]
+                                   unallocated_idle_energy_joules=20.0,
+                                   reading=DeviceReading(a.identity, 1.0, performance_state=0)),
+               ) + s.devices[1:]
     claim = ClaimDevice("gpu-claim", "ml", "gpu.nvidia.com", "node-1", "gpu-7")
     pod = s.pods[0]
     trainer = pod.containers[0]

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpustats.export.prometheus import render
 from tests.support.tenant_snapshot import A, C1, C3, M, tenant_snapshot
 
-TENANT_LABELS = {"node_name", "gpu", "gpu_uuid", "kind", "tenant", "namespace", "pod", "pod_uid",
-                 "container_id", "unit", "uid", "user", "job_id", "step"}
+TENANT_LABELS = {"node_name", "gpu", "gpu_uuid", "vendor", "kind", "tenant", "namespace", "pod",
+                 "pod_uid", "container_id", "unit", "uid", "user", "job_id", "step"}
 
 
 def _samples(snapshot=None, disabled=()):
@@ -37,12 +37,12 @@ def test_every_tenant_once_per_gpu_with_its_kinds_labels():
         ("container", "jupyter", "0"), ("service", "ollama.service", "1"),
         ("session", "alice", "0"), ("job", "job 4242", "1"), ("process", "python3", "0"),
         ("service", "old.service", "0")])
-    empty = dict.fromkeys(TENANT_LABELS - {"node_name", "gpu", "gpu_uuid", "kind", "tenant"},
-                          "")
+    empty = dict.fromkeys(TENANT_LABELS - {"node_name", "gpu", "gpu_uuid", "vendor", "kind",
+                                           "tenant"}, "")
 
     def labels(kind, tenant, gpu, **identity):
         return {**empty, "node_name": "node-1", "kind": kind, "tenant": tenant, "gpu": gpu,
-                "gpu_uuid": A if gpu == "0" else M, **identity}
+                "gpu_uuid": A if gpu == "0" else M, "vendor": "nvidia", **identity}
 
     assert rows["pod", "ml/trainer-0", "0"].labels == labels(
         "pod", "ml/trainer-0", "0", namespace="ml", pod="trainer-0", pod_uid="u1")

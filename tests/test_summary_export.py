@@ -24,7 +24,7 @@ def _device(**overrides):
     values = dict(
         identity=DeviceIdentity(index=0, uuid="GPU-a", name="NVIDIA H100 80GB HBM3",
                                 minor_number=0, pci_bus_id="00000000:3B:00.0",
-                                memory_total_bytes=85520809984),
+                                memory_total_bytes=85520809984, vendor="nvidia"),
         memory_used_bytes=2147483648, duty_cycle_percent=40, power_watts=310.0,
         energy_joules=1234.5, power_limit_watts=700.0, temperature_celsius=51,
     )
@@ -295,7 +295,7 @@ def test_strict_keeps_only_the_kubelets_keys():
     mig, gone = pod["containers"][0]["accelerators"]
     assert mig == {"make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": "MIG-7",
                    "memoryTotal": 40 << 30, "memoryUsed": 1 << 30, "dutyCycle": 43}
-    assert gone == {"make": "nvidia", "id": "GPU-gone"}      # unknown figures stay absent
+    assert gone == {"id": "GPU-gone"}      # a GPU not listed: its make and figures unknown
     assert json.loads(summary_json(snapshot, strict=True)) == strict
 
 

@@ -15,8 +15,8 @@ from bisect import bisect_left
 from typing import Hashable
 
 from gpustats.model.history import (
-    CONTAINER_FIELDS, GPU_FIELDS, MIG_FIELDS, ContainerSeries, GpuSeries, HistoryWindow,
-    MigSeries,
+    CONTAINER_FIELDS, GPU_FIELDS, GPU_VALUES, MIG_FIELDS, ContainerSeries, GpuSeries,
+    HistoryWindow, MigSeries,
 )
 from gpustats.model.snapshot import ContainerStats, Snapshot
 from gpustats.model.tenants import display_name
@@ -90,10 +90,8 @@ class History:
             healthy = device.health.healthy if device.health is not None else None
             gpus.append((ident.uuid, (ident.index, ident.name, ident.memory_total_bytes,
                                       device.power_limit_watts),
-                         (t, _value(device.duty_cycle_percent), _value(device.memory_used_bytes),
-                          _milli(device.power_watts), _milli(device.idle_power_watts),
-                          _milli(device.active_power_watts),
-                          _value(device.temperature_celsius), _value(healthy))))
+                         (t, *(_value(v.rounded(device)) for v in GPU_VALUES),
+                          _value(healthy))))
             for mig in device.mig_instances:
                 migs.append(((ident.uuid, mig.gpu_instance_id),
                              (mig.uuid, mig.profile, mig.memory_total_bytes),

@@ -12,7 +12,8 @@ from gpustats.model.snapshot import DeviceStats, Snapshot
 def gpu_dict(device: DeviceStats) -> dict[str, Any]:
     ident = device.identity
     out: dict[str, Any] = {"index": ident.index, "uuid": ident.uuid}
-    for key, value in (("name", ident.name), ("minorNumber", ident.minor_number),
+    for key, value in (("vendor", ident.vendor), ("name", ident.name),
+                       ("minorNumber", ident.minor_number),
                        ("pciBusId", ident.pci_bus_id), ("architecture", ident.architecture),
                        ("memoryTotal", ident.memory_total_bytes)):
         if value is not None:

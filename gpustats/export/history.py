@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from gpustats.export.text import shown_or_none
+from gpustats.model.device_values import DeviceValue
 from gpustats.model.history import (
-    CONTAINER_FIELDS, GPU_FIELDS, MIG_FIELDS, ContainerSeries, GpuSeries, HistoryWindow,
+    CONTAINER_FIELDS, GPU_VALUES, MIG_FIELDS, ContainerSeries, GpuSeries, HistoryWindow,
     MigSeries,
 )
 
@@ -36,38 +37,44 @@ def _boolean(value: float) -> str:
     return "true" if value else "false"
 
 
-# field name in the model -> (JSON key, formatter, printf conversion for the all-present row)
-_KEYS: dict[str, tuple[str, Formatter, str | None]] = {
-    "duty_cycle_percent": ("dutyCycle", _integer, "%d"),
-    "memory_used_bytes": ("memoryUsed", _integer, "%d"),
-    "power_watts": ("powerWatts", _number, "%r"),
-    "idle_power_watts": ("idlePowerWatts", _number, "%r"),
-    "active_power_watts": ("activePowerWatts", _number, "%r"),
-    "temperature_celsius": ("temperatureCelsius", _integer, "%d"),
+Column = tuple[str, Formatter, str | None]    # JSON key, formatter, printf conversion
+
+_INTEGER = (_integer, "%d")
+_NUMBER = (_number, "%r")
+
+# field name in the model -> its column (the conversion prints the all-present row)
+_KEYS: dict[str, Column] = {
     "healthy": ("healthy", _boolean, None),
-    "activity_ratio": ("activityRatio", _number, "%r"),
-    "attributed_power_watts": ("attributedPowerWatts", _number, "%r"),
-    "attributed_energy_joules": ("attributedEnergyJoules", _number, "%r"),
-    "process_memory_used_bytes": ("processMemoryUsed", _integer, "%d"),
-    "compute_utilization_percent": ("computeUtilization", _number, "%r"),
+    "memory_used_bytes": ("memoryUsed", *_INTEGER),
+    "activity_ratio": ("activityRatio", *_NUMBER),
+    "attributed_power_watts": ("attributedPowerWatts", *_NUMBER),
+    "attributed_energy_joules": ("attributedEnergyJoules", *_NUMBER),
+    "process_memory_used_bytes": ("processMemoryUsed", *_INTEGER),
+    "compute_utilization_percent": ("computeUtilization", *_NUMBER),
 }
+
+
+def _device_column(value: DeviceValue) -> Column:
+    """A device value's column: its key, printed as its schema's type."""
+    if value.key is None or value.schema is None:
+        raise ValueError(f"the history keeps {value.name}, which has no JSON key and schema")
+    return (value.key, *(_INTEGER if value.schema["type"] == "integer" else _NUMBER))
 
 
 class _Layout:
     """How the rows of one kind of series print: key by key, or in one go when all present."""
 
-    def __init__(self, fields: tuple[str, ...]) -> None:
-        self.width = 1 + len(fields)
-        self.keys = tuple((f',"{_KEYS[name][0]}":', _KEYS[name][1]) for name in fields)
-        conversions = [_KEYS[name][2] for name in fields]
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        self.width = 1 + len(columns)
+        self.keys = tuple((f',"{key}":', fmt) for key, fmt, _ in columns)
+        conversions = [conv for _, _, conv in columns]
         self.template = None if None in conversions else (
-            '{"time":"%s"' + "".join(f',"{_KEYS[name][0]}":{conv}'
-                                     for name, conv in zip(fields, conversions)) + "}")
+            '{"time":"%s"' + "".join(f',"{key}":{conv}' for key, _, conv in columns) + "}")
 
 
-_GPU = _Layout(GPU_FIELDS)
-_MIG = _Layout(MIG_FIELDS)
-_CONTAINER = _Layout(CONTAINER_FIELDS)
+_GPU = _Layout(tuple(map(_device_column, GPU_VALUES)) + (_KEYS["healthy"],))
+_MIG = _Layout(tuple(_KEYS[name] for name in MIG_FIELDS))
+_CONTAINER = _Layout(tuple(_KEYS[name] for name in CONTAINER_FIELDS))
 
 
 class _Times:

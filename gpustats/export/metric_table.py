@@ -1,5 +1,6 @@
 """Every Prometheus family gpustats exposes, declared once: name, type, help, labels, the
-group that turns it off (``--disable-metrics``), and where its value comes from.
+group that turns it off (``--disable-metrics``), and where its value comes from. The families
+of a GPU's scalar values are built from their rows in ``model.device_values``.
 
 Every series also carries ``node_name``. Counters are declared by their base name; the
 exposition adds ``_total``. Units follow Prometheus base units (watts, joules, bytes,
@@ -18,25 +19,28 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from gpustats import __version__
+from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 
 GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 
-GPU = ("gpu", "gpu_uuid")
-CONTAINER = ("container_id", "container", "pod", "namespace", "gpu", "gpu_uuid",
-             "gpu_instance_id", "claim", "claim_namespace")
-POD = ("pod_uid", "pod", "namespace", "gpu", "gpu_uuid", "claim", "claim_namespace")
+# Every family of one GPU, or of a part or tenant of one, carries the GPU's index, UUID and
+# vendor (model.device's VENDOR_*; empty when unknown).
+GPU = ("gpu", "gpu_uuid", "vendor")
+CONTAINER = ("container_id", "container", "pod", "namespace", *GPU, "gpu_instance_id", "claim",
+             "claim_namespace")
+POD = ("pod_uid", "pod", "namespace", *GPU, "claim", "claim_namespace")
 # Identity only: a label whose value can change mid-life (how the share was computed) would
 # split a counter into a new series and break rate(); the method has its own gauge.
 # A process is its PID and its start time (clock ticks after boot, /proc/<pid>/stat field 22):
 # a reused PID is a new series, never a counter that steps down. Empty when unknown.
 # Then its command (/proc/<pid>/comm), real UID and the UID's user name.
-PROCESS = ("pid", "pid_start_ticks", "gpu", "gpu_uuid", "gpu_instance_id", "container_id",
-           "comm", "uid", "user")
-MIG = ("gpu", "gpu_uuid", "gpu_instance_id")
+PROCESS = ("pid", "pid_start_ticks", *GPU, "gpu_instance_id", "container_id", "comm", "uid",
+           "user")
+MIG = (*GPU, "gpu_instance_id")
 # A tenant of any kind on one GPU: its kind, the name it is shown by, and the identity labels of
 # every kind (empty where not its kind's, or unknown).
-TENANT = ("gpu", "gpu_uuid", "kind", "tenant", "namespace", "pod", "pod_uid", "container_id",
-          "unit", "uid", "user", "job_id", "step")
+TENANT = (*GPU, "kind", "tenant", "namespace", "pod", "pod_uid", "container_id", "unit", "uid",
+          "user", "job_id", "step")
 CADVISOR = ("make", "model", "acc_id", "container", "pod", "namespace", "id", "name")
 CLAIM = ("container_id", "container", "pod", "namespace", "claim", "claim_namespace",
          "driver", "pool", "device", "reason")
@@ -112,7 +116,26 @@ def _directions(tx: str, rx: str) -> Samples:
 
 def _device_info(d: Any) -> tuple[tuple[tuple[object, ...], int], ...]:
     ident = d.identity
-    return (((ident.name, "nvidia", ident.pci_bus_id, ident.minor_number), 1),)
+    return (((ident.name, ident.pci_bus_id, ident.minor_number), 1),)
+
+
+def _device_value(row: DeviceValue) -> Value:
+    """The getter of a device value's family: the value, over the family's divisor."""
+    divisor = row.metric.divisor if row.metric is not None else 1
+    if divisor == 1:
+        return row.value
+
+    def scaled(device: Any) -> float | None:
+        value = row.value(device)
+        return value / divisor if value is not None else None
+    return scaled
+
+
+def _device_families() -> tuple[Family, ...]:
+    """The families of the device values that declare one (``model.device_values``)."""
+    return tuple(Family(m.name, m.kind, m.help, GPU, m.unit, group=m.group, scope=DEVICE,
+                        value=_device_value(row))
+                 for row in DEVICE_VALUES if (m := row.metric) is not None)
 
 
 def _sharing_mode(d: Any) -> tuple[tuple[tuple[object, ...], int], ...]:
@@ -138,49 +161,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_build", INFO, "gpustats build information.", ("version",),
            samples=lambda snapshot: (((__version__,), 1),)),
     Family("gpustats_node_gpu", INFO, "GPU identity: index, UUID, name, vendor, PCI bus id.",
-           GPU + ("gpu_name", "vendor", "pci_bus_id", "minor_number"),
+           GPU + ("gpu_name", "pci_bus_id", "minor_number"),
            group="gpu", scope=DEVICE, samples=_device_info),
-    Family("gpustats_node_gpu_watts", GAUGE, "GPU power draw.", GPU, "watts",
-           group="gpu", scope=DEVICE, value=_at("power_watts")),
-    Family("gpustats_node_gpu_joules", COUNTER,
-           "GPU energy counted since gpustats first saw the GPU (from the GPU's energy counter "
-           "deltas), monotonic across driver reloads and restarts.",
-           GPU, "joules", group="gpu", scope=DEVICE, value=_at("energy_joules")),
-    Family("gpustats_node_gpu_idle_watts", GAUGE,
-           "GPU idle power: configured, or the lowest power that held for three idle ticks "
-           "(absent until the GPU was seen idle).", GPU, "watts",
-           group="gpu", scope=DEVICE, value=_at("idle_power_watts")),
-    Family("gpustats_node_gpu_active_watts", GAUGE,
-           "GPU power above idle: the tick's active energy over the tick's length.", GPU,
-           "watts", group="gpu", scope=DEVICE, value=_at("active_power_watts")),
-    Family("gpustats_node_gpu_active_joules", COUNTER, "GPU energy above idle.", GPU, "joules",
-           group="gpu", scope=DEVICE, value=_at("active_energy_joules")),
-    Family("gpustats_node_gpu_unattributed_watts", GAUGE,
-           "GPU power above idle that no container is billed for (no process, processes in no "
-           "container, or processes unknown), over the tick.", GPU, "watts",
-           group="gpu", scope=DEVICE, value=_at("unattributed_power_watts")),
-    Family("gpustats_node_gpu_unattributed_joules", COUNTER,
-           "GPU energy above idle that no container is billed for; with the containers' "
-           "energy it adds up to the active energy.", GPU, "joules",
-           group="gpu", scope=DEVICE, value=_at("unattributed_energy_joules")),
-    Family("gpustats_node_gpu_unallocated_idle_watts", GAUGE,
-           "GPU idle power no tenant held the GPU (or that part of it) for, over the tick.",
-           GPU, "watts", group="gpu", scope=DEVICE, value=_at("unallocated_idle_power_watts")),
-    Family("gpustats_node_gpu_unallocated_idle_joules", COUNTER,
-           "GPU idle energy no tenant held the GPU for; with the holders' idle shares it adds "
-           "up to the idle energy.", GPU, "joules",
-           group="gpu", scope=DEVICE, value=_at("unallocated_idle_energy_joules")),
-    Family("gpustats_node_gpu_power_limit_watts", GAUGE, "Enforced GPU power limit.", GPU,
-           "watts", group="gpu", scope=DEVICE, value=_at("power_limit_watts")),
-    Family("gpustats_node_gpu_temperature_celsius", GAUGE, "GPU core temperature.", GPU,
-           "celsius", group="gpu", scope=DEVICE, value=_at("temperature_celsius")),
-    Family("gpustats_node_gpu_memory_used_bytes", GAUGE, "GPU framebuffer memory in use.", GPU,
-           "bytes", group="gpu", scope=DEVICE, value=_at("memory_used_bytes")),
-    Family("gpustats_node_gpu_memory_total_bytes", GAUGE, "GPU framebuffer memory.", GPU,
-           "bytes", group="gpu", scope=DEVICE, value=_at("identity.memory_total_bytes")),
-    Family("gpustats_node_gpu_duty_cycle_ratio", GAUGE,
-           "Share of the last sample period the GPU was busy (NVML utilization).", GPU, "ratio",
-           group="gpu", scope=DEVICE, value=_ratio_of_percent("duty_cycle_percent")),
+    *_device_families(),
     Family("gpustats_node_gpu_sharing_mode", INFO,
            "How the GPU is shared: exclusive, time-slicing, mps or mig.", GPU + ("mode",),
            group="gpu", scope=DEVICE, samples=_sharing_mode),

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable
 
 from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
+from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
 )
@@ -53,8 +55,24 @@ def format_percent(value: float | None) -> str:
     return f"{value:.0f} %" if value == int(value) or value >= 10 else f"{value:.1f} %"
 
 
+def format_bytes_of(used: int, total: int) -> str:
+    """Used of total bytes, the unit written once where both take it: "2.0 / 79.6 GiB"."""
+    text, whole = format_bytes(used), format_bytes(total)
+    number, unit = text.split(" ")
+    return f"{number} / {whole}" if whole.endswith(" " + unit) else f"{text} / {whole}"
+
+
 def format_time(epoch_seconds: float) -> str:
     return datetime.fromtimestamp(epoch_seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# How the page writes a device value of each unit whose row gives no template.
+UNIT_FORMATS: dict[str, Callable[[float], str]] = {
+    "bytes": format_bytes, "watts": format_watts, "joules": format_joules,
+    "percent": format_percent,
+}
+# A part and its whole, by unit, where they share more than " / " (else "part / whole").
+PART_OF_WHOLE_FORMATS: dict[str, Callable[[float, float], str]] = {"bytes": format_bytes_of}
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,7 @@ class GpuCard:
     uuid: str
     index: int
     model: str
+    vendor: str         # "" when unknown
     bus_id: str
     health: Health
     figures: tuple[tuple[str, str], ...]       # (label, value)
@@ -134,29 +153,36 @@ def _health(device: DeviceStats) -> Health:
     return Health("unhealthy", f"unhealthy ({reason})" if reason else "unhealthy")
 
 
+_BY_NAME = {v.name: v for v in DEVICE_VALUES}
+
+
+def _value_text(row: DeviceValue, value: float | None) -> str:
+    """A device value as the page writes it: by its figure's template, else by its unit."""
+    if value is None:
+        return ABSENT
+    template = row.figure.template if row.figure is not None else None
+    return template.format(value) if template is not None else UNIT_FORMATS[row.unit](value)
+
+
+def _figure_text(row: DeviceValue, device: DeviceStats) -> str:
+    """The figure of one row; a part with its whole known: "310 W / 700 W"."""
+    part = row.value(device)
+    whole_row = _BY_NAME[row.figure.of] if row.figure and row.figure.of else None
+    whole = whole_row.value(device) if whole_row is not None else None
+    if whole_row is None or part is None or whole is None:
+        return _value_text(row, part)
+    pair = PART_OF_WHOLE_FORMATS.get(row.unit)
+    if pair is not None:
+        return pair(part, whole)
+    return f"{_value_text(row, part)} / {_value_text(whole_row, whole)}"
+
+
 def _figures(device: DeviceStats) -> tuple[tuple[str, str], ...]:
-    memory = format_bytes(device.memory_used_bytes)
-    total = device.identity.memory_total_bytes
-    if total is not None and device.memory_used_bytes is not None:
-        used, unit = memory.split(" ")
-        if format_bytes(total).endswith(unit):
-            memory = f"{used} / {format_bytes(total)}"
-        else:
-            memory += f" / {format_bytes(total)}"
-    power = format_watts(device.power_watts)
-    if device.power_limit_watts is not None and device.power_watts is not None:
-        power += f" / {format_watts(device.power_limit_watts)}"
-    return (
-        ("duty cycle", format_percent(device.duty_cycle_percent)),
-        ("memory", memory),
-        ("power", power),
-        ("idle / active", f"{format_watts(device.idle_power_watts)} / "
-                          f"{format_watts(device.active_power_watts)}"),
-        ("temperature", ABSENT if device.temperature_celsius is None
-         else f"{device.temperature_celsius} °C"),
-        ("energy", format_joules(device.energy_joules)),
-        ("sharing", device.sharing_mode or ABSENT),
-    )
+    """The card's figures: each device value that has one (``model.device_values``), in the
+    table's order, then how the GPU is shared."""
+    return (*((row.figure.label, _figure_text(row, device))
+              for row in DEVICE_VALUES if row.figure is not None),
+            ("sharing", device.sharing_mode or ABSENT))
 
 
 def _shown(value: str | None) -> str | None:
@@ -240,7 +266,8 @@ def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStat
     rows = sorted(_rows_for(device, owners), key=lambda r: (r.namespace, r.tenant, r.container))
     return GpuCard(
         uuid=ident.uuid, index=ident.index, model=_shown(ident.name) or "unknown model",
-        bus_id=_shown(ident.pci_bus_id) or "", health=_health(device),
+        vendor=_shown(ident.vendor) or "", bus_id=_shown(ident.pci_bus_id) or "",
+        health=_health(device),
         figures=_figures(device), containers=tuple(rows),
         mig=tuple((_instance_text(m.gpu_instance_id, m.profile),
                    format_bytes(m.memory_used_bytes), _ratio(m.activity_ratio),

@@ -28,6 +28,7 @@ from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import COUNTER, FAMILIES, GAUGE, INFO, Family, enabled
 from gpustats.export.tenants import tenant_gpus
 from gpustats.export.text import shown
+from gpustats.model.device import DeviceIdentity
 from gpustats.model.dra import ClaimDevice
 from gpustats.model.snapshot import PodStats, Snapshot
 
@@ -44,27 +45,39 @@ def _row(entity: object, labels: Iterable[object]) -> Row:
     return entity, tuple(_label(v) for v in labels)
 
 
+GpuLabels = dict[str, tuple[object, str, object]]    # UUID -> (gpu, gpu_uuid, vendor)
+
+
+def _gpu(identity: DeviceIdentity) -> tuple[object, str, object]:
+    """The label values of ``metric_table.GPU``: index, UUID and vendor."""
+    return identity.index, identity.uuid, identity.vendor
+
+
+def _gpu_of(uuid: str, gpus: GpuLabels) -> tuple[object, str, object]:
+    """A GPU's labels by its UUID; one the snapshot does not list has its UUID only."""
+    return gpus.get(uuid) or (None, uuid, None)
+
+
 def _device_rows(snapshot: Snapshot, *_) -> list[Row]:
-    return [_row(d, (d.identity.index, d.identity.uuid)) for d in snapshot.devices]
+    return [_row(d, _gpu(d.identity)) for d in snapshot.devices]
 
 
 def _health_rows(snapshot: Snapshot, *_) -> list[Row]:
-    return [_row(d.health, (d.identity.index, d.identity.uuid)) for d in snapshot.devices
-            if d.health is not None]
+    return [_row(d.health, _gpu(d.identity)) for d in snapshot.devices if d.health is not None]
 
 
 def _saturation_rows(snapshot: Snapshot, *_) -> list[Row]:
-    return [_row(d.saturation, (d.identity.index, d.identity.uuid)) for d in snapshot.devices
+    return [_row(d.saturation, _gpu(d.identity)) for d in snapshot.devices
             if d.saturation is not None]
 
 
 def _mig_rows(snapshot: Snapshot, *_) -> list[Row]:
-    return [_row(m, (d.identity.index, d.identity.uuid, m.gpu_instance_id))
+    return [_row(m, (*_gpu(d.identity), m.gpu_instance_id))
             for d in snapshot.devices for m in d.mig_instances]
 
 
-def _process_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
-    return [_row(p, (p.pid, p.start_time_ticks, gpu_index.get(p.device_uuid), p.device_uuid,
+def _process_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[Row]:
+    return [_row(p, (p.pid, p.start_time_ticks, *_gpu_of(p.device_uuid, gpus),
                      p.gpu_instance_id, p.container_id, p.comm, p.uid, p.user))
             for p in snapshot.processes]
 
@@ -77,9 +90,9 @@ def _claim_labels(claim: ClaimDevice | None) -> tuple[str | None, str | None]:
     return (claim.claim_name, claim.claim_namespace) if claim is not None else (None, None)
 
 
-def _container_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
-    return [_row(a, (c.container_id, c.name, *_names(pod), gpu_index.get(a.device_uuid),
-                     a.device_uuid, a.gpu_instance_id, *_claim_labels(a.claim)))
+def _container_gpu_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[Row]:
+    return [_row(a, (c.container_id, c.name, *_names(pod), *_gpu_of(a.device_uuid, gpus),
+                     a.gpu_instance_id, *_claim_labels(a.claim)))
             for pod, c in snapshot.containers_with_pods() for a in c.accelerators]
 
 
@@ -92,8 +105,8 @@ def _container_view_rows(snapshot: Snapshot, *_) -> list[Row]:
             device = devices.get(a.device_uuid)
             if device is not None:
                 view = container_view(a, device)
-                rows.append(_row(view, ("nvidia", view.model, view.id, c.name, *_names(pod),
-                                        c.cgroup_path, c.container_id)))
+                rows.append(_row(view, (device.identity.vendor, view.model, view.id, c.name,
+                                        *_names(pod), c.cgroup_path, c.container_id)))
     return rows
 
 
@@ -104,20 +117,20 @@ def _unresolved_rows(snapshot: Snapshot, *_) -> list[Row]:
             for pod, c in snapshot.containers_with_pods() for u in c.unresolved_claims]
 
 
-def _pod_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
-    return [_row(a, (pod.uid, pod.name, pod.namespace, gpu_index.get(a.device_uuid),
-                     a.device_uuid, *_claim_labels(a.claim)))
+def _pod_gpu_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[Row]:
+    return [_row(a, (pod.uid, pod.name, pod.namespace, *_gpu_of(a.device_uuid, gpus),
+                     *_claim_labels(a.claim)))
             for pod in snapshot.pods for a in pod.accelerators]
 
 
-def _tenant_gpu_rows(snapshot: Snapshot, gpu_index: dict[str, int]) -> list[Row]:
+def _tenant_gpu_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[Row]:
     """Each tenant once per physical GPU (export.tenants), with its kind's identity labels."""
     rows = []
     for t in tenant_gpus(snapshot):
         i = t.identity
-        rows.append(_row(t, (gpu_index.get(t.device_uuid), t.device_uuid, i.kind, i.name,
-                             i.namespace, i.pod, i.pod_uid, i.container_id, i.unit, i.uid,
-                             i.user, i.job_id, i.step)))
+        rows.append(_row(t, (*_gpu_of(t.device_uuid, gpus), i.kind, i.name, i.namespace, i.pod,
+                             i.pod_uid, i.container_id, i.unit, i.uid, i.user, i.job_id,
+                             i.step)))
     return rows
 
 
@@ -130,7 +143,7 @@ def _error_rows(snapshot: Snapshot, *_) -> list[Row]:
 
 
 # Each scope's rows, built once per collect() and only when an enabled family reads them.
-ROWS: dict[str, Callable[[Snapshot, dict[str, int]], list[Row]]] = {
+ROWS: dict[str, Callable[[Snapshot, GpuLabels], list[Row]]] = {
     metric_table.NODE: lambda snapshot, _: [(snapshot, ())],
     metric_table.DEVICE: _device_rows,
     metric_table.HEALTH: _health_rows,
@@ -190,13 +203,13 @@ def families(snapshot: Snapshot, node_name: str,
     """The families of ``table`` that have samples in this snapshot, in table order; a scope
     no family of ``table`` reads is not walked."""
     node = shown(node_name)
-    gpu_index = {d.identity.uuid: d.identity.index for d in snapshot.devices}
+    gpus = {d.identity.uuid: _gpu(d.identity) for d in snapshot.devices}
     rows: dict[str, list[Row]] = {}
     out = []
     for f in table:
         scope_rows = rows.get(f.scope)
         if scope_rows is None:
-            scope_rows = rows[f.scope] = ROWS[f.scope](snapshot, gpu_index)
+            scope_rows = rows[f.scope] = ROWS[f.scope](snapshot, gpus)
         metric = _metric(f)
         _fill(metric, f, node, scope_rows)
         if metric.samples:

@@ -25,9 +25,13 @@ from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodStats, Snapshot,
 )
 from gpustats.model.containers import ContainerUsage
+from gpustats.model.device_values import DEVICE_VALUES, KUBELET_KEYS
 from gpustats.model.dra import ClaimDevice
 
-MAKE = "nvidia"
+# The device values of ``node.accelerators[]``: the kubelet's, in its order, then the rest.
+_KUBELET_VALUES = tuple(next(v for v in DEVICE_VALUES if v.key == key) for key in KUBELET_KEYS)
+_EXTENSION_VALUES = tuple(v for v in DEVICE_VALUES
+                          if v.key is not None and v.key not in KUBELET_KEYS)
 
 
 def rfc3339(epoch_seconds: float) -> str:
@@ -68,15 +72,20 @@ def _usage(out: dict[str, Any], usage: ContainerUsage) -> None:
         out["memory"] = memory_dict(usage.memory)
 
 
+def _make(device: DeviceStats | None) -> dict[str, Any]:
+    """The kubelet's ``make``: the GPU's vendor, left out when unknown."""
+    vendor = device.identity.vendor if device is not None else None
+    return {"make": shown(vendor)} if vendor else {}
+
+
 def _kubelet_keys(device: DeviceStats) -> dict[str, Any]:
     """make, model, id, memoryTotal, memoryUsed, dutyCycle (each left out when unknown)."""
     ident = device.identity
-    out: dict[str, Any] = {"make": MAKE}
+    out = _make(device)
     _put(out, "model", shown_or_none(ident.name))
     out["id"] = shown(ident.uuid)
-    _put(out, "memoryTotal", ident.memory_total_bytes)
-    _put(out, "memoryUsed", device.memory_used_bytes)
-    _put(out, "dutyCycle", device.duty_cycle_percent)
+    for value in _KUBELET_VALUES:
+        _put(out, value.key, value.rounded(device))
     return out
 
 
@@ -136,16 +145,8 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     _put(out, "pciBusId", shown_or_none(ident.pci_bus_id))
     if device.lost:
         out["lost"] = True
-    _put(out, "powerWatts", _round(device.power_watts))
-    _put(out, "energyJoules", _round(device.energy_joules))
-    _put(out, "idlePowerWatts", _round(device.idle_power_watts))
-    _put(out, "activePowerWatts", _round(device.active_power_watts))
-    _put(out, "unattributedPowerWatts", _round(device.unattributed_power_watts))
-    _put(out, "unattributedEnergyJoules", _round(device.unattributed_energy_joules))
-    _put(out, "unallocatedIdlePowerWatts", _round(device.unallocated_idle_power_watts))
-    _put(out, "unallocatedIdleEnergyJoules", _round(device.unallocated_idle_energy_joules))
-    _put(out, "powerLimitWatts", _round(device.power_limit_watts))
-    _put(out, "temperatureCelsius", device.temperature_celsius)
+    for value in _EXTENSION_VALUES:
+        _put(out, value.key, value.rounded(device))
     _put(out, "sharingMode", device.sharing_mode)
     if device.mig_instances:
         out["migInstances"] = [_mig_dict(m) for m in device.mig_instances]
@@ -161,11 +162,11 @@ def container_accelerator_dict(acc: ContainerAccelerator, device: DeviceStats | 
     """A container's view of a GPU: the kubelet keys of the device, or of its MIG instance
     (with the GPU's UUID as ``parentId``), plus what its processes account for; ``strict``:
     the kubelet's six keys only."""
+    out = _make(device)
     if device is None:
-        out: dict[str, Any] = {"make": MAKE, "id": shown(acc.device_uuid)}
+        out["id"] = shown(acc.device_uuid)
     else:
         view = container_view(acc, device)
-        out = {"make": MAKE}
         _put(out, "model", shown_or_none(view.model))
         out["id"] = shown(view.id)
         _put(out, "memoryTotal", view.memory_total_bytes)

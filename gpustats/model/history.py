@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from array import array
 
+from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.record import record
 
+# The device values the history keeps (``history`` rows of the table), in its order.
+GPU_VALUES: tuple[DeviceValue, ...] = tuple(v for v in DEVICE_VALUES if v.history)
 # Field order of one row after its monotonic time (the first column).
-GPU_FIELDS = ("duty_cycle_percent", "memory_used_bytes", "power_watts", "idle_power_watts",
-              "active_power_watts", "temperature_celsius", "healthy")
+GPU_FIELDS = tuple(v.name for v in GPU_VALUES) + ("healthy",)
 MIG_FIELDS = ("memory_used_bytes", "activity_ratio", "attributed_power_watts")
 CONTAINER_FIELDS = ("attributed_power_watts", "attributed_energy_joules",
                     "process_memory_used_bytes", "compute_utilization_percent")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from gpustats import __version__
+from gpustats.model.device import VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA
+from gpustats.model.device_values import DEVICE_VALUES, KUBELET_KEYS, DeviceValue
+from gpustats.model.history import GPU_VALUES
 
 _TIME = {"type": "string", "format": "date-time"}
 _U64 = {"type": "integer", "minimum": 0}
@@ -47,10 +50,20 @@ _SATURATION = {
                    "dramActiveAvg": _NUM, "pcieTxBytesAvg": _NUM, "pcieRxBytesAvg": _NUM,
                    "nvlinkTxBytesAvg": _NUM, "nvlinkRxBytesAvg": _NUM},
 }
+_VENDOR = {"type": "string", "enum": [VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL]}
+
+
+def _values(rows: Iterable[DeviceValue]) -> dict[str, dict]:
+    """The properties of device values (``model.device_values``): key -> schema."""
+    return {v.key: {**v.schema, "description": v.description} for v in rows
+            if v.key is not None and v.schema is not None}
+
+
+_BY_KEY = {v.key: v for v in DEVICE_VALUES if v.key is not None}
 _KUBELET_ACCELERATOR = {
-    "make": {"type": "string"}, "model": {"type": "string"}, "id": {"type": "string"},
-    "memoryTotal": _U64, "memoryUsed": _U64, "dutyCycle": {"type": "integer", "minimum": 0,
-                                                           "maximum": 100},
+    "make": {"type": "string", "description": "The GPU's vendor (left out when unknown)."},
+    "model": {"type": "string"}, "id": {"type": "string"},
+    **_values(_BY_KEY[key] for key in KUBELET_KEYS),
 }
 _MIG_INSTANCE = {
     "type": "object", "required": ["gpuInstanceId"],
@@ -60,15 +73,12 @@ _MIG_INSTANCE = {
                    "attributedEnergyJoules": _NUM},
 }
 _DEVICE = {
-    "type": "object", "required": ["make", "id", "index"],
+    "type": "object", "required": ["id", "index"],
     "properties": {
         **_KUBELET_ACCELERATOR,
         "index": _U64, "minorNumber": _U64, "pciBusId": {"type": "string"},
-        "lost": {"type": "boolean"}, "powerWatts": _NUM, "energyJoules": _NUM,
-        "idlePowerWatts": _NUM, "activePowerWatts": _NUM, "unattributedPowerWatts": _NUM,
-        "unattributedEnergyJoules": _NUM, "unallocatedIdlePowerWatts": _NUM,
-        "unallocatedIdleEnergyJoules": _NUM, "powerLimitWatts": _NUM,
-        "temperatureCelsius": {"type": "integer"},
+        "lost": {"type": "boolean"},
+        **_values(v for v in DEVICE_VALUES if v.key not in KUBELET_KEYS),
         "sharingMode": {"type": "string", "enum": ["exclusive", "time-slicing", "mps", "mig"]},
         "migInstances": {"type": "array", "items": _MIG_INSTANCE},
         "health": _HEALTH, "saturation": _SATURATION,
@@ -85,7 +95,7 @@ _UNRESOLVED_CLAIM = {
     "properties": {**_CLAIM_KEYS, "reason": {"type": "string"}},
 }
 _CONTAINER_ACCELERATOR = {
-    "type": "object", "required": ["make", "id"],
+    "type": "object", "required": ["id"],
     "properties": {**_KUBELET_ACCELERATOR, "processMemoryUsed": _U64,
                    "computeUtilization": _NUM, "attributedPowerWatts": _NUM,
                    "attributedEnergyJoules": _NUM, "idleSharePowerWatts": _NUM,
@@ -165,7 +175,7 @@ _STRICT_CONTAINER = _closed({
     "properties": {"name": {"type": "string"}, "startTime": _TIME, "cpu": _closed(_CPU),
                    "memory": _closed(_MEMORY),
                    "accelerators": {"type": "array", "items": _closed({
-                       "type": "object", "required": ["make", "id"],
+                       "type": "object", "required": ["id"],
                        "properties": _KUBELET_ACCELERATOR})}},
 })
 _STRICT_SUMMARY = _closed({
@@ -187,6 +197,7 @@ _GPUS = {
                    "gpus": {"type": "array", "items": {
                        "type": "object", "required": ["index", "uuid", "lost"],
                        "properties": {"index": _U64, "uuid": {"type": "string"},
+                                      "vendor": _VENDOR,
                                       "name": {"type": "string"}, "minorNumber": _U64,
                                       "pciBusId": {"type": "string"},
                                       "architecture": {"type": "string"},
@@ -221,10 +232,7 @@ _STATUS = {
 _HISTORY_TIME = {"type": "string", "format": "date-time"}
 _GPU_POINT = {
     "type": "object", "required": ["time"],
-    "properties": {"time": _HISTORY_TIME, "dutyCycle": {"type": "integer", "minimum": 0,
-                                                        "maximum": 100},
-                   "memoryUsed": _U64, "powerWatts": _NUM, "idlePowerWatts": _NUM,
-                   "activePowerWatts": _NUM, "temperatureCelsius": {"type": "integer"},
+    "properties": {"time": _HISTORY_TIME, **_values(GPU_VALUES),
                    "healthy": {"type": "boolean"}},
     "additionalProperties": False,
 }

@@ -1,7 +1,7 @@
 """A hand-built snapshot exercising every part of the exposition (for golden tests)."""
 
 from gpustats.model.containers import ContainerUsage
-from gpustats.model.device import DeviceIdentity
+from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity
 from gpustats.model.health import Condition, DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
@@ -19,7 +19,8 @@ def sample_snapshot(sequence: int = 7, energy_scale: float = 1.0) -> Snapshot:
     h100 = "NVIDIA H100 80GB HBM3"
     devices = (
         DeviceStats(
-            identity=DeviceIdentity(0, A, h100, 0, "00000000:3B:00.0", 85520809984),
+            identity=DeviceIdentity(0, A, h100, 0, "00000000:3B:00.0", 85520809984,
+                                    vendor=VENDOR_NVIDIA),
             memory_used_bytes=2 << 30, duty_cycle_percent=40, power_watts=310.0,
             energy_joules=1000.0 * e, idle_power_watts=70.0, active_power_watts=240.0,
             active_energy_joules=800.0 * e, unattributed_power_watts=40.0,
@@ -32,12 +33,14 @@ def sample_snapshot(sequence: int = 7, energy_scale: float = 1.0) -> Snapshot:
                                   memory_used_ratio_avg=0.4, memory_used_ratio_max=0.6,
                                   memory_pressure_ratio=0.0, xid_error_count=1,
                                   sm_active_avg=0.3, pcie_tx_bytes_avg=1e9)),
-        DeviceStats(identity=DeviceIdentity(1, B, h100, 1, "00000000:86:00.0", 85520809984),
+        DeviceStats(identity=DeviceIdentity(1, B, h100, 1, "00000000:86:00.0", 85520809984,
+                                            vendor=VENDOR_NVIDIA),
                     lost=True,
                     health=DeviceHealth((Condition("NVMLReady", "False", "GpuLost", "lost", T,
                                                    "nvml-sweep"),))),
         DeviceStats(
-            identity=DeviceIdentity(2, M, h100, 2, "00000000:C1:00.0", 85520809984),
+            identity=DeviceIdentity(2, M, h100, 2, "00000000:C1:00.0", 85520809984,
+                                    vendor=VENDOR_NVIDIA),
             power_watts=400.0, energy_joules=500.0 * e, sharing_mode="mig",
             mig_instances=(MigInstanceStats(7, "MIG-m7", "3g.40gb", 42 << 30, 1 << 30, 0.75,
                                             100.0, 50.0 * e),

@@ -3,7 +3,7 @@ ended, whose counters add up as the ledger keeps them: per GPU, Σ pods and entr
 + unattributed = active, and Σ idle shares + unallocated idle = energy − active."""
 
 from gpustats.model.containers import ContainerUsage
-from gpustats.model.device import DeviceIdentity
+from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DeviceStats, MigInstanceStats, PodAccelerator,
@@ -57,7 +57,8 @@ def _pod_acc(acc: ContainerAccelerator) -> PodAccelerator:
 def _device(uuid: str, index: int, **figures) -> DeviceStats:
     watts, joules = UNATTRIBUTED[uuid]
     idle_watts, idle_joules = UNALLOCATED_IDLE[uuid]
-    return DeviceStats(identity=DeviceIdentity(index, uuid, H100, index, None, 85520809984),
+    return DeviceStats(identity=DeviceIdentity(index, uuid, H100, index, None, 85520809984,
+                                               vendor=VENDOR_NVIDIA),
                        unattributed_power_watts=watts, unattributed_energy_joules=joules,
                        unallocated_idle_power_watts=idle_watts,
                        unallocated_idle_energy_joules=idle_joules, **figures)
