@@ -27,7 +27,7 @@ from gpustats.model.energy_keys import (
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
-    DaemonStatus, DeviceStats, MigInstanceStats, ProcessStats, Snapshot,
+    DaemonStatus, DeviceStats, MigInstanceStats, ProcessStats, Snapshot, VendorStatus,
 )
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,9 @@ class Housekeeper:
             pods=view.pods,
             containers=view.containers,
             status=DaemonStatus(
-                gpus_on_pci_bus=gpu_status.gpus_on_pci_bus,
+                gpus_on_pci_bus=sum(v.gpus_on_pci_bus for v in gpu_status.vendors
+                                    if v.vendor == VENDOR_NVIDIA)
+                if gpu_status.vendors else gpu_status.gpus_on_pci_bus,
                 nvml_loaded=gpu_status.loaded,
                 nvml_error=gpu_status.error,
                 driver_version=gpu_status.driver_version,
@@ -165,6 +167,8 @@ class Housekeeper:
                 tick_duration_seconds=time.perf_counter() - started,
                 collection_errors=self._errors.totals(),
                 sources=self._errors.states(),
+                vendors=tuple(VendorStatus(v.vendor, v.gpus_on_pci_bus, v.loaded)
+                              for v in gpu_status.vendors or (gpu_status,)),
             ),
         )
         if self._persister is not None:

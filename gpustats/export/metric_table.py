@@ -60,6 +60,7 @@ UNRESOLVED = "unresolved"  # UnresolvedClaim; CLAIM
 POD_GPU = "pod_gpu"        # PodAccelerator; POD
 TENANT_GPU = "tenant_gpu"  # export.tenants.TenantGpu (a tenant on one physical GPU); TENANT
 SOURCE_STATE = "source"    # SourceState; SOURCE
+VENDOR_STATUS = "vendor"   # VendorStatus; vendor
 ERROR_COUNT = "error"      # (source, reason, count); ERROR
 
 # Groups for --disable-metrics (cAdvisor's convention): each family is in one. ``dcgm`` holds
@@ -231,8 +232,10 @@ FAMILIES: tuple[Family, ...] = (
            PROCESS, "bytes", group="process", scope=GPU_PROCESS, value=_at("memory_used_bytes")),
     Family("gpustats_process_gpu_share_method", GAUGE,
            "How the process's share of active power was computed this tick (value 1): "
-           "exclusive, sm-utilization, equal-split, mig-activity, mig-assumed-activity (an "
-           "instance without activity data, given the mean of the others) or mig-equal-split.",
+           "exclusive, sm-utilization, engine-time (the engine time the driver measured: AMD, "
+           "Intel), accounting (ended between ticks: NVML's accounting record), equal-split, "
+           "mig-activity, mig-assumed-activity (an instance without activity data, given the "
+           "mean of the others) or mig-equal-split.",
            PROCESS + ("method",), group="process", scope=GPU_PROCESS, samples=_share_method),
     Family("gpustats_container_gpu_watts", GAUGE, "Active GPU power attributed to a container.",
            CONTAINER, "watts", group="container", scope=CONTAINER_GPU,
@@ -315,6 +318,13 @@ FAMILIES: tuple[Family, ...] = (
            value=_one_if("status.nvml_loaded")),
     Family("gpustats_gpus_on_pci_bus", GAUGE, "NVIDIA GPUs found on the PCI bus.",
            value=_at("status.gpus_on_pci_bus")),
+    Family("gpustats_vendor_gpus_on_pci_bus", GAUGE,
+           "GPUs of the vendor found on the PCI bus (NVIDIA, AMD, Intel).", ("vendor",),
+           scope=VENDOR_STATUS, value=_at("gpus_on_pci_bus")),
+    Family("gpustats_vendor_interface_open", GAUGE,
+           "1 while the vendor's interface is open (NVML; AMD's and Intel's sysfs and DRM "
+           "fdinfo), 0 while its GPUs wait for it.", ("vendor",), scope=VENDOR_STATUS,
+           value=lambda v: 1 if v.interface_open else 0),
     Family("gpustats_nvml_calls_last_tick", GAUGE, "NVML calls made by the last tick.",
            value=_at("status.nvml_calls_last_tick")),
     Family("gpustats_snapshot_sequence", COUNTER, "Snapshots published since start.",

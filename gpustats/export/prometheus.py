@@ -138,6 +138,10 @@ def _source_rows(snapshot: Snapshot, *_) -> list[Row]:
     return [_row(state, (state.source,)) for state in snapshot.status.sources]
 
 
+def _vendor_rows(snapshot: Snapshot, *_) -> list[Row]:
+    return [_row(v, (v.vendor,)) for v in snapshot.status.vendors]
+
+
 def _error_rows(snapshot: Snapshot, *_) -> list[Row]:
     return [_row(error, error[:2]) for error in snapshot.status.collection_errors]
 
@@ -156,6 +160,7 @@ ROWS: dict[str, Callable[[Snapshot, GpuLabels], list[Row]]] = {
     metric_table.POD_GPU: _pod_gpu_rows,
     metric_table.TENANT_GPU: _tenant_gpu_rows,
     metric_table.SOURCE_STATE: _source_rows,
+    metric_table.VENDOR_STATUS: _vendor_rows,
     metric_table.ERROR_COUNT: _error_rows,
 }
 

@@ -32,6 +32,8 @@ def status_json(snapshot: Snapshot) -> bytes:
         "snapshotTime": rfc3339(snapshot.taken_at),
         "nvmlLoaded": status.nvml_loaded,
         "gpusOnPciBus": status.gpus_on_pci_bus,
+        "vendors": [{"vendor": v.vendor, "gpusOnPciBus": v.gpus_on_pci_bus,
+                     "interfaceOpen": v.interface_open} for v in status.vendors],
         "sources": [source_dict(s, snapshot.taken_at) for s in status.sources],
         "collectionErrors": [{"source": s, "reason": r, "count": n}
                              for s, r, n in status.collection_errors],

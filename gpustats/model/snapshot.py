@@ -149,10 +149,19 @@ class PodStats:
 
 
 @record
+class VendorStatus:
+    """One vendor's GPUs found on the PCI bus, and whether its interface is open."""
+
+    vendor: str
+    gpus_on_pci_bus: int = 0
+    interface_open: bool = False
+
+
+@record
 class DaemonStatus:
     """Self-observation: NVML state and collection health."""
 
-    gpus_on_pci_bus: int = 0
+    gpus_on_pci_bus: int = 0                    # NVIDIA's: what NVML's gate counts
     nvml_loaded: bool = False
     nvml_error: str | None = None
     driver_version: str | None = None
@@ -161,6 +170,7 @@ class DaemonStatus:
     # (source, reason) -> cumulative count of values that could not be collected
     collection_errors: tuple[tuple[str, str, int], ...] = ()
     sources: tuple[SourceState, ...] = ()       # each data source's state, by name
+    vendors: tuple[VendorStatus, ...] = ()      # every vendor's, NVIDIA's included
 
 
 @record

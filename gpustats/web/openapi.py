@@ -217,10 +217,19 @@ _SOURCE = {
 _STATUS = {
     "type": "object",
     "required": ["nodeName", "snapshotSequence", "snapshotTime", "nvmlLoaded", "gpusOnPciBus",
-                 "sources", "collectionErrors"],
+                 "vendors", "sources", "collectionErrors"],
     "properties": {
         "nodeName": {"type": "string"}, "snapshotSequence": _U64, "snapshotTime": _TIME,
-        "nvmlLoaded": {"type": "boolean"}, "gpusOnPciBus": _U64,
+        "nvmlLoaded": {"type": "boolean"},
+        "gpusOnPciBus": {**_U64, "description": "NVIDIA GPUs on the PCI bus (NVML's gate)"},
+        "vendors": {"type": "array", "description": "Each vendor's GPUs on the PCI bus and "
+                    "whether its interface is open", "items": {
+                        "type": "object",
+                        "required": ["vendor", "gpusOnPciBus", "interfaceOpen"],
+                        "properties": {"vendor": {"type": "string",
+                                                  "enum": ["nvidia", "amd", "intel"]},
+                                       "gpusOnPciBus": _U64,
+                                       "interfaceOpen": {"type": "boolean"}}}},
         "driverVersion": {"type": "string"}, "tickDurationSeconds": _NUM,
         "sources": {"type": "array", "items": _SOURCE},
         "collectionErrors": {"type": "array", "items": {

@@ -6,7 +6,7 @@ from gpustats.model.health import Condition, DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, MigInstanceStats,
-    PodAccelerator, PodStats, ProcessStats, Snapshot,
+    PodAccelerator, PodStats, ProcessStats, Snapshot, VendorStatus,
 )
 
 T = 1_700_000_000.0
@@ -70,4 +70,7 @@ def sample_snapshot(sequence: int = 7, energy_scale: float = 1.0) -> Snapshot:
         devices=devices, processes=processes, pods=(pod,), containers=(loose,),
         status=DaemonStatus(gpus_on_pci_bus=3, nvml_loaded=True, driver_version="580",
                             tick_duration_seconds=0.004, nvml_calls_last_tick=40,
-                            collection_errors=(("nvml", "not_supported", 2),)))
+                            collection_errors=(("nvml", "not_supported", 2),),
+                            vendors=(VendorStatus("nvidia", 3, True),
+                                     VendorStatus("amd", 0, False),
+                                     VendorStatus("intel", 0, False))))
