@@ -99,6 +99,29 @@ class _ReportedSweeper:
         return readings
 
 
+class _ReportedDrmSweeper:
+    """An AMD or Intel sweeper whose every sweep marks its source (``amd``, ``intel``) working,
+    or failing while other processes' DRM fdinfo is refused (their GPUs' processes unknown)."""
+
+    def __init__(self, sweeper, vendor: str, errors: CollectionErrors):
+        self._sweeper = sweeper
+        self._vendor = vendor
+        self._errors = errors
+
+    def __getattr__(self, name: str):
+        return getattr(self._sweeper, name)
+
+    def sweep(self):
+        readings = self._sweeper.sweep()
+        if any("processes" in r.unsupported_fields for r in readings):
+            self._errors.failed(self._vendor, "fdinfo_refused",
+                                "other processes' DRM fdinfo is refused (CAP_SYS_PTRACE "
+                                "missing?): their GPU processes are unknown")
+        elif readings:
+            self._errors.succeeded(self._vendor)
+        return readings
+
+
 def _dcgm_client(url: str, errors: CollectionErrors):
     """The dcgm-exporter scrape, imported only where one is configured: its HTTP client
     (requests and what it loads) is about 5 MB of resident memory a daemon without it keeps."""
@@ -228,11 +251,11 @@ class Daemon:
                       retry_interval=self.config.nvml_retry_interval, vendor=vendor)
             for vendor in (AMD, INTEL))
 
-    @staticmethod
-    def _drm_opener(vendor: Vendor, roots: HostRoots, refresh):
+    def _drm_opener(self, vendor: Vendor, roots: HostRoots, refresh):
         def open_session():
             from gpustats.sources.drm.sweep import DrmSweeper
-            return DrmSweeper(vendor.name, roots, before_sweep=refresh), None
+            return _ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
+                                       vendor.name, self.errors), None
         return open_session
 
     def _persisted(self, problem: Problem | None) -> None:

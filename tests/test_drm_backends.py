@@ -309,3 +309,26 @@ def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monke
     scan = scanner.scan()
     assert scan.clients == () and scan.complete
     assert fs.calls <= 1 + 1 + 8          # the proc dir, the fd dir, eight links
+
+
+def test_a_refused_scan_marks_the_vendors_source_failing():
+    """The daemon's wrapper turns "processes unknown" into the source's state and reason."""
+    from gpustats.cli import _ReportedDrmSweeper
+    from gpustats.model.device import DeviceIdentity, DeviceReading
+    from gpustats.sources.errors import CollectionErrors
+
+    class Sweeper:
+        unsupported = frozenset({"processes"})
+
+        def sweep(self):
+            return (DeviceReading(identity=DeviceIdentity(index=0, uuid="amd-1", vendor="amd"),
+                                  monotonic_seconds=0.0, unsupported_fields=self.unsupported),)
+
+    errors, sweeper = CollectionErrors(), Sweeper()
+    reported = _ReportedDrmSweeper(sweeper, "amd", errors)
+    reported.sweep()
+    assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == [
+        ("amd", "failing", "fdinfo_refused")]
+    sweeper.unsupported = frozenset()
+    reported.sweep()
+    assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]

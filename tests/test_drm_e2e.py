@@ -187,3 +187,4 @@ def test_a_node_with_an_nvidia_and_an_amd_gpu_serves_both(start_daemon, tmp_path
     for uuid, vendor in ((GPU_A, "nvidia"), (AMD_UUID, "amd")):
         assert metric_value(text, "gpustats_node_gpu_watts", gpu_uuid=uuid,
                             vendor=vendor) is not None, (uuid, vendor)
+
