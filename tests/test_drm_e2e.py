@@ -87,6 +87,7 @@ def test_an_amd_gpu_is_served_as_its_tree_says(start_daemon, tmp_path):
             gpu["temperatureCelsius"]) == (37, 412.0, 750.0, 51)
     for nvidia_only in ("minorNumber", "performanceState", "migInstances"):
         assert nvidia_only not in gpu, nvidia_only                  # absent, never 0
+    assert "xidErrorCount" not in gpu.get("saturation", {})          # XIDs are NVML's
     # No energy counter on amdgpu: the daemon integrates power, 412 W for as long as it ran.
     start, joules_start = time.monotonic(), gpu["energyJoules"]
     time.sleep(3.0)

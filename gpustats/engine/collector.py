@@ -209,7 +209,7 @@ class Housekeeper:
             if not reading.lost:
                 window.add(SaturationSample.of(reading))
                 xids = self._health.xid_count_since(uuid, now - self._saturation_window) \
-                    if self._health is not None else None
+                    if self._health is not None and _nvml_gpu(reading) else None   # XIDs: NVML's
                 saturations[uuid] = window.saturation(xids)
         for gone in set(self._windows) - set(uuids):
             del self._windows[gone]
