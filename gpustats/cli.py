@@ -230,7 +230,7 @@ class Daemon:
 
     def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
         try:
-            session = NvmlSession.open(self.errors)
+            session = NvmlSession.open(self.errors, self.config.nvml_driver_root)
         except NvmlUnavailable as exc:
             self.errors.failed("nvml", f"load_{exc.reason}", f"NVML cannot be loaded: {exc}")
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc

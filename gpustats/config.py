@@ -69,6 +69,10 @@ class Config:
     nvml_retry_interval: float = _option(
         parsers.positive_seconds, 60.0,
         "seconds between attempts to load NVML while GPUs are present but NVML is not", "SECONDS")
+    nvml_driver_root: str | None = _option(
+        parsers.optional_directory, None,
+        "load NVML from the driver tree mounted here (the GPU Operator's /run/nvidia/driver) "
+        "instead of the library search path (empty: off)", "PATH")
     sysfs_root: str = _option(
         parsers.nonempty_text, "/sys", "where sysfs is mounted", "PATH")
     proc_root: str = _option(

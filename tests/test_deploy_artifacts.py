@@ -334,3 +334,27 @@ def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
     assert not any(e["name"].startswith("NVIDIA_") for e in gpustats["env"])
     assert "nvidia-devices" not in [v["name"] for v in spec["volumes"]]
     assert {"/host/sys", "/host/proc"} <= {m["mountPath"] for m in gpustats["volumeMounts"]}
+
+
+def test_kustomize_renders_the_nvidia_driver_root_component(tmp_path):
+    """The GPU Operator's driver tree mounted read-only and handed to --nvml-driver-root."""
+    tool = _tool("kubectl")
+    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
+    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
+        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(MANIFESTS, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [base], "components": [f"{base}/components/nvidia-driver-root"]}))
+    done = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                           str(overlay)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    daemonset = next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    gpustats = spec["containers"][0]
+    assert "--nvml-driver-root=/run/nvidia/driver" in gpustats["args"]
+    mount = next(m for m in gpustats["volumeMounts"] if m["name"] == "nvidia-driver-root")
+    assert mount["mountPath"] == "/run/nvidia/driver" and mount["readOnly"] is True
+    volume = next(v for v in spec["volumes"] if v["name"] == "nvidia-driver-root")
+    assert volume["hostPath"]["path"] == "/run/nvidia/driver"

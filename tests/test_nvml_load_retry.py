@@ -89,3 +89,38 @@ def test_library_appearing_is_picked_up_without_restart(start_daemon, fake_sysfs
         assert key not in acc
     assert "NVML loaded" in daemon.log()
     assert daemon.proc.poll() is None
+
+
+def test_nvml_is_loaded_from_the_driver_tree_given(start_daemon, fake_sysfs, tmp_path):
+    """--nvml-driver-root: the library comes from the tree (an absolute link in it followed
+    inside it), not the search path, where there is none."""
+    root = tmp_path / "driver"
+    real_dir = root / "usr" / "lib" / "x86_64-linux-gnu"
+    real_dir.mkdir(parents=True)
+    _build_tiny_nvml(tmp_path, real_dir)
+    (real_dir / "libnvidia-ml.so.1").rename(real_dir / "libnvidia-ml.so.580.65.06")
+    lib64 = root / "usr" / "lib64"
+    lib64.mkdir(parents=True)
+    (lib64 / "libnvidia-ml.so.1").symlink_to(
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.65.06")       # absolute, in the tree
+    empty_lib_dir = tmp_path / "lib"
+    empty_lib_dir.mkdir()
+    daemon = start_daemon("--sysfs-root", str(fake_sysfs), "--nvml-driver-root", str(root),
+                          "--housekeeping-interval", "0.1",
+                          env={"LD_LIBRARY_PATH": str(empty_lib_dir)})
+    daemon.wait_ready()
+    summary = daemon.wait_for(lambda s: s["node"].get("accelerators"), timeout=15)
+    assert summary["node"]["accelerators"][0]["model"] == "Tiny Test GPU"
+    assert f"NVML library from the driver tree: {real_dir}" in daemon.log()
+
+
+def test_a_driver_tree_without_nvml_is_retried_as_a_missing_library(start_daemon, fake_sysfs,
+                                                                     tmp_path):
+    daemon = start_daemon("--sysfs-root", str(fake_sysfs), "--nvml-driver-root",
+                          str(tmp_path / "empty"), "--nvml-retry-interval", "0.5",
+                          "--housekeeping-interval", "0.1")
+    daemon.wait_ready()
+    time.sleep(1.5)
+    assert re.search(r"NVML not available \(library_not_found: no libnvidia-ml.so.1 under",
+                     daemon.log())
+    assert _load_failures(daemon.log()) >= 2

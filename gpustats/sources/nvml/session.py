@@ -10,6 +10,7 @@ import pynvml
 
 from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.nvml.driver_root import LibraryNotLoaded, load_from
 from gpustats.sources.nvml.query import DeviceLost, DriverGone, Querier, error_reason
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,16 @@ class DeviceHandle:
     identity: DeviceIdentity | None
 
 
-def nvml_init() -> None:
-    """``nvmlInit`` with errors mapped to ``NvmlUnavailable`` (a failed load stays retryable)."""
+def nvml_init(driver_root: str | None = None) -> None:
+    """``nvmlInit`` with errors mapped to ``NvmlUnavailable`` (a failed load stays retryable);
+    the library from the driver tree at ``driver_root`` where one is given."""
+    if driver_root is not None:
+        try:
+            path = load_from(driver_root)
+        except LibraryNotLoaded as exc:
+            raise NvmlUnavailable(exc.reason, str(exc)) from exc
+        if path is not None:
+            log.info("NVML library from the driver tree: %s", path)
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -59,8 +68,8 @@ class NvmlSession:
         self.driver_version: str | None = None
 
     @classmethod
-    def open(cls, errors: CollectionErrors) -> "NvmlSession":
-        nvml_init()
+    def open(cls, errors: CollectionErrors, driver_root: str | None = None) -> "NvmlSession":
+        nvml_init(driver_root)
         session = cls(errors)
         try:
             session._enumerate()
