@@ -240,6 +240,11 @@ class NoIdle:
         return out
 
 
+# How long after SIGCONT the first tick (the one billing the stall) may take to be served: a
+# tick due at once, on a machine that may be loaded.
+STALL_PUBLISH_SECONDS = 2.0
+
+
 @dataclass
 class Monotonic:
     """The highest value served per counter series, across daemon restarts; a pod's series
@@ -270,10 +275,23 @@ class Monotonic:
 @dataclass
 class Rate:
     """No pod gains more than the most any GPU can give above idle over the elapsed time
-    (plus a tick on each side): a GPU's lost interval billed at once shows here."""
+    (plus a tick on each side): a GPU's lost interval billed at once shows here. A stall
+    (SIGSTOP) is time the GPUs ran too: the first tick after it bills it, so a scrape taken
+    before that tick was published is allowed the stall's seconds as well."""
     max_active_watts: float
     tick_seconds: float
     seen: dict[Series, tuple[float, float]] = field(default_factory=dict)
+    stalls: list[tuple[float, float]] = field(default_factory=list)   # (resumed at, seconds)
+
+    def stalled(self, resumed_at: float, seconds: float) -> None:
+        self.stalls.append((resumed_at, seconds))
+
+    def _stalled_seconds(self, since: float, now: float) -> float:
+        """Stalls whose first tick after may be billed between a scrape at ``since`` and one
+        at ``now``: resumed before ``now``, and not long enough before ``since`` for that tick
+        to have been served to it."""
+        return sum(seconds for resumed_at, seconds in self.stalls
+                   if since < resumed_at + STALL_PUBLISH_SECONDS and resumed_at < now)
 
     def check(self, now: float, values: dict[Series, float]) -> list[str]:
         out = []
@@ -285,7 +303,8 @@ class Rate:
                 if before is None:
                     self.seen[key] = (now, value)
                 continue
-            allowed = self.max_active_watts * (now - before[0] + 2 * self.tick_seconds) + 1.0
+            elapsed = now - before[0] + self._stalled_seconds(before[0], now)
+            allowed = self.max_active_watts * (elapsed + 2 * self.tick_seconds) + 1.0
             if value - before[1] > allowed:
                 out.append(f"pod gained {value - before[1]:.0f} J in {now - before[0]:.2f} s "
                            f"(at most {allowed:.0f} J possible) {series_name(key)}")

@@ -219,6 +219,7 @@ def stall(run, rng):
     first tick after it covers the whole stall."""
     seconds = rng.uniform(1.0, 3.0)
     run.daemon.send(signal.SIGSTOP)
+    stopped_at = time.monotonic()
     run.note(f"SIGSTOP for {seconds:.1f} s")
     try:
         run.hold(seconds / 2, scrape=False)        # a stopped daemon answers nothing
@@ -229,6 +230,7 @@ def stall(run, rng):
         run.hold(seconds / 2, scrape=False)
     finally:
         run.daemon.send(signal.SIGCONT)
+        run.rate.stalled(time.monotonic(), time.monotonic() - stopped_at)
         run.note("SIGCONT")
 
 

@@ -323,3 +323,16 @@ def test_the_oracle_allows_the_assumed_split_of_a_mig_instance_first_busy_tick()
                              energy(4.0, 900_000), energy(5.0, 1_200_000)]
     got = expected_energy(restarted, states)   # a new run's first read bills nothing and
     assert got.high[B] == pytest.approx(20.0)   # samples both: its next tick knows them
+
+
+def test_the_rate_check_allows_a_stall_billed_by_the_first_tick_after_it():
+    """A pod billed a 2.4 s stall by the first tick after SIGCONT is not lost time billed;
+    the same gain without a stall is."""
+    from bench.chaos_checks import POD, Rate
+    series = (POD, (("pod_uid", "u"),))
+    for stalled, violations in ((True, 0), (False, 1)):
+        rate = Rate(max_active_watts=600.0, tick_seconds=0.3)
+        rate.check(100.0, {series: 0.0})
+        if stalled:
+            rate.stalled(100.2, 2.4)
+        assert len(rate.check(101.04, {series: 600.0 * 2.9})) == violations, stalled
