@@ -1,4 +1,4 @@
-"""DESIGN.md's layering, checked by reading every module's imports."""
+"""The layering of docs/ARCHITECTURE.md ("Floors"), checked by reading every module's imports."""
 
 import ast
 from pathlib import Path

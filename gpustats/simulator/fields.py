@@ -2,7 +2,7 @@
 clocks, memory temperature, PCIe replays, remapped rows, encoder/decoder utilization.
 
 Each field answers per entry, as the driver does: the call itself returns SUCCESS and every
-``c_nvmlFieldValue_t`` carries its own ``nvmlReturn`` (nvml.md §2.6). A reading named in the
+``c_nvmlFieldValue_t`` carries its own ``nvmlReturn`` (nvml.h). A reading named in the
 device's ``unsupported`` list answers NOT_SUPPORTED both as a field and through its own call;
 ``fields`` / ``fields.<name>`` turn off only the field, so the single call still answers.
 """
@@ -87,7 +87,7 @@ class FieldCalls:
             return "pcie_replay", (_U64, device.pcie_replay_count)
         if field_id in _REMAPPED:
             if device.mig_instances:
-                return "remapped_rows", None      # not supported with MIG on (nvml.md §2.8)
+                return "remapped_rows", None      # not supported with MIG on (NVML API reference)
             return "remapped_rows", (_U32, int(device.remapped_rows[_REMAPPED[field_id]]))
         return None, None
 
@@ -104,7 +104,7 @@ class FieldCalls:
 
     def _codec_utilization(self, device, util, period, *, name: str, value: int) -> int:
         if name in device.unsupported or device.mig_instances:
-            return NOT_SUPPORTED                  # not supported under MIG (nvml.md §2.4)
+            return NOT_SUPPORTED                  # not supported under MIG (NVML API reference)
         set_out(util, c_uint, value)
         set_out(period, c_uint, 167000)           # µs, as an H100 reports it
         return SUCCESS

@@ -474,7 +474,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         wanted = (uuid or b"").decode()
         for device in self._scenario.devices:
             if device.lost:
-                return GPU_IS_LOST   # the driver scans all GPUs (nvml.md §2.2)
+                return GPU_IS_LOST   # the driver scans all GPUs (NVML API reference, nvmlDeviceGetCount)
             if device.uuid == wanted:
                 set_out(out, c_void_p, self._handle_of(device))
                 return SUCCESS
@@ -532,7 +532,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
     def _memory(self, device, instance, out) -> int:
         total, reserved, used = self._memory_figures(device, instance)
         mem = struct_at(out, pynvml.c_nvmlMemory_t)
-        # v1 counts the driver's reservation as used (nvml.md §2.3).
+        # v1 counts the driver's reservation as used (nvml.h, nvmlMemory_v2_t).
         mem.total, mem.used, mem.free = total, used + reserved, total - used - reserved
         return SUCCESS
 
@@ -548,7 +548,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
 
     def _utilization(self, device, instance, out) -> int:
         if device.mig_instances:
-            return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (nvml.md §2.4)
+            return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (NVML API reference)
         util = struct_at(out, pynvml.c_nvmlUtilization_t)
         util.gpu, util.memory = device.utilization_percent, device.memory_utilization_percent
         if self._idling(device):

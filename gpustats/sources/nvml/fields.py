@@ -1,5 +1,5 @@
 """The per-tick scalars NVML offers as field values, read in one ``nvmlDeviceGetFieldValues``
-call per GPU instead of one call each (ids and units: nvml.h ``NVML_FI_DEV_*``, nvml.md §2.5-2.8).
+call per GPU instead of one call each (ids and units: nvml.h ``NVML_FI_DEV_*``).
 
 Each has a single-call equivalent the sweep falls back to where the field is not supported;
 memory temperature has none.

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 NOT_FOUND = object()   # returned for NVML_ERROR_NOT_FOUND when the caller asks for it
 
-# Errors after which the session is unusable: re-initialise (nvml.md §1.2, §4).
+# Errors after which the session is unusable: re-initialise (NVML API reference, nvmlReturn_t).
 _DRIVER_GONE_CODES = frozenset({
     pynvml.NVML_ERROR_UNINITIALIZED,
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
@@ -208,7 +208,7 @@ class Querier:
                      requests: Sequence[tuple[str, int]]) -> dict[str, tuple[int | float, int]]:
         """Many fields in one ``nvmlDeviceGetFieldValues`` call: ``{name: (value, CPU µs)}``.
 
-        Each entry answers on its own (nvml.md §2.6). A field that answers NOT_SUPPORTED (or
+        Each entry answers on its own (nvml.h, c_nvmlFieldValue_t's nvmlReturn). A field that answers NOT_SUPPORTED (or
         INVALID_ARGUMENT: an id this driver does not know) is remembered as ``field:<name>``
         and not asked again, so the caller reads it through its single call from then on. A
         field missing from the result for any other reason is absent for this tick only.

@@ -8,8 +8,8 @@ GPU and tick: memory, utilization, temperature, clocks-event reasons, processes,
 utilization (when there are processes), GPM sample + metrics. Read less often: clocks and
 encoder/decoder utilization every ``detail_every`` ticks (dcgm-exporter samples them every
 30 s by default); power limit, MIG mode and, while the process list stays the same, MPS clients
-every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driver, nvml.md
-§2.7) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
+every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driver: it samples
+over 20 ms, NVML API reference) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
 carried in the readings between its reads. With ``energy_every`` > 1 the energy counter is
 read every that many ticks and estimated from power in between (``energy_reads.py``).
 
@@ -384,7 +384,7 @@ class DeviceSweeper:
     def _processes(self, uuid: str, h: Any) -> tuple[ProcessReading, ...]:
         readings = self._q.read(uuid, "processes", self._process_reads.running_processes, h)
         if readings is None and self._q.is_unsupported(uuid, "processes"):
-            # Drivers without the _v3 symbol (nvml.md §2.9): fall back to _v2.
+            # Drivers without the _v3 symbol (before R510): fall back to _v2.
             raw = self._q.read(uuid, "processes_v2",
                                pynvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
             return process_readings(raw) if raw else ()
