@@ -36,15 +36,23 @@ def series_name(key: Series) -> str:
     return f"{key[0]}{{{shown}}}"
 
 
+# Labels that describe a series rather than tell it apart, added by a release after another
+# (the previous release serves the same counter without them): left out of a series' key.
+DESCRIPTIVE_LABELS = frozenset({"vendor"})
+
+
 def counters(text: str) -> dict[Series, float]:
-    """Every ``*_joules_total`` sample (the counters users bill by)."""
+    """Every ``*_joules_total`` sample (the counters users bill by), keyed by the labels that
+    tell its series apart."""
     out = {}
     for family in text_string_to_metric_families(text):
         if family.type != "counter" or not family.name.endswith("_joules"):
             continue
         for sample in family.samples:
             if sample.name.endswith("_total"):
-                out[(family.name, frozenset(sample.labels.items()))] = sample.value
+                labels = frozenset((k, v) for k, v in sample.labels.items()
+                                   if k not in DESCRIPTIVE_LABELS)
+                out[(family.name, labels)] = sample.value
     return out
 
 
