@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import RESULTS
+from bench.daemons import RESULTS
 from gpustats.dir_changes import DirectoryChanges
 from gpustats.hostfs import HostRoots
 from gpustats.sources.cgroup_tree import list_subdirs

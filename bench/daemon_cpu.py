@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import DaemonProc, _cpu_seconds
+from bench.daemons import DaemonProc, cpu_seconds
 from bench.scenarios import node_scenario, write_scenario
 
 TICK_SECONDS = 1.0
@@ -58,10 +58,10 @@ def run_windows(base: Path, new: Path, gpus: int, processes: int, windows: int,
     try:
         time.sleep(WARMUP_SECONDS)
         for _ in range(windows):
-            before = {tag: _cpu_seconds(d.ps) for tag, d in daemons.items()}
+            before = {tag: cpu_seconds(d.ps) for tag, d in daemons.items()}
             time.sleep(window_seconds)
             for tag, d in daemons.items():
-                per_tick[tag].append((_cpu_seconds(d.ps) - before[tag]) * 1000.0
+                per_tick[tag].append((cpu_seconds(d.ps) - before[tag]) * 1000.0
                                      * TICK_SECONDS / window_seconds)
     finally:
         for d in daemons.values():

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import RESULTS
+from bench.daemons import RESULTS
 from gpustats.hostfs import HostRoots
 from gpustats.model.device import VENDOR_AMD
 from gpustats.sources.drm.sweep import DrmSweeper

@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.run import RESULTS, DaemonProc
+from bench.daemons import RESULTS, DaemonProc
 from bench.scenarios import fake_host, node_scenario, write_scenario
 
 GPUS, CONTAINERS = 8, 300

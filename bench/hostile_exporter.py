@@ -32,10 +32,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import psutil
 
 from bench.attackers import Probe
-from bench.run import DaemonProc
+from bench.daemons import DaemonProc
 from bench.scenarios import fake_host, gpu_uuid, node_scenario, write_scenario
 
 ACTIVITY = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"

@@ -207,7 +207,7 @@ def run_attack(workdir: Path, hostile_seconds: float = 3.0, fetch_timeout: float
     """A fresh simulated daemon on ``workdir``: RSS after a normal reply (start), the most
     while the hostile reply is answered and for ``hostile_seconds`` after (peak), and after a
     normal reply again (end)."""
-    from bench.run import DaemonProc
+    from bench.daemons import DaemonProc
     from bench.scenarios import fake_host, gpu_uuid, node_scenario, write_scenario
 
     scenario = write_scenario(workdir / "node.yaml", node_scenario(1, 1))

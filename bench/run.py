@@ -17,42 +17,19 @@ import argparse
 import gc
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-import psutil
 
 from bench.loadgen import run_load
 from bench.dra import dra_spec, serve_kubelet_and_runtime
+from bench.daemons import RESULTS, DaemonProc, cpu_seconds, free_port, wait_http
 from bench.scenarios import fake_host, fake_log_layout, node_scenario, write_scenario
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "results"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready in {timeout} s")
-
+from bench.serving import measure_serving, print_serving
 
 def _fetch(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -249,50 +226,6 @@ def measure_peers(scenario: dict, workdir: Path, samples: int) -> dict:
 
 # ---------------------------------------------------------------- daemons in subprocesses
 
-class DaemonProc:
-    """The daemon of source tree ``tree`` (this one by default) in a child process."""
-
-    def __init__(self, args: list[str], workdir: Path, tree: Path = REPO):
-        self.port = _free_port()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(tree), os.environ.get("PYTHONPATH")) if p))
-        self.log = open(workdir / f"daemon-{self.port}.log", "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
-             "--state-dir", str(workdir / f"state-{self.port}"), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(tree))
-        self.ps = psutil.Process(self.proc.pid)
-        _wait_http(f"http://127.0.0.1:{self.port}/readyz")
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
-def _cpu_seconds(process: psutil.Process) -> float:
-    """CPU time of every thread of ``process``, to the nanosecond where the kernel keeps
-    schedstat (``cpu_times`` counts in 10 ms ticks: one tick in a 20 s window reads as
-    1.8 s an hour)."""
-    total, found = 0, False
-    for path in Path(f"/proc/{process.pid}/task").glob("*/schedstat"):
-        try:
-            total += int(path.read_text().split()[0])
-            found = True
-        except (OSError, ValueError, IndexError):
-            continue            # a thread that ended between listing and reading
-    if found:
-        return total / 1e9
-    times = process.cpu_times()
-    return times.user + times.system
-
-
 def measure_idle_host(workdir: Path, seconds: float) -> dict:
     empty_sys = workdir / "empty-sys"
     (empty_sys / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
@@ -300,9 +233,9 @@ def measure_idle_host(workdir: Path, seconds: float) -> dict:
                          "--runtime-socket", ""], workdir)
     try:
         time.sleep(2.0)
-        before = _cpu_seconds(daemon.ps)
+        before = cpu_seconds(daemon.ps)
         time.sleep(seconds)
-        cpu = _cpu_seconds(daemon.ps) - before
+        cpu = cpu_seconds(daemon.ps) - before
         return {"idle_cpu_seconds_per_hour": round(cpu * 3600.0 / seconds, 2),
                 "idle_measured_seconds": seconds,
                 "idle_rss_mb": round(daemon.ps.memory_info().rss / 2**20, 1)}
@@ -317,11 +250,11 @@ def measure_node_exporter(seconds: float) -> dict | None:
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if binary is None:
         return None
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/metrics")
+        wait_http(f"http://127.0.0.1:{port}/metrics")
         body = _fetch(f"http://127.0.0.1:{port}/metrics")
         result = run_load(f"http://127.0.0.1:{port}/metrics", 32, seconds)
         return {"body_bytes": len(body), "rps": round(result.rps, 1),
@@ -513,7 +446,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_idle:
             report["idle_host"] = measure_idle_host(workdir, idle_seconds)
         if not args.skip_serving:
-            from bench.serving import measure_serving    # bench.serving imports this module
 
             report["serving"] = measure_serving(workdir, 1000, load_seconds,
                                                 rounds=2 if args.quick else 3)
@@ -578,7 +510,6 @@ def _print_figures(report: dict) -> None:
     if report.get("encodings"):
         _print_encodings(report["encodings"])
     if report.get("serving"):
-        from bench.serving import print_serving
 
         print_serving(report["serving"])
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from bench.loadgen import run_load
-from bench.run import REPO, DaemonProc, _cpu_seconds, _free_port, _wait_http
+from bench.daemons import REPO, DaemonProc, cpu_seconds, free_port, wait_http
 from bench.scenarios import fake_host, node_scenario, write_scenario
 
 ENDPOINTS = (("gpus", "/api/v1/gpus"), ("metrics", "/metrics"), ("summary", "/stats/summary"))
@@ -59,9 +59,9 @@ def wait_steady(daemon: DaemonProc, ticks: int = STEADY_TICKS, timeout: float = 
 def _idle_cpu(daemon: DaemonProc, seconds: float = 5.0) -> float:
     """The daemon's CPU with no request (ticks, the event thread), as a fraction of one CPU:
     work that counts against it under load too, and not against the ceiling."""
-    before = _cpu_seconds(daemon.ps)
+    before = cpu_seconds(daemon.ps)
     time.sleep(seconds)
-    return round((_cpu_seconds(daemon.ps) - before) / seconds, 4)
+    return round((cpu_seconds(daemon.ps) - before) / seconds, 4)
 
 
 class PeakRss:
@@ -128,11 +128,11 @@ def measure_serving(workdir: Path, containers: int = 1000, seconds: float = 3.0,
                         "endpoint": endpoint, "coding": coding, "bytes": len(body),
                         "sent_as": encoded or "identity", "rps": [], "ceiling_rps": [],
                         "per_cpu_s": [], "ceiling_per_cpu_s": []}
-        port = _free_port()
+        port = free_port()
         ceiling = subprocess.Popen(
             [sys.executable, "-m", "bench.ceiling_app", "--port", str(port),
              "--body-dir", str(bodies)], cwd=str(REPO))
-        _wait_http(f"http://127.0.0.1:{port}/body/{names['new', 'gpus', 'identity']}")
+        wait_http(f"http://127.0.0.1:{port}/body/{names['new', 'gpus', 'identity']}")
         ceiling_ps = psutil.Process(ceiling.pid)
         peaks = {tree: PeakRss(daemon.ps) for tree, daemon in daemons.items()}
         for r in range(rounds):
@@ -142,14 +142,14 @@ def measure_serving(workdir: Path, containers: int = 1000, seconds: float = 3.0,
                     headers = {"Accept-Encoding": coding}
                     for tree in order:
                         row = report["trees"][tree]["cases"][f"{case} {coding}"]
-                        cpu = _cpu_seconds(daemons[tree].ps)
+                        cpu = cpu_seconds(daemons[tree].ps)
                         ours = run_load(daemons[tree].url(endpoint), connections, seconds,
                                         headers)
-                        cpu = _cpu_seconds(daemons[tree].ps) - cpu
-                        ref_cpu = _cpu_seconds(ceiling_ps)
+                        cpu = cpu_seconds(daemons[tree].ps) - cpu
+                        ref_cpu = cpu_seconds(ceiling_ps)
                         ref = run_load(f"http://127.0.0.1:{port}/body/{names[tree, case, coding]}",
                                        connections, seconds, headers)
-                        ref_cpu = _cpu_seconds(ceiling_ps) - ref_cpu
+                        ref_cpu = cpu_seconds(ceiling_ps) - ref_cpu
                         row["rps"].append(round(ours.rps, 1))
                         row["ceiling_rps"].append(round(ref.rps, 1))
                         # Requests per CPU-second of the server: steadier than req/s on a

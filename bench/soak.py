@@ -43,7 +43,7 @@ import yaml
 from bench import attackers as attack
 from bench.hostile_exporter import HostileExporter
 from bench.hostile_kubelet import HostileKubelet, hostile_reply
-from bench.run import DaemonProc, _free_port
+from bench.daemons import DaemonProc, free_port
 from bench.scenarios import node_scenario
 
 REAL_V2 = Path("/sys/fs/cgroup/unified")
@@ -163,7 +163,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         tmp.replace(scenario_path)
 
     write_scenario(0)
-    health_port = _free_port()
+    health_port = free_port()
     stop_peers: list = []           # how each hostile source is stopped
     sources = ["--pod-resources-socket", "", "--runtime-socket", ""]
     if attackers:
