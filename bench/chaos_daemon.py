@@ -241,7 +241,9 @@ class StateDisk:
             size = None
         if not self.troubled or size != self._journal_size:
             self._journal_size, self._stalled_since = size, now
-        return now - self._stalled_since if self.troubled else 0.0
+        # Counted from the trouble's start at the earliest: the scrape before it may be a
+        # while earlier.
+        return now - max(self._stalled_since, self.since) if self.troubled else 0.0
 
     def fill(self) -> None:
         """Write until ENOSPC: later writes in the state dir get short writes and ENOSPC."""
