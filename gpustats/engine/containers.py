@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from gpustats.engine.counters import EnergyCounters
-from gpustats.engine.gpu_mapping import (
-    AllocationSource, CgroupSource, ClaimSource, GpuMapper, MappedTick, NamesSource, ProcSource,
-    UserSource,
+from gpustats.engine.gpu_mapping import CgroupSource, GpuMapper, MappedTick, NamesSource
+from gpustats.engine.mapping_devices import DevicesListMapping
+from gpustats.engine.mapping_pod_resources import (
+    AllocationSource, ClaimSource, PodResourcesMapping,
 )
+from gpustats.engine.mapping_processes import ProcessMapping, ProcSource, UserSource
 from gpustats.engine.ledger import EnergyLedger, Settled
 from gpustats.engine.rollup import ContainerView, Rollup
 from gpustats.engine.usage_schedule import UsageSchedule
@@ -34,8 +36,12 @@ class ContainerTracker:
                  usage_every_ticks: int = 1):
         self._cgroups = cgroups
         self._counters = counters
-        self._mapper = GpuMapper(cgroups, procs, pod_resources=pod_resources, runtime=runtime,
-                                 claims=claims, names=names, users=users)
+        # The mapping sources, in order: one line each.
+        self._mapper = GpuMapper(cgroups, (
+            ProcessMapping(procs, users),
+            DevicesListMapping(cgroups),
+            *((PodResourcesMapping(pod_resources, claims),) if pod_resources is not None else ()),
+        ), names=(*names, *((runtime,) if runtime is not None else ())))
         self._usage = UsageSchedule(cgroups, usage_every_ticks)
         self._rollup = Rollup(counters)
         self._ticks = 0

@@ -2,8 +2,9 @@
 
 cAdvisor's design: only load a vendor's interface when ``<sysfs>/bus/pci/devices/*`` shows one
 of its display-class (0x03xxxx) functions, bound to one of its drivers or to none yet, or one
-of its accelerators (AMD Instinct: 0x12xxxx) bound to its driver (``vendors.Vendor.serves``). pyudev is used where udev's database is usable on the real sysfs;
-any other root (tests, containers without udev) is read as plain files.
+of its accelerators (AMD Instinct: 0x12xxxx) bound to its driver (``vendors.Vendor.serves``).
+pyudev is used where udev's database is usable on the real sysfs; any other root (tests,
+containers without udev) is read as plain files.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""Mapping source: each GPU process (NVML's list, or the DRM clients in fdinfo) through
+``/proc/<pid>/cgroup`` to its container or other tenant. What makes cgroup v2 and privileged
+containers work. A tenant outside containers (a service, a session, a job, a process) is
+entered among the tick's containers under its key, so the ledger bills it as one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from gpustats.engine.gpu_mapping import TickMapping
+from gpustats.model.containers import REASON_NVML_PROCESS, ContainerIdentity
+
+# Every this many ticks, processes placed in no container are looked up again (a start-up
+# race would stick: a process is placed before its runtime moves it), and users' names.
+RECHECK_TICKS = 12
+
+
+class ProcSource(Protocol):
+    def owner_of(self, pid: int): ...       # a ``sources.procs.ProcessOwner``, None: gone
+
+
+class UserSource(Protocol):
+    def name(self, uid: int) -> str | None: ...
+
+
+class ProcessUser(NamedTuple):
+    """A GPU process's command and user, as its ``/proc`` entry and the host's passwd say."""
+
+    comm: str | None
+    uid: int | None
+    user: str | None
+
+
+class ProcessMapping:
+    """Memo: (PID, start time) -> its owner and user (None: gone), for the processes seen last
+    tick: a GPU process does not change cgroup."""
+
+    def __init__(self, procs: ProcSource, users: UserSource | None = None):
+        self._procs = procs
+        self._users = users
+        self._pid_owner: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
+        self._ticks = 0
+
+    def map(self, tick: TickMapping) -> None:
+        self._ticks += 1
+        if self._ticks % RECHECK_TICKS == 0:
+            self._pid_owner = {k: v for k, v in self._pid_owner.items()
+                               if v is not None and v[0].container is not None}
+        owner_of_pid: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
+        previous = self._pid_owner
+        for reading in tick.readings:
+            uuid = reading.identity.uuid
+            for p in reading.processes:
+                # A process is its PID and start time: a reused PID is looked up afresh.
+                process = (p.pid, tick.starts.get((uuid, p.pid)))
+                if process not in owner_of_pid:
+                    owner_of_pid[process] = previous[process] if process in previous \
+                        else self._owner(p.pid)
+                found = owner_of_pid[process]
+                if found is None:
+                    continue      # gone: its energy stays unattributed
+                owner, user = found
+                tick.process_users[(uuid, p.pid)] = user
+                cid = _enter_owner(owner, tick.containers)
+                if owner.tenant is not None and owner.tenant.uid is not None \
+                        and owner.tenant.uid == user.uid and user.user is not None:
+                    tick.tenant_users[cid] = user.user
+                tick.hold(cid, (uuid, p.gpu_instance_id), REASON_NVML_PROCESS)
+                tick.pid_to_container[(uuid, p.pid)] = cid
+        self._pid_owner = owner_of_pid
+
+    def _owner(self, pid: int) -> tuple[object, ProcessUser] | None:
+        """A process's owner and user, looked up once per process (None: gone)."""
+        owner = self._procs.owner_of(pid)
+        if owner is None:
+            return None
+        comm, uid = owner.identity.comm, owner.identity.uid
+        user = self._users.name(uid) if self._users is not None and uid is not None else None
+        return owner, ProcessUser(comm, uid, user)
+
+
+def _enter_owner(owner, containers: dict[str, ContainerIdentity]) -> str:
+    """The owner's container ID (a tenant's key), entered among this tick's containers where
+    discovery did not find it."""
+    if owner.container is not None:
+        info = owner.container.info
+        cid = info.container_id
+        if cid not in containers:
+            containers[cid] = ContainerIdentity(
+                container_id=cid, runtime=info.runtime, pod_uid=info.pod_uid,
+                qos_class=info.qos_class, cgroup=owner.container.cgroup)
+        return cid
+    cid = owner.tenant.key
+    if cid not in containers:
+        containers[cid] = ContainerIdentity(container_id=cid, cgroup=owner.cgroup,
+                                            tenant=owner.tenant)
+    return cid
