@@ -12,8 +12,9 @@ client per (PID, fd).
 Bounding the cost: PIDs known to hold a DRM fd are read every scan, a PID not seen before
 once when it appears, and every PID again every ``rescan_every`` scans (a process may open
 the GPU later); of a process's open files, the first ``MAX_FDS_PER_PID``. Reading another
-user's fds needs ptrace access (CAP_SYS_PTRACE; fs/proc/fd.c): a refused PID is counted, logged once per kind of read, retried at the next full rescan, and
-while any is refused the scan is not ``complete``.
+user's fds needs ptrace access (CAP_SYS_PTRACE; fs/proc/fd.c): a refused PID is counted,
+logged once per kind of read, retried at the next full rescan, and while any is refused the
+scan is not ``complete``.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
