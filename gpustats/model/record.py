@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
 _NO_VALUE = object()      # stands for "not passed" where a field's default is a factory
 
 
+@dataclass_transform(frozen_default=True)
 def record(cls: type[T]) -> type[T]:
     """``@dataclass(frozen=True, slots=True)`` with a cheaper ``__init__`` (same signature,
-    same result)."""
+    same result); type checkers see the dataclass (``dataclass_transform``)."""
     cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
     cls.__init__ = _direct_init(cls)
     return cls
