@@ -41,7 +41,7 @@ def test_promtool_check_rules(tmp_path):
         result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True,
                                 text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 13 rules found" in result.stdout
+        assert "SUCCESS: 14 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass():
@@ -91,8 +91,9 @@ def test_every_alert_has_summary_description_and_a_runbook_section():
         annotations = rule["annotations"]
         assert annotations["summary"] and len(annotations["description"]) > 60, rule["alert"]
         assert rule["labels"]["severity"] in {"warning", "critical"}
-        path, _, anchor = annotations["runbook"].partition("#")
-        assert path == "docs/runbooks.md" and anchor == _anchor(rule["alert"]), rule["alert"]
+        url, _, anchor = annotations["runbook_url"].partition("#")
+        assert url == "https://github.com/gpustats/gpustats/blob/main/docs/runbooks.md", url
+        assert anchor == _anchor(rule["alert"]), rule["alert"]
         assert anchor in anchors, f"no runbook section for {rule['alert']}"
 
 
