@@ -32,6 +32,8 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -106,7 +108,13 @@ def shares(gpu: GpuState, equal_split: bool,
 def _candidates(gpu: GpuState, util_unknown: bool,
                 sampled: set[int]) -> list[dict[str, float]]:
     if gpu.mig is None and util_unknown:
-        return [shares(gpu, False), shares(gpu, True)]
+        # Samples not supported at some point of this daemon run: it does not ask again
+        # until it restarts, so a process that works between ticks may stay invisible though
+        # the GPU gives samples again (its energy then goes to the others, or nobody).
+        unseen = tuple(h for h in gpu.holders if not h.between_ticks)
+        hidden = [] if len(unseen) == len(gpu.holders) else \
+            [shares(dataclasses.replace(gpu, holders=unseen), split) for split in (False, True)]
+        return [shares(gpu, False), shares(gpu, True), *hidden]
     if gpu.mig is not None:
         unsampled = frozenset(_busy(gpu) - sampled)
         if unsampled:
