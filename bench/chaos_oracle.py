@@ -33,7 +33,6 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
