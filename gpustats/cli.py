@@ -31,6 +31,7 @@ from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
 from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.engine.store import SnapshotStore
+from gpustats.export.gpu_events import GpuEventLog
 from gpustats.export.prometheus import MetricsBodies
 from gpustats.export.summary import summary_dict
 from gpustats.fdlimit import kept_file_shares
@@ -56,6 +57,7 @@ from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
 from gpustats.sources.pci import PciGpu, PciScanner
 from gpustats.sources.vendors import AMD, INTEL, Vendor
 from gpustats.sources.psutil_root import use_proc_root
+from gpustats.watch_streams import WatchStreams
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
@@ -132,7 +134,9 @@ def _dcgm_client(url: str, errors: CollectionErrors):
 class Daemon:
     """Everything one running gpustats holds, built from a Config."""
 
-    def __init__(self, config: Config, adjust_config=None):
+    def __init__(self, config: Config, adjust_config=None, *, write_state: bool = True):
+        """``write_state`` False: the counters are read from the state dir, never written
+        (``--once``)."""
         self.config = config
         # Applied to every config this daemon resolves again (SIGHUP): the demo's own node.
         self._adjust_config = adjust_config or (lambda c: c)
@@ -144,6 +148,7 @@ class Daemon:
         self.simulator = self.simulated_drm = None
         if config.simulate:
             from gpustats.simulator import SimulatedDrm, SimulatedNvml
+            from gpustats.simulator.scenario import load_scenario
             # The simulated driver keeps its energy counters across daemon restarts, as
             # hardware does (it counts from the driver's load, not the daemon's start).
             self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
@@ -151,8 +156,9 @@ class Daemon:
             self.simulator.install()
             scanner = _SimulatedBus(self.simulator)
             # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
-            self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
-                config.state_dir, "simulated-drm"))
+            if load_scenario(config.simulate).drm_devices:
+                self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
+                    config.state_dir, "simulated-drm"))
         else:
             scanner = PciScanner(self.roots)
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
@@ -160,7 +166,8 @@ class Daemon:
             config.state_dir, refused=lambda reason: self.errors.record("persistence", reason))
         if config.state_reset:
             self.state_files.reset()
-        self.counters.load(self.state_files)      # NewerStateVersion stops start-up
+        # NewerStateVersion stops start-up
+        self.counters.load(self.state_files, write=write_state)
         lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
                                   self.counters.devices, normalize_bus_id,
                                   logging.getLogger("gpustats.engine.gpus").error)
@@ -210,6 +217,8 @@ class Daemon:
             health=self.health, saturation_window=config.saturation_window,
             memory_pressure_threshold=config.memory_pressure_threshold)
         self.history = History(config.history_duration) if config.history_duration else None
+        # The device API's events: each snapshot diffed on the tick, so watches hear of it.
+        self.gpu_events = GpuEventLog()
         self.housekeeping = Housekeeping(self._tick, config.housekeeping_interval,
                                          on_tick_done=self._after_tick)
         self._announced_ready = False
@@ -219,6 +228,7 @@ class Daemon:
         snapshot = self.housekeeper.tick()
         if self.history is not None:
             self.history.record(snapshot)
+        self.gpu_events.observe(snapshot)
 
     def _after_tick(self) -> None:
         """systemd: READY=1 after the first tick, WATCHDOG=1 after every tick."""
@@ -242,7 +252,7 @@ class Daemon:
         simulator's trees where the scenario has such GPUs, else under the host's roots."""
         roots, refresh = self.roots, None
         drm = self.simulated_drm
-        if drm is not None and drm.vendors:
+        if drm is not None:
             roots = HostRoots(sysfs=drm.sysfs_root, proc=drm.proc_root)
             refresh = drm.render
         return tuple(
@@ -273,13 +283,14 @@ class Daemon:
         return create_app(self.store, settings,
                           metrics_bodies=MetricsBodies(
                               self.store, self.config.dcgm_compat,
-                              self.config.dcgm_hostname_label, self.config.disable_metrics),
+                              self.config.dcgm_hostname_label, self.config.disable_metrics,
+                              self.config.kepler_compat),
                           extra_blueprints=(
                               history_blueprint(self.history),
                               ui_blueprint(self.store,
                                            housekeeping_interval=self.config.housekeeping_interval,
                                            history_seconds=self.config.history_duration)),
-                          probes_only=probes_only)
+                          probes_only=probes_only, gpu_events=self.gpu_events)
 
     def reload(self, args) -> None:
         """SIGHUP: persist the counters now, then re-read the config file and apply what can be
@@ -356,9 +367,10 @@ def serve(daemon: Daemon, args=None, announce=None) -> int:
     config = daemon.config
     cap_malloc_arenas()                  # before the serving and housekeeping threads start
     try:
+        watches = WatchStreams()
         listeners = Listeners(daemon.create_app(), config.listen,
                               daemon.create_app(probes_only=True) if config.health_listen
-                              else None, config.health_listen)
+                              else None, config.health_listen, watches=watches)
     except ListenError as exc:  # address in use, not an address of this host, no permission
         # Nothing has started and nothing is persisted: the state dir stays as found (it may
         # be the one of the gpustats already on this port).
@@ -386,6 +398,7 @@ def serve(daemon: Daemon, args=None, announce=None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGHUP, _on_hup)
+    daemon.gpu_events.listen(watches.notify)
     daemon.start()
     host, port = config.listen
     log.info("gpustats %s serving on http://%s:%s (node %s)%s", __version__, host,
@@ -470,7 +483,8 @@ def _run(config: Config, args, demo=None) -> int:
         log.warning("%s", state.note)
         config = dataclasses.replace(config, state_dir=state.path)
     try:
-        daemon = Daemon(config, adjust_config=demo.configure if demo is not None else None)
+        daemon = Daemon(config, adjust_config=demo.configure if demo is not None else None,
+                        write_state=not args.once)
     except NewerStateVersion as exc:
         print(f"gpustats: the state in {config.state_dir} was written by a newer gpustats "
               f"({exc}); run that version, or start over with --state-reset",

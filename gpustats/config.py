@@ -134,7 +134,9 @@ class Config:
         "framebuffer used ratio counted as memory pressure", "RATIO")
     xid_ignore: tuple[int, ...] = _option(
         parsers.xid_list, (13, 31, 43, 45, 68, 109),
-        "application XIDs that are counted but do not make a GPU unhealthy", "XID,...")
+        "application XIDs that are counted but do not make a GPU unhealthy: a plain list "
+        "replaces the defaults, a leading + adds to them (+94 or +94,+95; quote it in YAML, "
+        "\"+94\", where a bare +94 is the number 94)", "[+]XID,...")
     persist_interval: float = _option(
         parsers.positive_seconds, 30.0,
         "seconds between compactions of the energy counters in the state dir (changes are "
@@ -154,10 +156,14 @@ class Config:
         parsers.dcgm_hostname_label, "Hostname",
         "name of the node label on --dcgm-compat series: Hostname (dcgm-exporter's "
         "releases) or hostname (its main branch)", "NAME")
+    kepler_compat: bool = _option(
+        parsers.parse_bool, False,
+        "also expose Kepler's kepler_*_gpu_* metric names (EP-003) on /metrics", "BOOL")
     disable_metrics: tuple[str, ...] = _option(
         parsers.metric_groups, (),
         "metric groups left out of /metrics, not built at all: gpu, health, saturation, "
-        "mig, process, container, pod, cadvisor, daemon, dcgm (default: none)", "GROUP,...")
+        "mig, process, container, pod, tenant, cadvisor, daemon, dcgm, kepler (default: none)",
+        "GROUP,...")
     history_duration: int = _option(
         parsers.history_seconds, 600,
         "seconds of history kept in memory for the page and /api/v1/history (0: off)",

@@ -170,7 +170,7 @@ def dcgm_hostname_label(value: Any) -> str:
 
 # --disable-metrics groups, as export.metric_table names them (config sits below export).
 METRIC_GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "tenant",
-                 "cadvisor", "daemon", "dcgm")
+                 "cadvisor", "daemon", "dcgm", "kepler")
 
 
 def metric_groups(value: Any) -> tuple[str, ...]:
@@ -246,21 +246,36 @@ def history_seconds(value: Any) -> int:
     return seconds
 
 
+# NVSentinel's application XIDs; the same set as ``health.DEFAULT_IGNORED_XIDS`` and the
+# ``xid_ignore`` default (a test keeps the three equal: this module imports only documents).
+DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+
+
 def xid_list(value: Any) -> tuple[int, ...]:
+    """The ignored XIDs. A plain list replaces the default ones; a list whose first XID has a
+    leading ``+`` (``+94``, ``+94,+95``, a YAML list whose first item is the text ``"+94"``)
+    adds to them, as NVSentinel's "additional ignored XIDs" do."""
     items = value if isinstance(value, (list, tuple)) else _scalar(value).split(",")
-    xids = []
-    for item in items:
-        text = _scalar(item)
-        if not text:
-            continue
+    texts = [text for text in map(_scalar, items) if text]
+    adding = bool(texts) and texts[0].startswith("+")
+    xids = set(DEFAULT_IGNORED_XIDS) if adding else set()
+    for text in texts:
+        number = text
+        if text.startswith("+"):
+            if not adding:
+                raise ValueError(f"a leading + (add to the default XIDs) belongs on the first "
+                                 f"XID of the list, got {brief(text)} after a plain one")
+            number = text[1:]
         try:
-            xid = int(text)
+            xid = int(number)
         except ValueError:
             raise ValueError(f"expected XID numbers, got {brief(text)}") from None
         if xid < 0:
             raise ValueError(f"XID codes are non-negative, got {xid}")
-        xids.append(xid)
-    return tuple(sorted(set(xids)))
+        if number.lstrip().startswith("+"):       # "++94": int() took the second +
+            raise ValueError(f"expected XID numbers, got {brief(text)}")
+        xids.add(xid)
+    return tuple(sorted(xids))
 
 
 @dataclass(frozen=True)

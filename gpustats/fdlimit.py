@@ -9,6 +9,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 1024              # ~10 KB of memory each when all are held open
 HEALTH_CONNECTIONS = 64
+WATCH_CONNECTIONS = 256             # GPU watches, held by the watch thread (watch_streams)
 RESERVED_FDS = 64                   # proc and state files, sockets to sources, NVML, logs
 # Cgroup stat files kept open between reads (``kept_files.KeptFiles``): three per container or
 # pod, so 12,288 cover 4,096 cgroups (3,000 containers and their pods). Each open kernel file
@@ -49,7 +50,7 @@ def kept_file_limit(wanted: int = KEPT_FILES_MAX) -> int:
     Kept files only save time; with a tight limit they get fewer (or none) and files are
     read the plain way.
     """
-    others = MAX_CONNECTIONS + HEALTH_CONNECTIONS + RESERVED_FDS
+    others = MAX_CONNECTIONS + HEALTH_CONNECTIONS + WATCH_CONNECTIONS + RESERVED_FDS
     soft = _raise_soft_limit(others + wanted)
     if soft is None:
         return wanted

@@ -11,7 +11,16 @@ whose source gave nothing in the window is ``None`` (absent), never 0:
 - ``memoryUsedRatioAvg/Max`` and ``memoryPressureRatio`` (share of samples at or above the
   threshold), ``smActiveAvg``, ``smOccupancyAvg``, ``dramActiveAvg`` (GPM, as ratios),
   ``pcie*/nvlink*BytesAvg`` (GPM, else NVML's PCIe throughput), ``xidErrorCount`` (every XID
-  event in the window).
+  event in the window), ``dramActiveMax`` (GPM, the window's largest).
+
+Beside the ratios, counters of what they are built from, accumulated over every sample since
+the window was made (the daemon's start; not kept across restarts), so a window of any length
+is an ``increase()`` apart: seconds throttled per violation policy (the increases of the
+driver's cumulative counters; one that goes down, as on a driver reload, restarted from 0 and
+counts its new value, at most the time between the readings), seconds per clocks-event reason
+and under memory pressure (each sample's time since the previous one, where the bit is set or
+the ratio at or above the threshold), samples taken and the seconds between them. A gap (the GPU
+lost) is counted in none.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from operator import attrgetter
 from typing import Iterable, NamedTuple
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
-from gpustats.model.health import Saturation
+from gpustats.model.health import Saturation, SaturationCounters
 from gpustats.model.record import record
 
 REASON_BITS = (("sw_power_cap", 0x4), ("hw_slowdown", 0x8), ("sync_boost", 0x10),
@@ -33,6 +42,7 @@ VIOLATION_FIELDS = (("power", "power_ns"), ("thermal", "thermal_ns"),
 GPM_MEANS = ("sm_active_percent", "sm_occupancy_percent", "dram_active_percent",
              "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
              "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
+_DRAM = GPM_MEANS.index("dram_active_percent")
 _violation_values = attrgetter(*(name for _, name in VIOLATION_FIELDS))
 _gpm_values = attrgetter(*GPM_MEANS)
 
@@ -207,6 +217,74 @@ class Columns:
         return out
 
 
+class Counters:
+    """The monotonic counters beside the window's ratios (module docstring), fed every row."""
+
+    def __init__(self, pressure_threshold: float, set_bits):
+        self._threshold = pressure_threshold
+        self._set_bits = set_bits                 # mask -> positions of REASON_BITS set
+        self.samples = 0
+        self.sampled_seconds = 0.0
+        self._last_time: float | None = None
+        self._reason_seconds: list[float] | None = None
+        self._pressure_seconds: float | None = None
+        self._violation_ns: list[int | None] = [None] * len(VIOLATION_FIELDS)
+        # Per violation field, the last reading's (time, value).
+        self._violation_last: list[tuple[float, int] | None] = [None] * len(VIOLATION_FIELDS)
+
+    def gap(self) -> None:
+        """No sample for a while (the GPU lost): the next one's time since this is not counted."""
+        self._last_time = None
+
+    def add(self, row) -> None:
+        s = row.sample
+        self.samples += 1
+        last, self._last_time = self._last_time, s.time
+        length = s.time - last if last is not None and s.time > last else 0.0
+        self.sampled_seconds += length
+        if s.reasons is not None:
+            seconds = self._reason_seconds
+            if seconds is None:
+                seconds = self._reason_seconds = [0.0] * len(REASON_BITS)
+            if length:
+                for i in self._set_bits(s.reasons):
+                    seconds[i] += length
+        if row.memory_ratio is not None:
+            self._pressure_seconds = (self._pressure_seconds or 0.0) + (
+                length if row.memory_ratio >= self._threshold else 0.0)
+        if row.new_reading and row.violation_values is not None:
+            self._add_violations(row.violations_at, row.violation_values)
+
+    def _add_violations(self, at: float, values: tuple[int | None, ...]) -> None:
+        totals, lasts = self._violation_ns, self._violation_last
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            total = totals[i] or 0
+            if lasts[i] is not None:
+                before_at, before = lasts[i]
+                if value >= before:
+                    total += value - before
+                else:
+                    # Went down (driver reload): it restarted from 0, within the time between.
+                    total += min(value, max(0, int((at - before_at) * 1e9)))
+            totals[i] = total
+            lasts[i] = (at, value)
+
+    def counters(self) -> SaturationCounters:
+        violations = tuple((name, ns / 1e9) for (name, _), ns in zip(VIOLATION_FIELDS,
+                                                                     self._violation_ns)
+                           if ns is not None)
+        reasons = self._reason_seconds
+        return SaturationCounters(
+            samples=self.samples, sampled_seconds=self.sampled_seconds,
+            throttle_violation_seconds=violations or None,
+            throttle_reason_seconds=tuple((name, seconds) for (name, _), seconds
+                                          in zip(REASON_BITS, reasons))
+            if reasons is not None else None,
+            memory_pressure_seconds=self._pressure_seconds)
+
+
 def _pcie(row) -> tuple[float | None, float | None]:
     s = row.sample
     return s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second
@@ -268,6 +346,10 @@ def _column_max(column: deque[float], oldest: float | None) -> float | None:
     return max(max(column, default=oldest), oldest)
 
 
+def _percent_ratio(percent: float | None) -> float | None:
+    return percent * 0.01 if percent is not None else None
+
+
 def _column_mean(column: deque[float], oldest: float | None) -> float | None:
     """The mean of a column and the oldest row's value (first, as a walk adds them)."""
     count = len(column) + (oldest is not None)
@@ -286,6 +368,7 @@ class SaturationWindow:
         self._last_reading: _Row | None = None     # the newest row with a new reading
         self._columns = Columns(len(GPM_MEANS), len(VIOLATION_FIELDS),
                                 (bit for _, bit in REASON_BITS), pressure_threshold)
+        self._counters = Counters(pressure_threshold, self._columns._set_bits)
 
     def samples(self) -> tuple[SaturationSample, ...]:
         """The samples kept: those in the window and the one base before it."""
@@ -300,6 +383,7 @@ class SaturationWindow:
         row = _Row.of(sample, self._last_reading, repeated)
         if not repeated:
             self._last_reading = row
+        self._counters.add(row)
         if rows:
             self._columns.push(row)
         rows.append(row)
@@ -308,6 +392,10 @@ class SaturationWindow:
         while len(rows) > 1 and rows[1].sample.time <= horizon:
             rows.popleft()
             self._columns.pop(rows[0])
+
+    def gap(self) -> None:
+        """No sample this tick (the GPU lost): the counters skip the time until the next."""
+        self._counters.gap()
 
     def saturation(self, xid_events_in_window: int | None = None) -> Saturation:
         rows, columns = self._rows, self._columns
@@ -346,10 +434,12 @@ class SaturationWindow:
             sm_active_avg=scaled("sm_active_percent", 0.01),
             sm_occupancy_avg=scaled("sm_occupancy_percent", 0.01),
             dram_active_avg=scaled("dram_active_percent", 0.01),
+            dram_active_max=_percent_ratio(_column_max(columns.gpm[_DRAM], oldest_gpm[_DRAM])),
             pcie_tx_bytes_avg=rate("pcie_tx_bytes_per_second", columns.pcie[0],
                                    oldest_sample.pcie_tx_bytes_per_second),
             pcie_rx_bytes_avg=rate("pcie_rx_bytes_per_second", columns.pcie[1],
                                    oldest_sample.pcie_rx_bytes_per_second),
             nvlink_tx_bytes_avg=means["nvlink_tx_bytes_per_second"],
             nvlink_rx_bytes_avg=means["nvlink_rx_bytes_per_second"],
+            counters=self._counters.counters(),
         )

@@ -34,7 +34,13 @@ spooled to temporary files. A node agent on a pod network gets none of that trus
   ``CHANNEL_TIMEOUT_SECONDS`` whatever it holds unsent;
 - ``/healthz`` and ``/readyz`` can also be served on a separate small listener with its own
   thread and connection budget (``--health-listen``), so probes answer while the data port is
-  saturated.
+  saturated;
+- a watch (a response that streams for minutes) holds neither a worker nor a data-port slot:
+  the app begins it through ``environ[START_WATCH]`` and answers headers only; once the
+  worker is done, the serving loop takes the connection out of its own (``start_watches``)
+  and hands the socket to the watch streams (``watch_streams.py``: their own thread, their
+  own cap, bounded output per watch). What the connection pipelined after the watch is
+  dropped: the watch answers ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -43,13 +49,14 @@ import json
 import logging
 import threading
 import time
+from typing import Protocol
 
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 from waitress.utilities import Error, build_http_date
 
 from gpustats.fdlimit import HEALTH_CONNECTIONS, connection_limit
@@ -74,6 +81,18 @@ OUTPUT_DEADLINE_SECONDS = 10        # a connection over its own budget this long
 # mark of unsent output; the budgets above bound what a connection can hold, so that wait
 # (one worker lost to each client that does not read) is never reached.
 NEVER_WAIT_BYTES = 1 << 62
+# The environ key of ``start_watch(stream) -> bool`` offered to the app (web/gpus.py names it).
+START_WATCH = "gpustats.start_watch"
+
+
+class Watches(Protocol):
+    """Where watch connections go (``watch_streams.WatchStreams``, handed in by cli)."""
+
+    def reserve(self) -> bool: ...
+    def release(self) -> None: ...
+    def adopt(self, sock, stream, head: bytes, chunked: bool) -> None: ...
+    def start(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class RequestTimeout(Error):
@@ -118,10 +137,54 @@ class _Parser(HTTPRequestParser):
         return len(data) if self.error is not None else consumed
 
 
+class _Task(WSGITask):
+    """waitress's WSGI task, offering the app a watch (``START_WATCH``) where the server has
+    watch streams: the task then writes nothing itself, and the serving loop hands the
+    connection, with the response's headers, to the watch streams."""
+
+    watch = None                     # the stream begun, its slot reserved, until handed over
+
+    def get_environment(self) -> dict:
+        environ = super().get_environment()
+        if self.channel.server.watches is not None:
+            environ[START_WATCH] = self._start_watch
+        return environ
+
+    def _start_watch(self, stream) -> bool:
+        """Called by the app: True when a watch slot was free (then its response's body is
+        the stream's, not the app's)."""
+        if self.watch is None:
+            if not self.channel.server.watches.reserve():
+                return False
+            self.watch = stream
+        return True
+
+    def finish(self) -> None:
+        if self.watch is None or self.wrote_header or not self.status.startswith("200"):
+            super().finish()             # no watch, or the app answered something else
+            return
+        # Chunked (HTTP/1.1) or ended by the close (1.0); ``Connection: close`` either way.
+        head = self.build_response_header()
+        self.wrote_header = True
+        self.close_on_finish = False     # the connection is the watch's: closed at its end
+        stream, self.watch = self.watch, None
+        self.channel.begin_watch(stream, head, self.chunked_response)
+
+    def service(self) -> None:
+        try:
+            super().service()
+        finally:
+            if self.watch is not None:   # begun, but the app failed or answered otherwise
+                self.watch = None
+                self.channel.server.watches.release()
+
+
 class _Channel(HTTPChannel):
     """A connection that knows since when its request in progress has been arriving."""
 
     parser_class = _Parser
+    task_class = _Task
+    watching: tuple | None = None    # (stream, head, chunked) once its request is a watch
     error_task_class = _JsonErrorTask
     # The monotonic clock, as ``last_activity`` (below), so that a step of the wall clock
     # neither closes live connections nor keeps idle ones.
@@ -148,7 +211,7 @@ class _Channel(HTTPChannel):
         whether or not the client read. Past the depth, the rest of ``data`` is held unparsed
         (at most one receive: the socket is not read while it is held) and the serving loop
         parses it once the connection has room (``Server.feed_held``)."""
-        if not data:
+        if not data or self.watching is not None:
             return False
         with self.requests_lock:
             if self.will_close or self.close_when_flushed:
@@ -200,7 +263,21 @@ class _Channel(HTTPChannel):
         self.received(data)
 
     def readable(self) -> bool:
-        return not self.held and super().readable()
+        return not self.held and self.watching is None and super().readable()
+
+    def begin_watch(self, stream, head: bytes, chunked: bool) -> None:
+        """Its request became a watch (in the worker, at the task's end): nothing after it is
+        served; the serving loop hands the connection over (``_Server.start_watches``)."""
+        with self.requests_lock:
+            for later in self.requests[1:]:
+                later.close()
+            del self.requests[1:]
+            if self.request is not None:
+                self.request.close()
+                self.request = None
+            self.held = b""
+            self.watching = (stream, head, chunked)
+        self.server.hand_over(self)
 
     def writable(self) -> bool:
         """Output to send, except what a worker is sending itself right now.
@@ -226,7 +303,7 @@ class _Channel(HTTPChannel):
     def waiting(self) -> bool:
         """Nothing being served or sent, not closing: this side only waits for the peer."""
         return not (self.requests or self.total_outbufs_len or self.will_close
-                    or self.close_when_flushed)
+                    or self.close_when_flushed or self.watching is not None)
 
     def waiting_since(self) -> float:
         """Since when the connection has held its slot without a complete request."""
@@ -268,6 +345,7 @@ class _Server(TcpWSGIServer):
     """waitress's TCP server with request deadlines and room made at the connection limit."""
 
     channel_class = _Channel
+    watches: Watches | None = None       # set by Listeners where watches are served
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -278,6 +356,8 @@ class _Server(TcpWSGIServer):
         self._reported = (0, 0, 0)
         self._candidates: list[tuple[float, _Channel]] = []
         self._report_at = 0.0
+        self._handovers: list[_Channel] = []
+        self._handover_lock = threading.Lock()
 
     def readable(self) -> bool:
         # waitress's own ``readable`` stops accepting at the limit, which leaves new
@@ -363,6 +443,40 @@ class _Server(TcpWSGIServer):
                 self._held.discard(channel)
                 channel.feed_held()
 
+    def hand_over(self, channel: _Channel) -> None:
+        """``channel``'s request became a watch: ``start_watches`` hands it over."""
+        with self._handover_lock:
+            self._handovers.append(channel)
+
+    def start_watches(self) -> None:
+        """Hands each connection whose request became a watch to the watch streams, once its
+        worker is done and what it answered before is sent: out of this loop's map and the
+        data port's connections, its socket with the response's headers.
+
+        Run by the serving loop after every wake-up (the worker's end wakes it)."""
+        if not self._handovers:
+            return
+        with self._handover_lock:
+            pending, self._handovers = self._handovers, []
+        waiting = []
+        for channel in pending:
+            if channel._fileno is None or not channel.connected:
+                self.watches.release()       # closed before it could begin
+            elif channel.requests or channel.total_outbufs_len:
+                waiting.append(channel)      # its worker, or earlier answers, not done yet
+            else:
+                stream, head, chunked = channel.watching
+                sock = channel.socket
+                channel.del_channel()        # out of the map and the active channels
+                with channel.outbuf_lock:
+                    for outbuf in channel.outbufs:
+                        outbuf.close()
+                    channel.connected = False
+                self.watches.adopt(sock, stream, head, chunked)
+        if waiting:
+            with self._handover_lock:
+                self._handovers.extend(waiting)
+
     def unsent_output(self) -> int:
         """Output answered and not yet read by the clients, all connections together."""
         return sum(channel.total_outbufs_len for channel in self.active_channels.values())
@@ -418,6 +532,7 @@ def _run(server) -> None:
             wasyncore.poll2(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS,
                             sockets)
             server.feed_held()
+            server.start_watches()
     except (SystemExit, KeyboardInterrupt):
         server.task_dispatcher.shutdown()
 
@@ -454,15 +569,19 @@ class ListenError(Exception):
 
 
 class Listeners:
-    """The data server (run in the calling thread) and the health server (its own thread)."""
+    """The data server (run in the calling thread), the health server (its own thread) and,
+    where given, the data server's watch streams (their own thread)."""
 
     def __init__(self, app, listen: tuple[str, int], health_app=None,
-                 health_listen: tuple[str, int] | None = None):
+                 health_listen: tuple[str, int] | None = None,
+                 watches: Watches | None = None):
         connections = connection_limit()
         try:
             self.data = _server(app, *listen, threads=8, connections=connections)
         except OSError as exc:
             raise ListenError(listen, "--listen", exc) from exc
+        self.watches = watches
+        self.data.watches = watches
         self.health = None
         if health_app is not None and health_listen is not None:
             try:
@@ -481,6 +600,8 @@ class Listeners:
 
     def run(self) -> None:
         """Serve until a signal handler raises out of the data server's loop."""
+        if self.watches is not None:
+            self.watches.start()
         if self.health is not None:
             self._thread = threading.Thread(target=self._run_health, name="health-http",
                                             daemon=True)
@@ -497,3 +618,5 @@ class Listeners:
         self.data.close()
         if self.health is not None:
             self.health.close()
+        if self.watches is not None:
+            self.watches.close()

@@ -39,3 +39,20 @@ def test_a_failing_source_gives_a_partial_snapshot(caplog):
     snapshot = housekeeper.tick()
     assert snapshot.devices == () and store.latest() is snapshot
     assert any("GPU sweep failed" in r.getMessage() for r in caplog.records)
+
+
+
+def test_once_leaves_the_state_dir_as_found(tmp_path):
+    """--once reads the counters and writes none: it may run beside the daemon on its
+    state dir."""
+    import subprocess
+    import sys
+
+    from tests.support.paths import REPO_ROOT
+    once = tmp_path / "once"
+    done = subprocess.run([sys.executable, "-m", "gpustats", "--once", "--simulate",
+                           str(REPO_ROOT / "examples" / "two-gpus.yaml"), "--state-dir",
+                           str(once)], capture_output=True, text=True, timeout=120,
+                          cwd=str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in once.iterdir()) == ["simulated-driver.json"]  # the fake's

@@ -29,7 +29,7 @@ def limits(monkeypatch):
 
 def test_connections_come_first_and_kept_files_get_what_is_left(limits):
     limits["limits"] = [1024, 2048]
-    assert fdlimit.kept_file_limit() == 2048 - 1024 - 64 - 64
+    assert fdlimit.kept_file_limit() == 2048 - 1024 - 64 - 256 - 64      # watches too
     assert limits["limits"] == [2048, 2048]
     assert fdlimit.connection_limit() == 1024
 
@@ -37,7 +37,7 @@ def test_connections_come_first_and_kept_files_get_what_is_left(limits):
 def test_a_roomy_hard_limit_is_raised_to_what_both_want(limits):
     limits["limits"] = [1024, 1 << 20]
     assert fdlimit.kept_file_limit() == fdlimit.KEPT_FILES_MAX
-    assert limits["limits"][0] == 1024 + 64 + 64 + fdlimit.KEPT_FILES_MAX
+    assert limits["limits"][0] == 1024 + 64 + 256 + 64 + fdlimit.KEPT_FILES_MAX
     limits["limits"] = [resource.RLIM_INFINITY, resource.RLIM_INFINITY]
     assert fdlimit.kept_file_limit() == fdlimit.KEPT_FILES_MAX
     assert fdlimit.connection_limit() == fdlimit.MAX_CONNECTIONS
@@ -57,7 +57,7 @@ def test_process_stat_files_share_the_kept_budget_in_proportion(limits):
     limits["limits"] = [1024, 1 << 20]
     assert fdlimit.kept_file_shares() == (fdlimit.KEPT_FILES_MAX, fdlimit.KEPT_PROC_FILES_MAX)
     wanted = fdlimit.KEPT_FILES_MAX + fdlimit.KEPT_PROC_FILES_MAX
-    limits["limits"] = [1024, 1024 + 64 + 64 + wanted // 2]     # half of what both want
+    limits["limits"] = [1024, 1024 + 64 + 256 + 64 + wanted // 2]   # half of what both want
     cgroup, procs = fdlimit.kept_file_shares()
     assert (cgroup, procs) == (fdlimit.KEPT_FILES_MAX // 2, fdlimit.KEPT_PROC_FILES_MAX // 2)
     limits["limits"] = [1024, 1024]

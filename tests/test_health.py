@@ -11,7 +11,9 @@ T0 = 1_700_000_000.0
 
 
 def ready(health):
-    (c,) = health.conditions
+    """NVMLReady (listed first; the aggregated Ready last)."""
+    c = health.conditions[0]
+    assert c.type == "NVMLReady" and health.conditions[-1].type == "Ready"
     return c
 
 

@@ -27,6 +27,7 @@ RULES = {
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},
     "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
+    "watch_streams": {"fdlimit"},   # GPU watch streams, off the request workers
     "fakehost": set(),    # fake host trees, for the demo and the tests
     "demo": {"fakehost", "config"},   # the demo node, wired in by cli
     "cli": None,   # wires everything

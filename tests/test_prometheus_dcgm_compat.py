@@ -332,4 +332,5 @@ def test_every_panel_of_our_dashboard_returns_data(node):
     titles = {p["title"] for p in dashboard["panels"]}
     assert {"Pods", "Containers", "MIG instances", "Health"} <= titles
     conditions = prometheus.query('gpustats_node_gpu_condition{status="False"}')
-    assert _one(conditions, gpu="0")["metric"]["reason"] == "XidError"
+    assert _one(conditions, gpu="0", type="NVMLReady")["metric"]["reason"] == "XidError"
+    assert _one(conditions, gpu="0", type="Ready")["metric"]["reason"] == "XidError"

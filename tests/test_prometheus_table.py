@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from gpustats.config import METRIC_GROUPS
-from gpustats.export import metric_table, prometheus
+from gpustats.export import kepler_table, metric_table, prometheus
 from gpustats.export.metric_table import FAMILIES, GROUPS
 from gpustats.export.prometheus import render
 from gpustats.model.device import DeviceReading
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
+from gpustats.model.health import SaturationCounters
 from gpustats.model.snapshot import ContainerAccelerator, ContainerStats, ProcessStats
 from gpustats.model.sources import SourceState
 from gpustats.model.tenants import service_tenant
@@ -29,7 +30,12 @@ def every_family_snapshot():
     s = sample_snapshot()
     a = s.devices[0]
     sat = dataclasses.replace(a.saturation, sm_occupancy_avg=0.25, dram_active_avg=0.5,
-                              nvlink_tx_bytes_avg=1e9, nvlink_rx_bytes_avg=2e9)
+                              nvlink_tx_bytes_avg=1e9, nvlink_rx_bytes_avg=2e9,
+                              dram_active_max=0.75, counters=SaturationCounters(
+                                  samples=13, sampled_seconds=60.0,
+                                  throttle_violation_seconds=(("power", 12.0),),
+                                  throttle_reason_seconds=(("sw_power_cap", 30.0),),
+                                  memory_pressure_seconds=0.0))
     devices = (dataclasses.replace(a, saturation=sat, unallocated_idle_power_watts=0.0,
                                    unallocated_idle_energy_joules=20.0,
                                    reading=DeviceReading(a.identity, 1.0, performance_state=0)),
@@ -61,7 +67,8 @@ def every_family_snapshot():
 
 
 def _text(snapshot, disabled=()):
-    return render(snapshot, None, dcgm_compat=True, disabled_groups=disabled)[0].decode()
+    return render(snapshot, None, dcgm_compat=True, disabled_groups=disabled,
+                  kepler_compat=True)[0].decode()
 
 
 def _exposed(family):
@@ -75,16 +82,16 @@ def test_golden_every_family():
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
-    for family in FAMILIES:
+    for family in FAMILIES + kepler_table.FAMILIES:
         assert f"# TYPE {_exposed(family)} " in text, family.name
 
 
 def test_every_family_has_a_group_a_scope_and_one_getter():
-    for family in FAMILIES:
+    for family in FAMILIES + kepler_table.FAMILIES:
         assert family.group in GROUPS, family.name
         assert family.scope in prometheus.ROWS, family.name
         assert (family.value is None) != (family.samples is None), family.name
-    assert {f.group for f in FAMILIES} | {metric_table.DCGM} == set(GROUPS)
+    assert {f.group for f in FAMILIES} | {metric_table.DCGM, metric_table.KEPLER} == set(GROUPS)
 
 
 def test_config_names_the_table_groups():
@@ -99,6 +106,7 @@ def test_a_disabled_group_leaves_out_its_families_only(group):
         present = f"# TYPE {_exposed(family)} " in text
         assert present == (family.group != group), family.name
     assert ("DCGM_FI_" in text) == (group != metric_table.DCGM)
+    assert ("# TYPE kepler_" in text) == (group != metric_table.KEPLER)
 
 
 def test_a_disabled_group_is_not_built(monkeypatch):

@@ -7,7 +7,7 @@ import sys
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask
+from waitress.task import ErrorTask, WSGITask
 
 from gpustats import serving
 
@@ -20,6 +20,8 @@ HOOKS = (
      ("last_activity", "requests", "request", "outbufs", "outbuf_lock", "will_close",
       "total_outbufs_len", "current_outbuf_count", "close_when_flushed", "sent_continue",
       "requests_lock", "server", "adj")),
+    (WSGITask, serving._Task, ("finish", "service", "get_environment"),
+     ("wrote_header", "status", "chunked_response", "close_on_finish")),
     (TcpWSGIServer, serving._Server, ("readable", "handle_accept", "maintenance"),
      ("active_channels", "in_connection_overflow", "next_channel_cleanup", "task_dispatcher",
       "effective_port", "effective_host", "channel_class", "adj")),

@@ -132,7 +132,8 @@ def test_gpus_endpoint_and_openapi(client, store):
     assert client.get("/api/v1/gpus").status_code == 503
     store.publish(_snap())
     body = client.get("/api/v1/gpus").get_json()
-    assert body == {"nodeName": "n1", "nvmlLoaded": False, "gpus": []}
+    assert body == {"nodeName": "n1", "nvmlLoaded": False,
+                    "resourceVersion": body["resourceVersion"], "gpus": []}
     doc = client.get("/openapi.json").get_json()
     assert doc["openapi"].startswith("3.")
     assert {"/stats/summary", "/api/v1/gpus", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])

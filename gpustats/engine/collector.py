@@ -89,6 +89,11 @@ class Housekeeper:
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
         self._known: dict[str, object] = {}      # uuid -> last identity, for NVML outages
+        # Processes by (counter key, GPU instance): this tick's, and those ended while their
+        # counters are retained.
+        self._idle_served: dict[str, float] = {}     # uuid -> the idle energy served last
+        self._last_live: dict[tuple, ProcessStats] = {}
+        self._ended: dict[tuple, ProcessStats] = {}
         self._wall = wall
         self._monotonic = monotonic
         self._started_at = wall()
@@ -136,6 +141,7 @@ class Housekeeper:
                                lambda: self._containers.build(mapped, processes, settled), view)
             if view.pid_to_container or view.process_users:
                 processes = tuple(_with_owner(p, view) for p in processes)
+        processes = self._with_ended(processes, settled)
         health, saturation, unknown = self._guard(
             "health and saturation", lambda: self._health_and_saturation(readings, gpu_status),
             ({}, {}, ()))
@@ -197,6 +203,7 @@ class Housekeeper:
                     self._health.note_gpu_lost(r.identity.uuid, now)
                 else:
                     self._health.note_gpu_answers(r.identity.uuid, now)
+                    self._health.note_remapped_rows(r.identity.uuid, r.remapped_rows, now)
             health = self._health.health_by_uuid()
         saturations = {}
         for reading in readings:
@@ -211,6 +218,8 @@ class Housekeeper:
                 xids = self._health.xid_count_since(uuid, now - self._saturation_window) \
                     if self._health is not None and _nvml_gpu(reading) else None   # XIDs: NVML's
                 saturations[uuid] = window.saturation(xids)
+            else:
+                window.gap()       # the time it was lost is counted in no counter
         for gone in set(self._windows) - set(uuids):
             del self._windows[gone]
         unknown: tuple[DeviceStats, ...] = ()
@@ -284,6 +293,29 @@ class Housekeeper:
                 ))
         return tuple(out)
 
+    def _with_ended(self, processes: tuple[ProcessStats, ...],
+                    settled: Settled) -> tuple[ProcessStats, ...]:
+        """This tick's processes, then those that ended while their counters are retained
+        (``ended``: their energy and owner kept, their figures of the moment absent)."""
+        def key(p: ProcessStats):
+            return self._ledger.process_key(p.device_uuid, p.pid, p.start_time_ticks), \
+                p.gpu_instance_id
+        live = {key(p): p for p in processes}
+        for k, p in self._last_live.items():
+            if k not in live and k not in self._ended:
+                self._ended[k] = replace(
+                    p, ended=True, memory_used_bytes=None, compute_utilization_percent=None,
+                    share_method=None, attributed_power_watts=None)
+        kept = {}
+        for k, p in self._ended.items():
+            total = settled.total(k[0])
+            if k in live or total is None:
+                continue                          # back, or its counter expired
+            kept[k] = p if p.attributed_energy_joules == total else \
+                replace(p, attributed_energy_joules=total)
+        self._ended, self._last_live = kept, live
+        return processes + tuple(kept.values()) if kept else processes
+
     def _mig_stats(self, reading: DeviceReading, activity: dict[int, float],
                    settled: Settled) -> tuple[MigInstanceStats, ...]:
         uuid = reading.identity.uuid
@@ -303,6 +335,13 @@ class Housekeeper:
                       activity: dict[int, float], settled: Settled, health: DeviceHealth | None,
                       saturation: Saturation | None) -> DeviceStats:
         uuid = reading.identity.uuid
+        energy, active = settled.total(DeviceKey(uuid)), settled.total(ActiveKey(uuid))
+        idle = None
+        if energy is not None and active is not None:
+            # To the millijoule (the driver counter's unit): two sums of the same ticks do not
+            # jitter it below itself.
+            idle = self._idle_served[uuid] = max(self._idle_served.get(uuid, 0.0),
+                                                 round(max(0.0, energy - active), 3))
         unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
         unallocated_watts, unallocated = settled.figures(UnallocatedIdleKey(uuid), uuid)
         return DeviceStats(
@@ -311,10 +350,11 @@ class Housekeeper:
             memory_used_bytes=reading.memory_used_bytes,
             duty_cycle_percent=reading.utilization_percent,
             power_watts=attribution.power_watts if attribution else reading.power_watts,
-            energy_joules=settled.total(DeviceKey(uuid)),
+            energy_joules=energy,
             idle_power_watts=attribution.idle_power_watts if attribution else None,
             active_power_watts=attribution.active_power_watts if attribution else None,
-            active_energy_joules=settled.total(ActiveKey(uuid)),
+            active_energy_joules=active,
+            idle_energy_joules=idle,
             unattributed_power_watts=unattributed_watts,
             unattributed_energy_joules=unattributed,
             unallocated_idle_power_watts=unallocated_watts,

@@ -232,15 +232,16 @@ class EnergyCounters:
             if self._files is not None:
                 self._files.close()
 
-    def load(self, files: StateFiles) -> bool:
-        """Read the snapshot and replay the journal; attach ``files`` for later writes.
+    def load(self, files: StateFiles, *, write: bool = True) -> bool:
+        """Read the snapshot and replay the journal; attach ``files`` for later writes (none
+        with ``write`` False: ``--once``, which leaves the state dir as it found it).
 
         A missing, corrupt or foreign file is logged and the counters start from zero (the bad
         file is kept aside); a torn or corrupt journal line is skipped and the others replayed;
         a state from a newer gpustats raises ``NewerStateVersion`` (and is left untouched). A
-        state not yet in this format (older, or none) is compacted at once, so the state dir
-        says this format before the first journal line: a release that knows only an older
-        one refuses it rather than misread its journal.
+        state not yet in this format (older, or none) is compacted at once (when writing), so
+        the state dir says this format before the first journal line: a release that knows
+        only an older one refuses it rather than misread its journal.
         """
         self._files = files
         parsed, journal = files.load(parse_state_document)
@@ -283,7 +284,9 @@ class EnergyCounters:
             log.info("loaded %d energy counters and %d GPU records from %s (%d journal "
                      "entr%s replayed)", len(loaded), len(devices), files.directory, replayed,
                      "y" if replayed == 1 else "ies")
-        if not _in_this_format(files, parsed):
+        if not write:
+            self._files = None
+        elif not _in_this_format(files, parsed):
             self.persist()
         return parsed is not None or replayed > 0
 

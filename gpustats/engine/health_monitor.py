@@ -4,8 +4,9 @@ It waits in slices of ``wait_ms`` so ``stop`` returns within the shutdown budget
 the wait can be woken (``interrupt``: the simulator), in long slices that ``stop`` and a change
 of the GPUs watched cut short. An event source that fails is closed, logged (rate-limited)
 and reopened after a backoff: the thread never dies of an NVML error. The sweep reports
-GPU_IS_LOST too, so health reflects a lost GPU even where the driver delivers no events. A
-new NVML session starts from healthy.
+GPU_IS_LOST too, so health reflects a lost GPU even where the driver delivers no events, and
+each GPU's remapped rows (``RowRemapHealth``). ``EccHealth`` is reported for the GPUs whose
+events the source registered. A new NVML session starts from healthy.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import time
 from collections import deque
 from typing import Callable, Mapping, Protocol
 
-from gpustats.health import DEFAULT_IGNORED_XIDS, apply_event, initial_health
-from gpustats.model.health import DeviceHealth, HealthEvent
+from gpustats.health import (
+    DEFAULT_IGNORED_XIDS, apply_event, apply_remapped_rows, initial_health, watch_ecc,
+)
+from gpustats.model.device import RemappedRowsReading
+from gpustats.model.health import CONDITION_ROW_REMAP, STATUS_TRUE, DeviceHealth, HealthEvent
 from gpustats.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
@@ -78,8 +82,40 @@ class HealthMonitor:
     def note_gpu_answers(self, uuid: str, when: float) -> None:
         """The sweep read the GPU: a GPU that was lost is ready again (logged once)."""
         current = self._health.get(uuid)
-        if current is not None and not current.healthy:
+        if current is not None and current.lost:
             self._apply(HealthEvent(uuid, "gpu_answers", when, source="nvml-sweep"))
+
+    def note_remapped_rows(self, uuid: str, rows: RemappedRowsReading | None,
+                           when: float) -> None:
+        """The sweep's remapped rows of the GPU (None: it gave none); a change of the
+        condition's status or reason is logged once."""
+        before, after = self._update(uuid, lambda h: apply_remapped_rows(h, rows, when))
+        old, new = (h.condition(CONDITION_ROW_REMAP) if h is not None else None
+                    for h in (before, after))
+        if new is not None and new.status != STATUS_TRUE and (
+                old is None or (old.status, old.reason) != (new.status, new.reason)):
+            log.warning("GPU %s: %s: %s", uuid, new.reason, new.message)
+
+    def _note_events(self, registered: Mapping[str, bool]) -> None:
+        """The source registered these GPUs' events: their ECC health is known from now."""
+        now = self._wall()
+        for uuid, has_events in registered.items():
+            if has_events:
+                self._update(uuid, lambda h: watch_ecc(h, now))
+
+    def _update(self, uuid: str, change: Callable[[DeviceHealth], DeviceHealth]
+                ) -> tuple[DeviceHealth | None, DeviceHealth | None]:
+        """The GPU's health before and after ``change`` (None, None: not tracked)."""
+        with self._lock:
+            current = self._health.get(uuid)
+            if current is None:
+                return None, None
+            updated = change(current)
+            if updated is not current and updated != current:
+                health = dict(self._health)
+                health[uuid] = updated
+                self._health = health
+            return current, updated
 
     def health_by_uuid(self) -> Mapping[str, DeviceHealth]:
         return self._health          # replaced, never mutated: safe to read without the lock
@@ -121,7 +157,7 @@ class HealthMonitor:
                 log.log(logging.WARNING if event.kind == "gpu_lost" else logging.INFO,
                         "GPU %s: %s", event.device_uuid,
                         "lost (GPU_IS_LOST)" if event.kind == "gpu_lost"
-                        else "answers again; NVMLReady is True")
+                        else "answers again")
         elif event.kind != "single_bit_ecc":
             log.warning("GPU %s: %s%s", event.device_uuid, event.kind,
                         f" {event.code}" if event.code is not None else "")
@@ -145,7 +181,7 @@ class HealthMonitor:
                         source.close()
                     source = self._make_source()
                     opened_for = target
-                    source.open(target[1])
+                    self._note_events(source.open(target[1]) or {})
                 for event in source.wait(self._wait_ms):
                     self._apply(event)
                 backoff = 1.0

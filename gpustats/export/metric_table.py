@@ -64,10 +64,12 @@ VENDOR_STATUS = "vendor"   # VendorStatus; vendor
 ERROR_COUNT = "error"      # (source, reason, count); ERROR
 
 # Groups for --disable-metrics (cAdvisor's convention): each family is in one. ``dcgm`` holds
-# the --dcgm-compat families, declared in export.dcgm_table and rendered by export.dcgm.
+# the --dcgm-compat families, declared in export.dcgm_table and rendered by export.dcgm;
+# ``kepler`` the --kepler-compat families, rows of export.kepler_table built by export.kepler.
 DCGM = "dcgm"
+KEPLER = "kepler"
 GROUPS = ("gpu", "health", "saturation", "mig", "process", "container", "pod", "tenant",
-          "cadvisor", "daemon", DCGM)
+          "cadvisor", "daemon", DCGM, KEPLER)
 
 Value = Callable[[Any], "float | int | None"]
 Samples = Callable[[Any], Iterable[tuple[tuple[object, ...], "float | int | None"]]]
@@ -147,6 +149,18 @@ def _conditions(h: Any) -> Iterable[tuple[tuple[object, ...], int]]:
     return (((c.type, c.status, c.reason), 1) for c in h.conditions)
 
 
+def _counter(name: str) -> Value:
+    """A field of the saturation counters (``None`` where the GPU has none)."""
+    get = attrgetter(name)
+    return lambda s: get(s.counters) if s.counters is not None else None
+
+
+def _counter_pairs(name: str) -> Samples:
+    get = attrgetter(name)
+    return lambda s: (((label,), value) for label, value in
+                      (get(s.counters) if s.counters is not None else None) or ())
+
+
 def _memory_used_ratios(s: Any) -> tuple[tuple[tuple[object, ...], float | None], ...]:
     return ((("avg",), s.memory_used_ratio_avg), (("max",), s.memory_used_ratio_max))
 
@@ -172,7 +186,9 @@ FAMILIES: tuple[Family, ...] = (
            group="health", scope=DEVICE, value=_one_if("lost")),
     Family("gpustats_node_gpu_healthy", GAUGE, "1 when every health condition is True.", GPU,
            group="health", scope=HEALTH, value=_one_if("healthy")),
-    Family("gpustats_node_gpu_condition", GAUGE, "Health conditions of the GPU (value 1).",
+    Family("gpustats_node_gpu_condition", GAUGE,
+           "Health conditions of the GPU (value 1): NVMLReady, EccHealth, RowRemapHealth and "
+           "Ready (every other one True).",
            GPU + ("type", "status", "reason"), group="health", scope=HEALTH,
            samples=_conditions),
     Family("gpustats_node_gpu_xid_errors", COUNTER,
@@ -199,6 +215,9 @@ FAMILIES: tuple[Family, ...] = (
            GPU, "ratio", group="saturation", scope=SATURATION, value=_at("sm_occupancy_avg")),
     Family("gpustats_node_gpu_dram_active_ratio", GAUGE, "GPM DRAM activity, window average.",
            GPU, "ratio", group="saturation", scope=SATURATION, value=_at("dram_active_avg")),
+    Family("gpustats_node_gpu_dram_active_max_ratio", GAUGE,
+           "GPM DRAM activity, window maximum.", GPU, "ratio", group="saturation",
+           scope=SATURATION, value=_at("dram_active_max")),
     Family("gpustats_node_gpu_pcie_bytes_per_second", GAUGE, "PCIe throughput, window average.",
            GPU + ("direction",), group="saturation", scope=SATURATION,
            samples=_directions("pcie_tx_bytes_avg", "pcie_rx_bytes_avg")),
@@ -206,6 +225,28 @@ FAMILIES: tuple[Family, ...] = (
            "NVLink throughput, window average.", GPU + ("direction",),
            group="saturation", scope=SATURATION,
            samples=_directions("nvlink_tx_bytes_avg", "nvlink_rx_bytes_avg")),
+    # What the window's ratios are built from, so any window is an increase() apart. Counted
+    # since the daemon started (not kept across restarts: a restart is a counter reset).
+    Family("gpustats_node_gpu_throttle_violation_seconds", COUNTER,
+           "Seconds throttled, by violation policy (the driver's cumulative counters' "
+           "increases since gpustats started).", GPU + ("policy",), "seconds",
+           group="saturation", scope=SATURATION,
+           samples=_counter_pairs("throttle_violation_seconds")),
+    Family("gpustats_node_gpu_throttle_reason_seconds", COUNTER,
+           "Seconds between samples that ended with a clocks-event reason set, since gpustats "
+           "started.", GPU + ("reason",), "seconds", group="saturation", scope=SATURATION,
+           samples=_counter_pairs("throttle_reason_seconds")),
+    Family("gpustats_node_gpu_memory_pressure_seconds", COUNTER,
+           "Seconds between samples that ended with framebuffer use at or above the pressure "
+           "threshold, since gpustats started.", GPU, "seconds", group="saturation",
+           scope=SATURATION, value=_counter("memory_pressure_seconds")),
+    Family("gpustats_node_gpu_saturation_sampled_seconds", COUNTER,
+           "Seconds between consecutive saturation samples (the time the seconds counters "
+           "cover), since gpustats started.", GPU, "seconds", group="saturation",
+           scope=SATURATION, value=_counter("sampled_seconds")),
+    Family("gpustats_node_gpu_saturation_samples", COUNTER,
+           "Saturation samples taken, since gpustats started.", GPU, group="saturation",
+           scope=SATURATION, value=_counter("samples")),
     Family("gpustats_node_gpu_mig_instance", INFO, "MIG GPU instance identity.",
            MIG + ("mig_uuid", "profile"), group="mig", scope=MIG_INSTANCE,
            samples=lambda m: (((m.uuid, m.profile), 1),)),

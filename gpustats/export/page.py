@@ -19,7 +19,7 @@ from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
 )
-from gpustats.model.health import STATUS_TRUE
+from gpustats.model.health import CONDITION_READY, STATUS_TRUE
 from gpustats.model.tenants import KIND_POD
 
 ABSENT = "–"
@@ -148,7 +148,9 @@ def _health(device: DeviceStats) -> Health:
         return Health("unknown", "health unknown")
     if device.health.healthy:
         return Health("healthy", "healthy")
-    bad = [c for c in device.health.conditions if c.status != STATUS_TRUE]
+    # Ready sums up the others: the page names the conditions it is made of.
+    bad = [c for c in device.health.conditions
+           if c.status != STATUS_TRUE and c.type != CONDITION_READY]
     reason = "; ".join(f"{c.type}: {c.reason}" for c in bad)
     return Health("unhealthy", f"unhealthy ({reason})" if reason else "unhealthy")
 

@@ -22,7 +22,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from gpustats.engine.store import SnapshotStore
-from gpustats.export import metric_table
+from gpustats.export import kepler, kepler_table, metric_table
 from gpustats.export.accelerators import container_view
 from gpustats.export.dcgm import render_dcgm
 from gpustats.export.metric_table import COUNTER, FAMILIES, GAUGE, INFO, Family, enabled
@@ -146,6 +146,13 @@ def _error_rows(snapshot: Snapshot, *_) -> list[Row]:
     return [_row(error, error[:2]) for error in snapshot.status.collection_errors]
 
 
+def _shown_rows(build: Callable[[Snapshot, GpuLabels], Iterable[tuple[object, tuple]]]
+                ) -> Callable[[Snapshot, GpuLabels], list[Row]]:
+    """A scope of export.kepler: its raw label values shown by the one rule."""
+    return lambda snapshot, gpus: [_row(entity, labels) for entity, labels
+                                   in build(snapshot, gpus)]
+
+
 # Each scope's rows, built once per collect() and only when an enabled family reads them.
 ROWS: dict[str, Callable[[Snapshot, GpuLabels], list[Row]]] = {
     metric_table.NODE: lambda snapshot, _: [(snapshot, ())],
@@ -162,6 +169,8 @@ ROWS: dict[str, Callable[[Snapshot, GpuLabels], list[Row]]] = {
     metric_table.SOURCE_STATE: _source_rows,
     metric_table.VENDOR_STATUS: _vendor_rows,
     metric_table.ERROR_COUNT: _error_rows,
+    # --kepler-compat: Kepler's families (export.kepler_table) over their own scopes.
+    **{scope: _shown_rows(build) for scope, build in kepler.ROWS.items()},
 }
 
 
@@ -247,16 +256,20 @@ _OPENMETRICS_EOF = b"# EOF\n"
 
 def render(snapshot: Snapshot, accept: str | None, dcgm_compat: bool = False,
            dcgm_hostname_label: str = "Hostname",
-           disabled_groups: Iterable[str] = ()) -> tuple[bytes, str]:
+           disabled_groups: Iterable[str] = (), kepler_compat: bool = False
+           ) -> tuple[bytes, str]:
     """The exposition of one snapshot in the format the Accept header negotiates; with
-    ``dcgm_compat`` dcgm-exporter's families follow ours (before OpenMetrics' ``# EOF``), their
+    ``kepler_compat`` Kepler's families (``export.kepler_table``) follow ours, and with
+    ``dcgm_compat`` dcgm-exporter's follow those (before OpenMetrics' ``# EOF``), their
     node label named ``dcgm_hostname_label``. The families of ``disabled_groups``
     (of ``metric_table.GROUPS``) are not built."""
     disabled = frozenset(disabled_groups)
     encoder, content_type = choose_encoder(accept or "")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PrometheusView(lambda: snapshot,
-                                     table=enabled(disabled) if disabled else FAMILIES))
+    table = enabled(disabled) if disabled else FAMILIES
+    if kepler_compat and metric_table.KEPLER not in disabled:
+        table += kepler_table.FAMILIES
+    registry.register(PrometheusView(lambda: snapshot, table=table))
     body = encoder(registry)
     if dcgm_compat and metric_table.DCGM not in disabled:
         dcgm = render_dcgm(snapshot, hostname_label=dcgm_hostname_label)
@@ -272,18 +285,21 @@ class MetricsBodies:
     ``bodies(accept) -> (body, content type)``, rendered once per snapshot and format."""
 
     def __init__(self, store: SnapshotStore, dcgm_compat: bool = False,
-                 dcgm_hostname_label: str = "Hostname", disabled_groups: Iterable[str] = ()):
+                 dcgm_hostname_label: str = "Hostname", disabled_groups: Iterable[str] = (),
+                 kepler_compat: bool = False):
         self._store = store
         self._dcgm_compat = dcgm_compat
         self._dcgm_hostname_label = dcgm_hostname_label
         self._disabled_groups = frozenset(disabled_groups)
+        self._kepler_compat = kepler_compat
 
     def negotiate(self, accept: str | None
                   ) -> tuple[Hashable, Callable[[Snapshot], bytes], str]:
         """(memo key, body builder, content type) of the format the Accept header asks for."""
         _, content_type = choose_encoder(accept or "")
         build = lambda s: render(s, accept, self._dcgm_compat,  # noqa: E731
-                                 self._dcgm_hostname_label, self._disabled_groups)[0]
+                                 self._dcgm_hostname_label, self._disabled_groups,
+                                 self._kepler_compat)[0]
         return ("metrics", content_type), build, content_type
 
     def __call__(self, accept: str | None) -> tuple[bytes, str]:

@@ -115,6 +115,7 @@ def saturation_dict(saturation: Saturation) -> dict[str, Any]:
         ("smActiveAvg", saturation.sm_active_avg),
         ("smOccupancyAvg", saturation.sm_occupancy_avg),
         ("dramActiveAvg", saturation.dram_active_avg),
+        ("dramActiveMax", saturation.dram_active_max),
         ("pcieTxBytesAvg", saturation.pcie_tx_bytes_avg),
         ("pcieRxBytesAvg", saturation.pcie_rx_bytes_avg),
         ("nvlinkTxBytesAvg", saturation.nvlink_tx_bytes_avg),

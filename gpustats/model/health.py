@@ -8,7 +8,13 @@ STATUS_TRUE = "True"
 STATUS_FALSE = "False"
 STATUS_UNKNOWN = "Unknown"
 
-CONDITION_NVML_READY = "NVMLReady"
+# Condition types, NVSentinel's model: each is True when healthy, False with a CamelCase
+# reason when not, Unknown when it cannot be told. ``Ready`` is computed from the others.
+CONDITION_NVML_READY = "NVMLReady"          # XIDs, double-bit ECC events, GPU_IS_LOST
+CONDITION_ECC = "EccHealth"                 # volatile double-bit ECC (events since NVML init)
+CONDITION_ROW_REMAP = "RowRemapHealth"      # row remapping pending or failed (the sweep)
+CONDITION_READY = "Ready"                   # aggregated: every other condition True
+CONDITION_TYPES = (CONDITION_NVML_READY, CONDITION_ECC, CONDITION_ROW_REMAP, CONDITION_READY)
 
 # Well-known XIDs (NVIDIA's XID catalog); others are reported by number alone.
 XID_DESCRIPTIONS = {
@@ -49,11 +55,34 @@ class DeviceHealth:
     xid_error_count: int = 0
     last_xid: int | None = None        # the most recent XID code (None: none since start)
     single_bit_ecc_count: int = 0
-    double_bit_ecc_count: int = 0
+    double_bit_ecc_count: int = 0      # since NVML was initialised (volatile)
+    critical_xid_count: int = 0        # XIDs not on the ignore list, since NVML was initialised
+    last_critical_xid: int | None = None
+    lost: bool = False                 # GPU_IS_LOST at the last sweep or event
 
     @property
     def healthy(self) -> bool:
         return all(c.status == STATUS_TRUE for c in self.conditions)
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of that type, None when the GPU has none (NVSentinel's
+        GetCondition)."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+@record
+class SaturationCounters:
+    """What the window's ratios are built from, accumulated since the daemon started (not kept
+    across restarts), so a window of any length is an ``increase()`` apart. A signal whose
+    source never gave a value is ``None`` (absent), never 0."""
+
+    samples: int                                   # samples taken
+    sampled_seconds: float                         # Σ time between consecutive samples
+    # Per violation policy: Σ increase of the driver's cumulative counter, in seconds.
+    throttle_violation_seconds: tuple[tuple[str, float], ...] | None = None
+    # Per clocks-event reason: Σ of each sample's time since the previous where the bit is set.
+    throttle_reason_seconds: tuple[tuple[str, float], ...] | None = None
+    memory_pressure_seconds: float | None = None   # likewise, with used/total >= threshold
 
 
 @record
@@ -70,7 +99,10 @@ class Saturation:
     sm_active_avg: float | None = None
     sm_occupancy_avg: float | None = None
     dram_active_avg: float | None = None
+    dram_active_max: float | None = None
     pcie_tx_bytes_avg: float | None = None
     pcie_rx_bytes_avg: float | None = None
     nvlink_tx_bytes_avg: float | None = None
     nvlink_rx_bytes_avg: float | None = None
+    counters: SaturationCounters | None = None
+

@@ -41,6 +41,9 @@ class DeviceStats:
     idle_power_watts: float | None = None
     active_power_watts: float | None = None
     active_energy_joules: float | None = None
+    # The energy not active (whole − active), never below a value served before: a tick
+    # whose energy counter could not be read still counts its active energy.
+    idle_energy_joules: float | None = None
     # Active power and energy nobody could be billed for (no process, processes in no
     # container, or processes unknown): active = Σ containers + unattributed.
     unattributed_power_watts: float | None = None
@@ -74,6 +77,9 @@ class ProcessStats:
     comm: str | None = None                  # /proc/<pid>/comm
     uid: int | None = None                   # the real UID (/proc/<pid>/status)
     user: str | None = None                  # the UID's name in the host's passwd
+    # Ended (no longer on the GPU) and kept while its counter is retained: its energy and
+    # owner served, its figures of the moment absent.
+    ended: bool = False
 
 
 @record

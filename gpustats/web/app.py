@@ -13,12 +13,13 @@ from typing import Callable, Hashable, Protocol
 from flask import Blueprint, Flask, Response, json, request
 
 from gpustats.engine.store import SnapshotStore
-from gpustats.export.gpus import gpus_json
+from gpustats.export.gpu_events import GpuEventLog
 from gpustats.export.status import status_json
 from gpustats.export.summary import summary_json
 from gpustats.model.snapshot import Snapshot
 from gpustats.web.conditional import Body, memoized_per_header, respond
 from gpustats.web.errors import json_error, register_error_handlers
+from gpustats.web.gpus import gpus_blueprint
 from gpustats.web.openapi import openapi_document
 
 
@@ -87,14 +88,9 @@ def stats_blueprint(store: SnapshotStore) -> Blueprint:
 
 
 def api_blueprint(store: SnapshotStore, history_seconds: int) -> Blueprint:
-    """``/api/v1/gpus``, ``/api/v1/status`` and the OpenAPI document."""
+    """``/api/v1/status`` and the OpenAPI document (``/api/v1/gpus``: ``web/gpus.py``)."""
     blueprint = Blueprint("api", __name__)
     document = Body(json.dumps(openapi_document(history_seconds)).encode(), "application/json")
-
-    @blueprint.route("/api/v1/gpus")
-    def gpus() -> Response:
-        body = snapshot_body(store, "gpus", gpus_json, "application/json")
-        return _not_ready() if body is None else respond(request, body)
 
     @blueprint.route("/api/v1/status")
     def status() -> Response:
@@ -163,8 +159,11 @@ def metrics_blueprint(store: SnapshotStore, negotiator: MetricsNegotiator | None
 
 def create_app(store: SnapshotStore, settings: WebSettings,
                metrics_bodies: MetricsNegotiator | None = None,
-               extra_blueprints: tuple[Blueprint, ...] = (), probes_only: bool = False) -> Flask:
-    """The app; ``probes_only``: just /healthz and /readyz (the separate health listener)."""
+               extra_blueprints: tuple[Blueprint, ...] = (), probes_only: bool = False,
+               gpu_events: GpuEventLog | None = None) -> Flask:
+    """The app; ``probes_only``: just /healthz and /readyz (the separate health listener).
+    ``gpu_events``: the device API's event log, observed by the tick (else one of its own,
+    observed by requests only)."""
     app = Flask("gpustats")
     app.json.sort_keys = False
     # No redirects at all: werkzeug builds their absolute Location from the Host header, so
@@ -173,7 +172,8 @@ def create_app(store: SnapshotStore, settings: WebSettings,
     app.url_map.strict_slashes = False
     probes = probes_blueprint(store, settings)
     blueprints = (probes,) if probes_only else (
-        stats_blueprint(store), api_blueprint(store, settings.history_seconds), probes,
+        stats_blueprint(store), api_blueprint(store, settings.history_seconds),
+        gpus_blueprint(store, gpu_events if gpu_events is not None else GpuEventLog()), probes,
         metrics_blueprint(store, metrics_bodies), *extra_blueprints)
     for blueprint in blueprints:
         app.register_blueprint(blueprint)

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from gpustats import __version__
 from gpustats.model.device import VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA
 from gpustats.model.device_values import DEVICE_VALUES, KUBELET_KEYS, DeviceValue
+from gpustats.model.health import CONDITION_TYPES
 from gpustats.model.history import GPU_VALUES
 
 _TIME = {"type": "string", "format": "date-time"}
@@ -30,14 +31,22 @@ _MEMORY = {
 _CONDITION = {
     "type": "object",
     "required": ["type", "status", "reason", "message", "lastTransitionTime", "source"],
-    "properties": {"type": {"type": "string"},
+    "properties": {"type": {"type": "string", "enum": list(CONDITION_TYPES), "description":
+                            "NVMLReady (XIDs, double-bit ECC, GPU lost), EccHealth (volatile "
+                            "double-bit ECC), RowRemapHealth (row remapping pending or "
+                            "failed; absent where the GPU gives none), Ready (computed: True "
+                            "when every other condition is True, False when any is False, "
+                            "else Unknown)"},
                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
                    "reason": {"type": "string"}, "message": {"type": "string"},
-                   "lastTransitionTime": _TIME, "source": {"type": "string"}},
+                   "lastTransitionTime": {**_TIME, "description": "when the status last "
+                                          "changed"},
+                   "source": {"type": "string", "description": "who set the condition: "
+                              "nvml-events, nvml-sweep, nvml or gpustats (Ready)"}},
 }
 _HEALTH = {
     "type": "object", "required": ["healthy", "conditions"],
-    "properties": {"healthy": {"type": "boolean"},
+    "properties": {"healthy": {"type": "boolean", "description": "every condition is True"},
                    "conditions": {"type": "array", "items": _CONDITION}},
 }
 _RATIOS = {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}}
@@ -47,7 +56,7 @@ _SATURATION = {
                    "throttleReasonRatios": _RATIOS, "memoryUsedRatioAvg": _NUM,
                    "memoryUsedRatioMax": _NUM, "memoryPressureRatio": _NUM,
                    "xidErrorCount": _U64, "smActiveAvg": _NUM, "smOccupancyAvg": _NUM,
-                   "dramActiveAvg": _NUM, "pcieTxBytesAvg": _NUM, "pcieRxBytesAvg": _NUM,
+                   "dramActiveAvg": _NUM, "dramActiveMax": _NUM, "pcieTxBytesAvg": _NUM, "pcieRxBytesAvg": _NUM,
                    "nvlinkTxBytesAvg": _NUM, "nvlinkRxBytesAvg": _NUM},
 }
 _VENDOR = {"type": "string", "enum": [VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL]}
@@ -191,18 +200,52 @@ _STRICT_SUMMARY = _closed({
                            "containers": {"type": "array", "items": _STRICT_CONTAINER}}})},
     },
 })
+_RESOURCE_VERSION = {"type": "string", "pattern": "^[0-9]+$", "description":
+                     "opaque to clients; changes when any key of the object but saturation "
+                     "does (saturation moves every tick and is not versioned)"}
+_GPU = {
+    "type": "object", "required": ["index", "uuid", "lost"],
+    "properties": {"index": _U64, "uuid": {"type": "string"},
+                   "vendor": _VENDOR,
+                   "name": {"type": "string"}, "minorNumber": _U64,
+                   "pciBusId": {"type": "string"},
+                   "architecture": {"type": "string"},
+                   "memoryTotal": _U64, "lost": {"type": "boolean"},
+                   "health": _HEALTH, "saturation": _SATURATION,
+                   "metadata": {"type": "object", "required": ["name", "resourceVersion"],
+                                "properties": {
+                                    "name": {"type": "string", "description":
+                                             "the UUID lowercased (NVSentinel's Gpu name)"},
+                                    "resourceVersion": _RESOURCE_VERSION}}},
+}
 _GPUS = {
     "type": "object", "required": ["nodeName", "nvmlLoaded", "gpus"],
     "properties": {"nodeName": {"type": "string"}, "nvmlLoaded": {"type": "boolean"},
-                   "gpus": {"type": "array", "items": {
-                       "type": "object", "required": ["index", "uuid", "lost"],
-                       "properties": {"index": _U64, "uuid": {"type": "string"},
-                                      "vendor": _VENDOR,
-                                      "name": {"type": "string"}, "minorNumber": _U64,
-                                      "pciBusId": {"type": "string"},
-                                      "architecture": {"type": "string"},
-                                      "memoryTotal": _U64, "lost": {"type": "boolean"},
-                                      "health": _HEALTH, "saturation": _SATURATION}}}},
+                   "resourceVersion": {**_RESOURCE_VERSION, "description":
+                                       "the last watch event as of this list: watch from it"},
+                   "gpus": {"type": "array", "items": _GPU}},
+}
+_WATCH_EVENT = {
+    "type": "object", "required": ["type", "object"],
+    "description": "one line of a watch (newline-delimited JSON)",
+    "properties": {
+        "type": {"type": "string",
+                 "enum": ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]},
+        "object": {"description": "ADDED, MODIFIED: the GPU as the list has it (its "
+                                  "saturation as of that snapshot); DELETED: its last object; "
+                                  "BOOKMARK: metadata.resourceVersion only (nothing changed up "
+                                  "to it); ERROR: code 410, the stream's next events are no "
+                                  "longer kept (list again)",
+                   "anyOf": [_GPU,
+                             {"type": "object", "required": ["metadata"],
+                              "properties": {"metadata": {
+                                  "type": "object", "required": ["resourceVersion"],
+                                  "properties": {"resourceVersion": _RESOURCE_VERSION}}}},
+                             {"type": "object", "required": ["code", "error", "message"],
+                              "properties": {"code": {"type": "integer"},
+                                             "error": {"type": "string"},
+                                             "message": {"type": "string"}}}]},
+    },
 }
 
 
@@ -319,6 +362,63 @@ _CONDITIONAL = [
      "description": "the ETag of a body already held: 304 while the snapshot is the same"},
 ]
 _NOT_MODIFIED = {"description": "the snapshot named by If-None-Match is still the latest"}
+_WATCH_PARAMETERS = [
+    {"name": "watch", "in": "query", "required": False,
+     "schema": {"type": "string", "enum": ["true", "1", "false", "0"]},
+     "description": "true (or 1): stream the changes of the GPUs' objects as newline-delimited "
+                    "JSON events (application/x-ndjson, chunked, Connection: close) instead "
+                    "of the list"},
+    {"name": "resourceVersion", "in": "query", "required": False,
+     "schema": {"type": "string", "pattern": "^[0-9]{1,20}$"},
+     "description": "with watch: replay the events after this version (a list's, or an "
+                    "event's), then go on; absent or 0: an ADDED event for every GPU first. "
+                    "410 when its later events are no longer kept (the last 1,000, at most "
+                    "2 MiB) or it is not of this run"},
+    {"name": "timeoutSeconds", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 600},
+     "description": "with watch: end the stream after this many seconds (default: 300 to "
+                    "600, jittered); a BOOKMARK comes after 15 s without an event"},
+]
+
+
+def _gpus_paths() -> dict[str, Any]:
+    """The device API: the list (and its watch), and one GPU by UUID or name."""
+    watch = {
+        "description": "every watch event is one line of JSON",
+        "content": {"application/x-ndjson": {"schema": _WATCH_EVENT}}}
+    errors = {
+        "400": _json(_ERROR, "watch, resourceVersion or timeoutSeconds malformed or repeated"),
+        "410": _json(_ERROR, "watch: resourceVersion too old (its later events are no longer "
+                             "kept) or not of this run: list again"),
+        "429": _json(_ERROR, "watch: every watch slot (256) is taken; Retry-After says when "
+                             "to try again")}
+    listing = {
+        "operationId": "listGpus", "parameters": _CONDITIONAL,
+        "description": "The GPUs' objects (NVSentinel's ListGpus) and the list's "
+                       "resourceVersion. With ?watch=true (x-watch: its parameters and "
+                       "responses), a stream of their changes instead (WatchGpus, as "
+                       "Kubernetes watches): ADDED, MODIFIED, DELETED, BOOKMARK and ERROR "
+                       "events. The watch parameters are described in x-watch, not as "
+                       "parameters, so that contract fuzzers do not open streams that last "
+                       "minutes.",
+        "x-watch": {"parameters": _WATCH_PARAMETERS, "responses": {"200": watch, **errors}},
+        # The watch's 200 (x-ndjson) is in x-watch only: a fuzzer reading it here would want
+        # a deserializer for it, and never gets it (it never asks for a watch).
+        "responses": {"200": _json(_GPUS, "identity, health and saturation per GPU"),
+                      "304": _NOT_MODIFIED, **errors, "503": _NOT_READY}}
+    one = {
+        "operationId": "getGpu",
+        "description": "One GPU's object, as in the list (NVSentinel's GetGpu).",
+        "parameters": [{"name": "id", "in": "path", "required": True,
+                        "schema": {"type": "string", "minLength": 1},
+                        "description": "the GPU's UUID, or its lowercased object name"},
+                       *_CONDITIONAL],
+        "responses": {"200": _json(_GPU, "the GPU"), "304": _NOT_MODIFIED,
+                      "404": _json(_ERROR, "no GPU has this UUID or name"),
+                      "503": _NOT_READY}}
+    return {"/api/v1/gpus": {"get": listing}, "/api/v1/gpus/{id}": {"get": one}}
+
+
 _SUMMARY_OP = {"parameters": [_ONLY_CPU, _STRICT, *_CONDITIONAL],
                "responses": {"200": _json(_SUMMARY, "kubelet Summary API shape (with strict=true,"
                                                     " the KubeletSummary subset)"),
@@ -334,10 +434,7 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
         "paths": {
             "/stats/summary": {"get": dict(_SUMMARY_OP, operationId="getSummary"),
                                "post": dict(_SUMMARY_OP, operationId="postSummary")},
-            "/api/v1/gpus": {"get": {"operationId": "listGpus", "parameters": _CONDITIONAL,
-                                     "responses": {
-                "200": _json(_GPUS, "identity, health and saturation per GPU"),
-                "304": _NOT_MODIFIED, "503": _NOT_READY}}},
+            **_gpus_paths(),
             "/api/v1/status": {"get": {"operationId": "status", "responses": {
                 "200": _json(_STATUS, "each data source's state, last error and age"),
                 "503": _NOT_READY}}},
@@ -375,7 +472,9 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
                                         "text/css": {"schema": {"type": "string"}}}},
                     "404": _json(_ERROR, "no such asset")}}},
         },
-        "components": {"schemas": {"Summary": _SUMMARY, "KubeletSummary": _STRICT_SUMMARY}},
+        "components": {"schemas": {"Summary": _SUMMARY, "KubeletSummary": _STRICT_SUMMARY,
+                                   "Gpu": _GPU, "GpuList": _GPUS,
+                                   "GpuWatchEvent": _WATCH_EVENT}},
     }
     if history_seconds > 0:
         document["paths"]["/api/v1/history"] = _history_path(history_seconds)
