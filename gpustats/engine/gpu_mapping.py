@@ -13,7 +13,7 @@ and one line in ``engine.containers``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpustats.engine.ledger import Holdings
 from gpustats.model.containers import (
@@ -24,9 +24,6 @@ from gpustats.sources.cgroup_stats import DRM_MAJOR, NVIDIA_MAJOR
 from gpustats.sources.driver_procfs import normalize_bus_id
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
 from gpustats.model.energy_keys import ContainerKey
-
-if TYPE_CHECKING:
-    from gpustats.engine.mapping_processes import ProcessUser
 
 GpuKey = tuple[str, int | None]          # (physical GPU UUID, GPU instance id or None)
 
@@ -39,6 +36,14 @@ class CgroupSource(Protocol):
     def usages(self, wanted: Sequence[tuple[object, CgroupRef]]) -> list[ContainerUsage]: ...
 
     def end_tick(self) -> None: ...
+
+
+class ProcessUser(NamedTuple):
+    """A GPU process's command and user, as its ``/proc`` entry and the host's passwd say."""
+
+    comm: str | None
+    uid: int | None
+    user: str | None
 
 
 class NamesSource(Protocol):
@@ -67,7 +72,7 @@ class MappedTick(NamedTuple):
     claims: HeldClaims
     shown: list          # (container ID, identity, names, pod UID), sandboxes left out
     holdings: Holdings
-    process_users: dict[tuple[str, int], "ProcessUser"]    # (GPU UUID, PID) -> its user
+    process_users: dict[tuple[str, int], ProcessUser]    # (GPU UUID, PID) -> its user
     tenant_users: dict[str, str]          # a non-container tenant's key -> its user's name
 
 
@@ -147,7 +152,7 @@ class TickMapping:
     name_sources: Sequence[NamesSource] = ()
     mappings: dict[str, dict[GpuKey, set[str]]] = field(default_factory=dict)
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
-    process_users: dict[tuple[str, int], "ProcessUser"] = field(default_factory=dict)
+    process_users: dict[tuple[str, int], ProcessUser] = field(default_factory=dict)
     tenant_users: dict[str, str] = field(default_factory=dict)
     claims: HeldClaims = field(default_factory=HeldClaims)
     _names: dict[str, ContainerNames] | None = None

@@ -6,9 +6,9 @@ entered among the tick's containers under its key, so the ledger bills it as one
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-from gpustats.engine.gpu_mapping import TickMapping
+from gpustats.engine.gpu_mapping import ProcessUser, TickMapping
 from gpustats.model.containers import REASON_NVML_PROCESS, ContainerIdentity
 
 # Every this many ticks, processes placed in no container are looked up again (a start-up
@@ -22,14 +22,6 @@ class ProcSource(Protocol):
 
 class UserSource(Protocol):
     def name(self, uid: int) -> str | None: ...
-
-
-class ProcessUser(NamedTuple):
-    """A GPU process's command and user, as its ``/proc`` entry and the host's passwd say."""
-
-    comm: str | None
-    uid: int | None
-    user: str | None
 
 
 class ProcessMapping:
