@@ -306,9 +306,8 @@ def test_sdist_and_wheel_build(tmp_path):
         assert any(n.endswith("/LICENSE") for n in tar.getnames())
 
 
-def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
-    """AMD and Intel nodes: no NVIDIA runtime or device request, those nodes' labels, and
-    CAP_SYS_PTRACE (other users' DRM fdinfo) as the one capability kept."""
+def _render_component(tmp_path, component: str, **extra) -> dict:
+    """The DaemonSet of an overlay of the manifests with ``component`` (and ``extra`` keys)."""
     tool = _tool("kubectl")
     version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
     if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
@@ -317,12 +316,17 @@ def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
     overlay.mkdir()
     base = os.path.relpath(MANIFESTS, overlay)
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [base], "nameSuffix": "-drm",
-        "components": [f"{base}/components/amd-intel-gpu-nodes"]}))
+        "resources": [base], "components": [f"{base}/components/{component}"], **extra}))
     done = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
                            str(overlay)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    daemonset = next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "DaemonSet")
+    return next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "DaemonSet")
+
+
+def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
+    """AMD and Intel nodes: no NVIDIA runtime or device request, those nodes' labels, and
+    CAP_SYS_PTRACE (other users' DRM fdinfo) as the one capability kept."""
+    daemonset = _render_component(tmp_path, "amd-intel-gpu-nodes", nameSuffix="-drm")
     spec = daemonset["spec"]["template"]["spec"]
     assert daemonset["metadata"]["name"] == "gpustats-drm"
     assert "runtimeClassName" not in spec and "nodeSelector" not in spec
@@ -338,20 +342,7 @@ def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
 
 def test_kustomize_renders_the_nvidia_driver_root_component(tmp_path):
     """The GPU Operator's driver tree mounted read-only and handed to --nvml-driver-root."""
-    tool = _tool("kubectl")
-    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
-    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
-        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    base = os.path.relpath(MANIFESTS, overlay)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [base], "components": [f"{base}/components/nvidia-driver-root"]}))
-    done = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
-                           str(overlay)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    daemonset = next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "DaemonSet")
-    spec = daemonset["spec"]["template"]["spec"]
+    spec = _render_component(tmp_path, "nvidia-driver-root")["spec"]["template"]["spec"]
     gpustats = spec["containers"][0]
     assert "--nvml-driver-root=/run/nvidia/driver" in gpustats["args"]
     mount = next(m for m in gpustats["volumeMounts"] if m["name"] == "nvidia-driver-root")
