@@ -20,6 +20,7 @@ from gpustats.model.device import RemappedRowsReading
 from gpustats.model.health import Condition, HealthEvent
 from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A as A, GPU_B as B
+from tests.support.waiting import wait_until
 
 T0 = 1_700_000_000.0
 NO_IGNORED = frozenset()
@@ -260,15 +261,6 @@ class Source:
 
     def close(self):
         pass
-
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_the_monitor_keeps_remapped_rows_and_ecc_health():

@@ -5,6 +5,7 @@ import time
 
 from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.model.health import HealthEvent
+from tests.support.waiting import wait_until
 
 
 class Source:
@@ -29,15 +30,6 @@ class Source:
 
     def close(self):
         self.closed += 1
-
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_events_change_health():
