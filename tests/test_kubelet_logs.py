@@ -359,6 +359,8 @@ def test_cut_link_whose_target_names_another_container_is_skipped(tmp_path):
 def test_a_container_called_a_sandbox_is_shown_while_it_holds_a_gpu():
     from types import SimpleNamespace
 
+    from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
+
     a, b = "aa" * 32, "bb" * 32
     containers = {x: ContainerIdentity(x, pod_uid=UID) for x in (a, b)}
     logs = FakeNames({x: ContainerNames("p", "ml", UID, None, is_sandbox=True) for x in (a, b)})
@@ -370,9 +372,8 @@ def test_a_container_called_a_sandbox_is_shown_while_it_holds_a_gpu():
                     container_id=a, runtime=None, pod_uid=UID, qos_class=None), cgroup=None),
                 tenant=None, cgroup=None, identity=SimpleNamespace(comm="python3", uid=0))
 
-    reading = SimpleNamespace(identity=SimpleNamespace(uuid=GPU, minor_number=0),
-                              processes=(SimpleNamespace(pid=7, gpu_instance_id=None),),
-                              mig_instances=(), lost=False, unsupported_fields=frozenset())
+    reading = DeviceReading(identity=DeviceIdentity(index=0, uuid=GPU, minor_number=0),
+                            monotonic_seconds=0.0, processes=(ProcessReading(pid=7),))
     tracker = ContainerTracker(FakeCgroups(containers), Procs(), EnergyCounters(),
                                names=(logs,))
     view = tracker.tick((reading,), {}, ())
