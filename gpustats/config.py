@@ -60,9 +60,20 @@ def _option(parse: Callable[[Any], Any], default: Any, help: str, metavar: str |
 
 @dataclass(frozen=True)
 class Config:
+    # --- Serving
     listen: tuple[str, int] = _option(
         parsers.parse_listen, f"127.0.0.1:{DEFAULT_PORT}",
         "address to serve HTTP on (HOST:PORT)", "HOST:PORT")
+    health_listen: tuple[str, int] | None = _option(
+        parsers.optional_listen, None,
+        "also serve /healthz and /readyz on this address, apart from the data port "
+        "(empty: off)", "HOST:PORT")
+    tick_watchdog_intervals: float = _option(
+        parsers.intervals, 12.0,
+        "/healthz answers 503 when no snapshot was published for this many intervals",
+        "N")
+
+    # --- Collection
     housekeeping_interval: float = _option(
         parsers.positive_seconds, 5.0,
         "seconds between collection ticks (a little jitter is added)", "SECONDS")
@@ -73,6 +84,14 @@ class Config:
         parsers.optional_directory, None,
         "load NVML from the driver tree mounted here (the GPU Operator's /run/nvidia/driver) "
         "instead of the library search path (empty: off)", "PATH")
+    energy_every: int = _option(
+        parsers.positive_int, 1,
+        "read each GPU's energy counter every N ticks, integrating power in between", "N")
+    cgroup_stats_interval: float = _option(
+        parsers.positive_seconds, 10.0,
+        "seconds between reads of each container's and pod's CPU and memory (the kubelet's "
+        "cAdvisor housekeeping; spread over the ticks, at most once a tick)", "SECONDS")
+    # --- The host's files
     sysfs_root: str = _option(
         parsers.nonempty_text, "/sys", "where sysfs is mounted", "PATH")
     proc_root: str = _option(
@@ -83,6 +102,7 @@ class Config:
         parsers.absolute_directory, "/",
         "where the host's root filesystem is mounted, read for user names (etc/passwd) and "
         "the names of Docker and Podman containers (their metadata under var/lib)", "PATH")
+    # --- Tenants and their names
     pod_resources_socket: str | None = _option(
         parsers.optional_text, "/var/lib/kubelet/pod-resources/kubelet.sock",
         "kubelet pod-resources gRPC socket (empty: off)", "PATH")
@@ -101,42 +121,20 @@ class Config:
     dcgm_exporter_url: str | None = _option(
         parsers.url, None,
         "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL")
-    state_dir: str = _option(
-        parsers.nonempty_text, "/var/lib/gpustats",
-        "directory for persisted energy counters (the default falls back to "
-        "$XDG_STATE_HOME/gpustats or ~/.local/state/gpustats where it is not writable)",
-        "PATH")
     node_name: str | None = _option(
         parsers.optional_text, None,
         "node name reported in the summary and on every metric (default: hostname)", "NAME")
+    # --- Energy and its state
     idle_power_watts: IdlePower = _option(
         parsers.parse_idle_power, IdlePower(),
         "idle power per GPU: WATTS, or default=W,GPU-<uuid>=W (default: the lowest power "
         "that held three idle ticks)",
         "WATTS")
-    simulate: str | None = _option(
-        parsers.optional_text, None,
-        "run against simulated GPUs described by this scenario YAML", "SCENARIO")
-    demo: str | None = _option(
-        parsers.parse_demo, None,
-        "run on a demo node: simulated GPUs with a moving load on a fake host in a temporary "
-        "directory removed on exit (of this host, only the node's CPU and memory figures are "
-        "read): kubernetes (the flag alone: named pods, one GPU in MIG mode) or bare-metal "
-        "(a Slurm job, a systemd service, a Docker container and a user's notebook)",
-        "KIND", const="kubernetes")
-    log_level: str = _option(
-        parsers.log_level, "INFO", "debug, info, warning or error", "LEVEL")
-    saturation_window: float = _option(
-        parsers.positive_seconds, 60.0,
-        "seconds covered by the saturation signals", "SECONDS")
-    memory_pressure_threshold: float = _option(
-        parsers.ratio, 0.9,
-        "framebuffer used ratio counted as memory pressure", "RATIO")
-    xid_ignore: tuple[int, ...] = _option(
-        parsers.xid_list, (13, 31, 43, 45, 68, 109),
-        "application XIDs that are counted but do not make a GPU unhealthy: a plain list "
-        "replaces the defaults, a leading + adds to them (+94 or +94,+95; quote it in YAML, "
-        "\"+94\", where a bare +94 is the number 94)", "[+]XID,...")
+    state_dir: str = _option(
+        parsers.nonempty_text, "/var/lib/gpustats",
+        "directory for persisted energy counters (the default falls back to "
+        "$XDG_STATE_HOME/gpustats or ~/.local/state/gpustats where it is not writable)",
+        "PATH")
     persist_interval: float = _option(
         parsers.positive_seconds, 30.0,
         "seconds between compactions of the energy counters in the state dir (changes are "
@@ -149,6 +147,28 @@ class Config:
         parsers.parse_bool, False,
         "start counters from zero, moving the state files aside (needed to start over a "
         "state written by a newer gpustats)", "BOOL")
+    # --- Health and saturation
+    xid_ignore: tuple[int, ...] = _option(
+        parsers.xid_list, (13, 31, 43, 45, 68, 109),
+        "application XIDs that are counted but do not make a GPU unhealthy: a plain list "
+        "replaces the defaults, a leading + adds to them (+94 or +94,+95; quote it in YAML, "
+        "\"+94\", where a bare +94 is the number 94)", "[+]XID,...")
+    saturation_window: float = _option(
+        parsers.positive_seconds, 60.0,
+        "seconds covered by the saturation signals", "SECONDS")
+    memory_pressure_threshold: float = _option(
+        parsers.ratio, 0.9,
+        "framebuffer used ratio counted as memory pressure", "RATIO")
+    # --- Metrics, history and other vocabularies
+    disable_metrics: tuple[str, ...] = _option(
+        parsers.metric_groups, (),
+        "metric groups left out of /metrics, not built at all: gpu, health, saturation, "
+        "mig, process, container, pod, tenant, cadvisor, daemon, dcgm, kepler (default: none)",
+        "GROUP,...")
+    history_duration: int = _option(
+        parsers.history_seconds, 600,
+        "seconds of history kept in memory for the page and /api/v1/history (0: off)",
+        "SECONDS")
     dcgm_compat: bool = _option(
         parsers.parse_bool, False,
         "also expose dcgm-exporter's DCGM_FI_* metric names on /metrics", "BOOL")
@@ -159,35 +179,33 @@ class Config:
     kepler_compat: bool = _option(
         parsers.parse_bool, False,
         "also expose Kepler's kepler_*_gpu_* metric names (EP-003) on /metrics", "BOOL")
-    disable_metrics: tuple[str, ...] = _option(
-        parsers.metric_groups, (),
-        "metric groups left out of /metrics, not built at all: gpu, health, saturation, "
-        "mig, process, container, pod, tenant, cadvisor, daemon, dcgm, kepler (default: none)",
-        "GROUP,...")
-    history_duration: int = _option(
-        parsers.history_seconds, 600,
-        "seconds of history kept in memory for the page and /api/v1/history (0: off)",
-        "SECONDS")
-    cgroup_stats_interval: float = _option(
-        parsers.positive_seconds, 10.0,
-        "seconds between reads of each container's and pod's CPU and memory (the kubelet's "
-        "cAdvisor housekeeping; spread over the ticks, at most once a tick)", "SECONDS")
-    energy_every: int = _option(
-        parsers.positive_int, 1,
-        "read each GPU's energy counter every N ticks, integrating power in between", "N")
-    health_listen: tuple[str, int] | None = _option(
-        parsers.optional_listen, None,
-        "also serve /healthz and /readyz on this address, apart from the data port "
-        "(empty: off)", "HOST:PORT")
-    tick_watchdog_intervals: float = _option(
-        parsers.intervals, 12.0,
-        "/healthz answers 503 when no snapshot was published for this many intervals",
-        "N")
-
+    # --- Simulated GPUs
+    simulate: str | None = _option(
+        parsers.optional_text, None,
+        "run against simulated GPUs described by this scenario YAML", "SCENARIO")
+    demo: str | None = _option(
+        parsers.parse_demo, None,
+        "run on a demo node: simulated GPUs with a moving load on a fake host in a temporary "
+        "directory removed on exit (of this host, only the node's CPU and memory figures are "
+        "read): kubernetes (the flag alone: named pods, one GPU in MIG mode) or bare-metal "
+        "(a Slurm job, a systemd service, a Docker container and a user's notebook)",
+        "KIND", const="kubernetes")
+    # --- Logging
+    log_level: str = _option(
+        parsers.log_level, "INFO", "debug, info, warning or error", "LEVEL")
     config_file: str | None = None
     # Options given by flag, environment or file (the rest took their default).
     explicit: frozenset[str] = frozenset()
 
+
+# ``--help`` shows the options in sections, in their order above: each section from its first
+# option on (an option declared among a section's is in it).
+HELP_SECTIONS = {"listen": "serving", "housekeeping_interval": "collection",
+                 "sysfs_root": "the host's files",
+                 "pod_resources_socket": "tenants and their names",
+                 "idle_power_watts": "energy and its state", "xid_ignore": "health and saturation",
+                 "disable_metrics": "metrics, history and other vocabularies",
+                 "simulate": "simulated GPUs", "log_level": "logging"}
 
 OPTIONS: tuple[Option, ...] = tuple(Option(f.name, *f.metadata[_OPTION]) for f in fields(Config)
                                     if _OPTION in f.metadata)
@@ -208,23 +226,40 @@ def _shown_default(default: Any) -> str | None:
     return str(default)
 
 
+HELP_EXAMPLES = """examples:
+  gpustats                                        serve on 127.0.0.1:9477 with defaults
+  gpustats --demo                                 a simulated node with named pods
+  gpustats --demo bare-metal                      a Slurm job, a service, a container
+  gpustats --simulate examples/two-gpus.yaml      the daemon on simulated GPUs
+  gpustats --once                                 two ticks, the summary JSON, exit
+  gpustats --listen 0.0.0.0:9477 --kepler-compat  every interface, with Kepler's names
+
+Every option is also GPUSTATS_<NAME> in the environment and <name> in the config file."""
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpustats",
-        description="GPU container-stats daemon: serves /stats/summary and /metrics.",
+        description="GPU stats and energy-billing daemon: serves /stats/summary, /metrics, "
+                    "the device API and a page.",
+        epilog=HELP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="YAML config file (env GPUSTATS_CONFIG)")
+    parser.add_argument("--once", action="store_true",
+                        help="run two ticks a short interval apart, print the summary JSON, exit "
+                             "(writes nothing to the state dir)")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    group = parser
     for option in OPTIONS:
+        if option.name in HELP_SECTIONS:
+            group = parser.add_argument_group(HELP_SECTIONS[option.name])
         shown = _shown_default(option.default)
         default_text = f"; default {shown}" if shown is not None else ""
         const = "true" if isinstance(option.default, bool) else option.const
         extra = {"nargs": "?", "const": const} if const is not None else {}
-        parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
-                            help=f"{option.help} [env {option.env}{default_text}]", **extra)
-    parser.add_argument("--once", action="store_true",
-                        help="run two ticks a short interval apart, print the summary JSON, exit")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+        group.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
+                           help=f"{option.help} [env {option.env}{default_text}]", **extra)
     return parser
 
 

@@ -297,3 +297,15 @@ def test_each_option_is_declared_once_as_a_config_field():
     resolved = _resolve()
     for option in OPTIONS:
         assert getattr(Config(), option.name) == getattr(resolved, option.name), option.name
+
+
+def test_help_shows_every_option_in_a_section_with_examples():
+    from gpustats.config import HELP_SECTIONS
+    text = build_arg_parser().format_help()
+    assert list(HELP_SECTIONS)[0] == OPTIONS[0].name        # no option before the first
+    assert set(HELP_SECTIONS) <= {o.name for o in OPTIONS}
+    for title in HELP_SECTIONS.values():
+        assert f"\n{title}:\n" in text, title
+    for option in OPTIONS:
+        assert option.flag in text, option.flag
+    assert "examples:" in text and "gpustats --demo bare-metal" in text
