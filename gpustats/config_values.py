@@ -204,7 +204,7 @@ def power_watts(value: Any) -> float:
     return watts
 
 
-def parse_idle_power(value: Any) -> "IdlePower":
+def parse_idle_power(value: Any) -> IdlePower:
     """A number (every GPU), or a mapping ``{default: W, GPU-<uuid>: W, ...}``."""
     if isinstance(value, Mapping):
         default = None

@@ -59,7 +59,7 @@ class SaturationSample:
     pcie_rx_bytes_per_second: float | None = None
 
     @classmethod
-    def of(cls, reading: DeviceReading) -> "SaturationSample":
+    def of(cls, reading: DeviceReading) -> SaturationSample:
         return cls(time=reading.monotonic_seconds, violations=reading.violations,
                    reasons=reading.clocks_event_reasons,
                    memory_used_bytes=reading.memory_used_bytes,
@@ -87,8 +87,8 @@ class _Row(NamedTuple):
     step: Step | None = None          # from the newest earlier reading, when this one is new
 
     @classmethod
-    def of(cls, s: SaturationSample, last: "_Row | None" = None, repeated: bool = False
-           ) -> "_Row":
+    def of(cls, s: SaturationSample, last: _Row | None = None, repeated: bool = False
+           ) -> _Row:
         """The row of ``s``; its step from ``last`` (the newest earlier row with a new
         reading), unless ``repeated`` (``s`` carries the previous sample's reading)."""
         v = s.violations

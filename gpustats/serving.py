@@ -73,7 +73,8 @@ IDLE_WAKE_SECONDS = 30              # no client connection: nothing to expire, s
 ACCEPT_BATCH = 64                   # connections accepted per wake-up of the serving loop
 REPORT_SECONDS = 60                 # timed-out and displaced connections: one log line a minute
 # Output a client has not read yet, held by the serving loop (a worker never waits for it):
-PIPELINE_DEPTH = 4                  # requests parsed ahead on one connection; the rest wait unparsed
+# Requests parsed ahead on one connection; the rest wait unparsed.
+PIPELINE_DEPTH = 4
 CONNECTION_OUTPUT_BYTES = 4 * 1024 * 1024   # past this, a connection's next request waits
 ALL_OUTPUT_BYTES = 8 * 1024 * 1024          # past this, only connections with none pending are read
 OUTPUT_DEADLINE_SECONDS = 10        # a connection over its own budget this long is closed

@@ -106,7 +106,7 @@ class DemoNode:
         self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
 
     @classmethod
-    def start(cls, kind: str = "kubernetes") -> "DemoNode":
+    def start(cls, kind: str = "kubernetes") -> DemoNode:
         """The node of that kind (``KINDS``), its load moving."""
         root = Path(tempfile.mkdtemp(prefix="gpustats-demo-"))
         try:

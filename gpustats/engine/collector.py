@@ -252,7 +252,7 @@ class Housekeeper:
     def _guard(self, what: str, fn, default):
         try:
             return fn()
-        except Exception:  # noqa: BLE001 - one source failing gives a partial snapshot
+        except Exception:  # one source failing gives a partial snapshot
             log.exception("%s failed; this tick's snapshot leaves it out", what)
             return default
 

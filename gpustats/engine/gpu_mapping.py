@@ -55,9 +55,9 @@ class HeldClaims:
     """This tick's DRA claims per container: on which GPU key, and those left unresolved; and
     the device-plugin replicas (``<uuid>::N``) it holds of each GPU key."""
 
-    by_key: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
+    by_key: dict[str, dict[GpuKey, ClaimDevice]] = field(default_factory=dict)
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
-    replicas: dict[str, dict["GpuKey", set[int]]] = field(default_factory=dict)
+    replicas: dict[str, dict[GpuKey, set[int]]] = field(default_factory=dict)
 
 
 class MappedTick(NamedTuple):
@@ -67,7 +67,7 @@ class MappedTick(NamedTuple):
     pods: dict[str, CgroupRef]
     names: dict[str, ContainerNames]
     mappings: dict[str, dict[GpuKey, set[str]]]
-    devices: "GpuIndex"
+    devices: GpuIndex
     pid_to_container: dict[tuple[str, int], str]
     claims: HeldClaims
     shown: list          # (container ID, identity, names, pod UID), sandboxes left out
@@ -96,7 +96,7 @@ class GpuIndex:
                 tuple(sorted(u for u, r in self.by_uuid.items() if r.mig_instances)))
 
     @classmethod
-    def of(cls, readings: tuple[DeviceReading, ...]) -> "GpuIndex":
+    def of(cls, readings: tuple[DeviceReading, ...]) -> GpuIndex:
         by_minor, by_node, by_uuid, mig, profiles, by_pci, by_card = {}, {}, {}, {}, {}, {}, {}
         for r in readings:
             ident = r.identity
@@ -137,7 +137,7 @@ class MappingSource(Protocol):
     keeps its own memo between ticks. Sources run in order; one that enters containers (the
     process source) runs before any that reads the tick's names."""
 
-    def map(self, tick: "TickMapping") -> None: ...
+    def map(self, tick: TickMapping) -> None: ...
 
 
 @dataclass
@@ -147,7 +147,7 @@ class TickMapping:
 
     readings: tuple[DeviceReading, ...]
     starts: Mapping[tuple[str, int], int | None]
-    devices: "GpuIndex"
+    devices: GpuIndex
     containers: dict[str, ContainerIdentity]
     name_sources: Sequence[NamesSource] = ()
     mappings: dict[str, dict[GpuKey, set[str]]] = field(default_factory=dict)
@@ -184,7 +184,7 @@ class GpuMapper:
         self._owners: tuple[dict, dict, dict, tuple[tuple[str, str], ...]] | None = None
 
     def map(self, readings: tuple[DeviceReading, ...],
-            starts: Mapping[tuple[str, int], int | None]) -> "MappedTick":
+            starts: Mapping[tuple[str, int], int | None]) -> MappedTick:
         """Who holds which GPU this tick (what the energy ledger bills by)."""
         discovery = self._cgroups.discover()
         pods: dict[str, CgroupRef] = dict(discovery.pods)

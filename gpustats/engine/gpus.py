@@ -52,7 +52,7 @@ class GpuStatus:
     calls_last_tick: int | None
     session: int = 0           # number of the current session; 0 while none is open
     vendor: str = NVIDIA.name
-    vendors: tuple["GpuStatus", ...] = ()
+    vendors: tuple[GpuStatus, ...] = ()
 
     @property
     def away(self) -> tuple[str, ...]:
@@ -110,7 +110,7 @@ class GpuSource:
         before = sweeper.calls
         try:
             readings = sweeper.sweep()
-        except Exception as exc:  # noqa: BLE001 - classified below, re-raised if not ours
+        except Exception as exc:  # classified below, re-raised if not ours
             if not self._is_driver_gone(exc):
                 raise
             log.error("%s session lost (%s); shutting %s down and retrying every %.0f s",
@@ -178,7 +178,7 @@ class GpuBackends:
         for source in self.sources:
             try:
                 out.extend(source.readings())
-            except Exception:  # noqa: BLE001 - one vendor failing leaves the others served
+            except Exception:  # one vendor failing leaves the others served
                 log.exception("%s GPU sweep failed; this tick leaves its GPUs out",
                               source.vendor.title)
         return tuple(out)

@@ -47,12 +47,12 @@ class Housekeeping:
     def run_once(self) -> None:
         try:
             self._tick()
-        except Exception:  # noqa: BLE001 - the loop must survive any source failure
+        except Exception:  # the loop must survive any source failure
             log.exception("housekeeping tick failed; continuing with the next tick")
         if self._on_tick_done is not None:
             try:
                 self._on_tick_done()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("post-tick hook failed")
 
     def _run(self) -> None:

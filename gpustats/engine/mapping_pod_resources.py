@@ -30,22 +30,22 @@ class ClaimSource(Protocol):
 
     def begin_tick(self) -> None: ...
 
-    def resolve(self, claim: ClaimDevice, devices) -> tuple[tuple["GpuKey", ...], str | None]: ...
+    def resolve(self, claim: ClaimDevice, devices) -> tuple[tuple[GpuKey, ...], str | None]: ...
 
 
 @dataclass
 class _Joined:
     """The pod-resources allocations joined to this tick's containers: what each one holds."""
 
-    answer: "_Resolved"                    # the resolution it was joined from
+    answer: _Resolved                    # the resolution it was joined from
     names: dict                            # the names it was joined by
-    keys: dict[str, list[tuple["GpuKey", str]]] = field(default_factory=dict)   # (key, reason)
-    claims: dict[str, dict["GpuKey", ClaimDevice]] = field(default_factory=dict)
+    keys: dict[str, list[tuple[GpuKey, str]]] = field(default_factory=dict)   # (key, reason)
+    claims: dict[str, dict[GpuKey, ClaimDevice]] = field(default_factory=dict)
     unresolved: dict[str, list[UnresolvedClaim]] = field(default_factory=dict)
-    replicas: dict[str, dict["GpuKey", set[int]]] = field(default_factory=dict)
+    replicas: dict[str, dict[GpuKey, set[int]]] = field(default_factory=dict)
     through_users: bool = False            # a join made through this tick's GPU users
 
-    def hold(self, cid: str, key: "GpuKey", claim: ClaimDevice | None,
+    def hold(self, cid: str, key: GpuKey, claim: ClaimDevice | None,
              replica: int | None) -> None:
         """The container holds the GPU key by an allocation (of a claim, or a replica)."""
         self.keys.setdefault(cid, []).append(
@@ -105,7 +105,7 @@ class PodResourcesMapping:
         tick.claims.unresolved = joined.unresolved
         tick.claims.replicas = joined.replicas
 
-    def _join(self, answer: "_Resolved", containers, names, mappings) -> "_Joined":
+    def _join(self, answer: _Resolved, containers, names, mappings) -> _Joined:
         """The resolved allocations joined to containers by the runtime's names (and, without
         them, by a GPU that one container alone uses and one allocation alone holds)."""
         holders, resolved, unresolved = answer
@@ -130,7 +130,7 @@ class PodResourcesMapping:
         return joined
 
     def _resolve_allocations(self, allocations: tuple[PodDeviceAllocation, ...],
-                             devices: GpuIndex) -> "_Resolved":
+                             devices: GpuIndex) -> _Resolved:
         """Each allocation's GPU key, and the claims left unresolved.
 
         The answer stands while the kubelet's listing (its source's generation), this node's

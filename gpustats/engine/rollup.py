@@ -106,7 +106,7 @@ class Rollup:
         return ContainerView(self._pods(parts, stats_by_pod, live, usage), tuple(loose),
                              mapped.pid_to_container, mapped.process_users)
 
-    def _ended_loose(self, parts: "_TickParts", entries: dict[str, set[GpuKey]]
+    def _ended_loose(self, parts: _TickParts, entries: dict[str, set[GpuKey]]
                      ) -> list[ContainerStats]:
         """Tenants outside pods that ended while their counters are retained (``entries``
         holds only live and retained ones by now): shown as last seen, or, after a restart,
@@ -141,7 +141,7 @@ class Rollup:
         self._plain[cid] = last
         return last[3]
 
-    def _container_accelerators(self, parts: "_TickParts", cid: str, pod_uid: str | None,
+    def _container_accelerators(self, parts: _TickParts, cid: str, pod_uid: str | None,
                                 before: set[GpuKey] | None) -> tuple[ContainerAccelerator, ...]:
         """A container's GPU entries (noted for its pod): those mapped this tick, and those it
         held before while their counters exist."""
@@ -192,7 +192,7 @@ class Rollup:
                 pod_of.pop(cid, None)
         return live_pods
 
-    def _pods(self, parts: "_TickParts", stats_by_pod: dict[str, list[ContainerStats]],
+    def _pods(self, parts: _TickParts, stats_by_pod: dict[str, list[ContainerStats]],
               live: set[str], usage: Mapping[object, ContainerUsage]) -> tuple[PodStats, ...]:
         """Each served pod, named by a container of it (else by its last known names)."""
         pod_history: dict[str, dict[str, float]] = {}
@@ -269,7 +269,8 @@ class Rollup:
 
     def _accelerator(self, cid, key: GpuKey, reasons, devices: GpuIndex,
                      memory_known: Mapping[str, bool], procs, settled: Settled,
-                     claim: ClaimDevice | None = None, replicas: set[int] | None = None) -> ContainerAccelerator:
+                     claim: ClaimDevice | None = None,
+                     replicas: set[int] | None = None) -> ContainerAccelerator:
         uuid, gi = key
         # One pass over this container's processes on this GPU (or GPU instance).
         # Sums start as sum() does (int 0), so figures keep their types.

@@ -34,7 +34,7 @@ class UsageSchedule:
         self._round = _Round(list(shown), dict(pods), usage, self._phases(shown, pods))
         return usage
 
-    def _read_due(self, last: "_Round", tick: int) -> dict[object, ContainerUsage]:
+    def _read_due(self, last: _Round, tick: int) -> dict[object, ContainerUsage]:
         """The same cgroups as last tick: those due read, the others' usage kept."""
         due = last.by_phase[-tick % self._usage_every]
         usage, kept = dict(last.usage), self._usage

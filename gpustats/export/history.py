@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from array import array
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Callable
 
 from gpustats.export.text import shown_or_none
@@ -87,7 +87,7 @@ class _Times:
     def __call__(self, monotonic: float) -> str:
         text = self._texts.get(monotonic)
         if text is None:
-            moment = datetime.fromtimestamp(monotonic + self._offset, timezone.utc)
+            moment = datetime.fromtimestamp(monotonic + self._offset, UTC)
             text = self._texts[monotonic] = (moment.strftime("%Y-%m-%dT%H:%M:%S.")
                                              + f"{moment.microsecond // 1000:03d}Z")
         return text

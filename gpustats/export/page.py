@@ -10,7 +10,7 @@ one that ended, kept for its counters, is not. Every name is shown by the one ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Callable
 
 from gpustats.export.tenants import entry_identity, present_sum
@@ -63,7 +63,7 @@ def format_bytes_of(used: int, total: int) -> str:
 
 
 def format_time(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # How the page writes a device value of each unit whose row gives no template.

@@ -13,7 +13,7 @@ walk over the whole body would cost as much as encoding it).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from gpustats.export.accelerators import container_view
@@ -35,7 +35,7 @@ _EXTENSION_VALUES = tuple(v for v in DEVICE_VALUES
 
 
 def rfc3339(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(int(epoch_seconds), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(epoch_seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _put(out: dict[str, Any], key: str, value: Any) -> None:

@@ -1,1 +1,1 @@
-"""Pure data types: frozen dataclasses (``@record``), units in field names, ``None`` means absent."""
+"""Pure data types: frozen dataclasses (``@record``), units in field names, ``None`` = absent."""

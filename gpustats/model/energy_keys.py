@@ -18,7 +18,7 @@ class DeviceKey(tuple):
     kind = "device"
     device_uuid = property(itemgetter(1))
 
-    def __new__(cls, device_uuid: str) -> "DeviceKey":
+    def __new__(cls, device_uuid: str) -> DeviceKey:
         return tuple.__new__(cls, ("device", device_uuid))
 
 
@@ -29,7 +29,7 @@ class ActiveKey(tuple):
     kind = "device_active"
     device_uuid = property(itemgetter(1))
 
-    def __new__(cls, device_uuid: str) -> "ActiveKey":
+    def __new__(cls, device_uuid: str) -> ActiveKey:
         return tuple.__new__(cls, ("device_active", device_uuid))
 
 
@@ -41,7 +41,7 @@ class UnattributedKey(tuple):
     kind = "unattributed"
     device_uuid = property(itemgetter(1))
 
-    def __new__(cls, device_uuid: str) -> "UnattributedKey":
+    def __new__(cls, device_uuid: str) -> UnattributedKey:
         return tuple.__new__(cls, ("unattributed", device_uuid))
 
 
@@ -60,7 +60,7 @@ class ProcessKey(tuple):
     start_time_ticks = property(itemgetter(3))
 
     def __new__(cls, device_uuid: str, pid: int, start_time_ticks: int | None,
-                boot_id: str | None = None) -> "ProcessKey":
+                boot_id: str | None = None) -> ProcessKey:
         parts = ("process", device_uuid, pid, start_time_ticks)
         return tuple.__new__(cls, parts if boot_id is None else (*parts, boot_id))
 
@@ -78,7 +78,7 @@ class MigKey(tuple):
     device_uuid = property(itemgetter(1))
     gpu_instance_id = property(itemgetter(2))
 
-    def __new__(cls, device_uuid: str, gpu_instance_id: int) -> "MigKey":
+    def __new__(cls, device_uuid: str, gpu_instance_id: int) -> MigKey:
         return tuple.__new__(cls, ("mig", device_uuid, gpu_instance_id))
 
 
@@ -92,7 +92,7 @@ class ContainerKey(tuple):
     gpu_instance_id = property(itemgetter(3))
 
     def __new__(cls, container_id: str, device_uuid: str,
-                gpu_instance_id: int | None) -> "ContainerKey":
+                gpu_instance_id: int | None) -> ContainerKey:
         return tuple.__new__(cls, ("container", container_id, device_uuid, gpu_instance_id))
 
 
@@ -104,7 +104,7 @@ class PodKey(tuple):
     pod_uid = property(itemgetter(1))
     device_uuid = property(itemgetter(2))
 
-    def __new__(cls, pod_uid: str, device_uuid: str) -> "PodKey":
+    def __new__(cls, pod_uid: str, device_uuid: str) -> PodKey:
         return tuple.__new__(cls, ("pod", pod_uid, device_uuid))
 
 
@@ -118,7 +118,7 @@ class ContainerIdleKey(tuple):
     gpu_instance_id = property(itemgetter(3))
 
     def __new__(cls, container_id: str, device_uuid: str,
-                gpu_instance_id: int | None) -> "ContainerIdleKey":
+                gpu_instance_id: int | None) -> ContainerIdleKey:
         return tuple.__new__(cls, ("container_idle", container_id, device_uuid,
                                    gpu_instance_id))
 
@@ -131,7 +131,7 @@ class PodIdleKey(tuple):
     pod_uid = property(itemgetter(1))
     device_uuid = property(itemgetter(2))
 
-    def __new__(cls, pod_uid: str, device_uuid: str) -> "PodIdleKey":
+    def __new__(cls, pod_uid: str, device_uuid: str) -> PodIdleKey:
         return tuple.__new__(cls, ("pod_idle", pod_uid, device_uuid))
 
 
@@ -142,7 +142,7 @@ class UnallocatedIdleKey(tuple):
     kind = "unallocated_idle"
     device_uuid = property(itemgetter(1))
 
-    def __new__(cls, device_uuid: str) -> "UnallocatedIdleKey":
+    def __new__(cls, device_uuid: str) -> UnallocatedIdleKey:
         return tuple.__new__(cls, ("unallocated_idle", device_uuid))
 
 

@@ -25,7 +25,8 @@ PHYSICAL_BASE = 0x1000
 MIG_BASE = 0x100000
 MIB = 1024.0 * 1024.0
 GPM_METRIC_KEYS = {1: "graphics_active_percent", 2: "sm_active_percent",
-                    3: "sm_occupancy_percent", 5: "tensor_active_percent", 10: "dram_active_percent",
+                    3: "sm_occupancy_percent", 5: "tensor_active_percent",
+                   10: "dram_active_percent",
                     20: "pcie_tx_bytes_per_second", 21: "pcie_rx_bytes_per_second",
                     60: "nvlink_rx_bytes_per_second", 61: "nvlink_tx_bytes_per_second"}
 VIOLATION_POLICY_KEYS = {0: "power_percent", 1: "thermal_percent", 2: "sync_boost_percent",

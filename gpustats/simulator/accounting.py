@@ -10,6 +10,15 @@ NOT_SUPPORTED (nvml.h: "accounting mode is disabled").
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from gpustats.simulator.scenario import SimDevice
+
+
 from collections import deque
 from ctypes import c_uint
 from dataclasses import dataclass
@@ -38,6 +47,17 @@ class _Record:
 class AccountingCalls:
     """Mixin of ``SimulatedNvml``: records in ``_accounting_records``, the time of the last
     read of each GPU's PIDs in ``_accounting_cut`` (wall clock µs)."""
+
+    if TYPE_CHECKING:   # the simulator's state and helpers this mixin uses (library.py)
+        _wall: Callable[[], float]
+        _accounting_records: dict[str, deque]
+        _accounting_cut: dict[str, int]
+        _accounting_since_us: int
+
+        def _idling(self, device: SimDevice) -> bool: ...
+        def _process_list(self, device: Any, instance: Any, *, mps_only: bool = False,
+                          between_ticks: bool = False) -> Any: ...
+
 
     def _pstate(self, device, instance, out) -> int:
         idle = self._idling(device)

@@ -3,8 +3,9 @@
 Real hardware counters count from the driver's load, not the daemon's start; a restarted
 daemon reads on where the counter is now. The simulator stands in for the driver, so it keeps
 ``{uuid: energy_mj}`` with the time they were taken at on the boot clock (which a wall-clock
-step does not move) in a small JSON file, written at most once a second. With the scenario's power constant since then, extrapolating from the
-saved point gives exactly the value an uninterrupted counter would have.
+step does not move) in a small JSON file, written at most once a second. With the
+scenario's power constant since then, extrapolating from the saved point gives
+exactly the value an uninterrupted counter would have.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def load_driver_state(path: str) -> tuple[float, int, dict[str, float]] | None:
-    """(saved boot-clock time, driver reloads, energy mJ per UUID), or ``None`` when absent or bad."""
+    """(saved boot-clock time, driver reloads, energy mJ per UUID), or ``None`` if absent or bad."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

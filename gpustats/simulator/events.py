@@ -3,6 +3,15 @@ MIG configuration changes (a reloaded scenario whose ``mig_instances`` differ)."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance
+
+
 import ctypes
 import time
 from ctypes import c_ulonglong, c_void_p
@@ -28,6 +37,23 @@ def mig_layout(device) -> tuple:
 class EventCalls:
     """Mixin of ``SimulatedNvml``: state lives on the simulator (``_event_sets``, ``_delivered``,
     ``_mig_changes``, ``_lost_reported``)."""
+
+    if TYPE_CHECKING:   # the simulator's state and helpers this mixin uses (library.py)
+        _next_id: int
+        _refcount: int
+        _event_sets: dict[int, dict[str, int]]
+        _mig_changes: dict[int, list[str]]
+        _monotonic: Callable[[], float]
+        _installed_at: float
+        _scenario: Scenario
+        _delivered: set[int]
+        _lost_reported: set[tuple[int, str]]
+        _waits_interrupted: bool
+        _wake: threading.Condition
+
+        def _maybe_reload(self) -> None: ...
+        def _handle_of(self, device: SimDevice, instance: SimMigInstance | None = None) -> int: ...
+
 
     def _new_id(self) -> int:
         self._next_id += 1

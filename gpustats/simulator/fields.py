@@ -9,6 +9,15 @@ device's ``unsupported`` list answers NOT_SUPPORTED both as a field and through 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from gpustats.simulator.scenario import SimDevice
+
+
 from ctypes import c_uint
 
 import pynvml
@@ -38,6 +47,16 @@ _REMAPPED = {pynvml.NVML_FI_DEV_REMAPPED_COR: 0, pynvml.NVML_FI_DEV_REMAPPED_UNC
 
 class FieldCalls:
     """Mixin of ``SimulatedNvml``: reads the scenario, the energy and violation accumulators."""
+
+    if TYPE_CHECKING:   # the simulator's state and helpers this mixin uses (library.py)
+        _wall: Callable[[], float]
+        _energy_mj: dict[str, float]
+        _violation_ns: dict[str, dict[str, float]]
+
+        def _advance(self, device: SimDevice | None = None) -> float: ...
+        def _trace(self, event: str, **fields: Any) -> None: ...
+        def _power_watts(self, device: SimDevice) -> float: ...
+
 
     # ------------------------------------------------------------ nvmlDeviceGetFieldValues
 

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpustats.simulator.scenario import Scenario
+
+
 from ctypes import c_void_p, cast
 
 import pynvml
@@ -18,6 +26,14 @@ _MetricsGet = plain(pynvml.c_nvmlGpmMetricsGet_t,
 
 class GpmCalls:
     """Mixin of ``SimulatedNvml``: samples live on the simulator (``_gpm_samples``)."""
+
+    if TYPE_CHECKING:   # the simulator's state and helpers this mixin uses (library.py)
+        _gpm_samples: dict[int, tuple[str, int | None, float] | None]
+        _monotonic: Callable[[], float]
+        _scenario: Scenario
+
+        def _new_id(self) -> int: ...
+
 
     def _gpm_config(self, device, instance):
         return device.gpm if instance is None else instance.gpm

@@ -244,7 +244,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
 
     # ------------------------------------------------------------ handles
 
-    def _device_by_handle(self, handle: int | None) -> tuple[SimDevice, SimMigInstance | None] | None:
+    def _device_by_handle(
+            self, handle: int | None) -> tuple[SimDevice, SimMigInstance | None] | None:
         if not handle:
             return None
         devices = self._scenario.devices
@@ -293,7 +294,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
                     self._maybe_reload()
                 try:
                     return impl(*args)
-                except Exception:  # noqa: BLE001 - a fake must never crash the caller
+                except Exception:  # a fake must never crash the caller
                     log.exception("simulator: %s failed", getattr(impl, "__name__", impl))
                     return 999
 
@@ -474,7 +475,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         wanted = (uuid or b"").decode()
         for device in self._scenario.devices:
             if device.lost:
-                return GPU_IS_LOST   # the driver scans all GPUs (NVML API reference, nvmlDeviceGetCount)
+                # The driver scans all GPUs (NVML API reference, nvmlDeviceGetCount).
+                return GPU_IS_LOST
             if device.uuid == wanted:
                 set_out(out, c_void_p, self._handle_of(device))
                 return SUCCESS

@@ -1,4 +1,5 @@
-"""Simulator scenario files: YAML parsed into frozen dataclasses (pure; ``ValueError`` on bad input).
+"""Simulator scenario files: YAML parsed into frozen dataclasses (pure; ``ValueError`` on bad
+input).
 
 Top level (every key optional except ``devices``):
 
@@ -37,7 +38,8 @@ as a field of ``nvmlDeviceGetFieldValues``; ``mig_events``: the GPU offers no MI
 change events; ``memory_reserved`` makes nvmlMemory_v2 answer
 NOT_SUPPORTED; ``fields`` makes every field of ``nvmlDeviceGetFieldValues`` answer
 NOT_SUPPORTED while the single calls still answer, ``fields.<name>`` only that one, for power,
-energy, memory_temperature, violations, pcie_replay, remapped_rows), ``lost`` (bool: every call for this GPU
+energy, memory_temperature, violations, pcie_replay, remapped_rows), ``lost`` (bool: every call
+for this GPU
 answers GPU_IS_LOST), ``clocks_event_reasons`` (list of names — gpu_idle, applications_clocks,
 sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clock,
 board_limit, reliability — or an int bitmask; default none set), ``violations``
@@ -47,7 +49,8 @@ violation time grows at that share of real time; default 0), ``pcie_tx_bytes_per
 ``sm_active_percent, sm_occupancy_percent, dram_active_percent, graphics_active_percent,
 pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, nvlink_tx_bytes_per_second,
 nvlink_rx_bytes_per_second``; a metric left out answers NOT_SUPPORTED), ``mig_instances``
-(list; present and non-empty means MIG mode is on: ``gpu_instance_id`` (required), ``compute_instance_id``
+(list; present and non-empty means MIG mode is on: ``gpu_instance_id`` (required),
+``compute_instance_id``
 (default 0), ``profile`` (e.g. ``1g.10gb``), ``memory_total_bytes``, ``uuid`` (default derived),
 ``gpm``), ``events_supported`` (default true), ``idle_cycle`` (``{watts, idle_seconds,
 busy_seconds, start}``: the GPU draws ``watts`` in idle phases and ``power_watts`` in busy
@@ -64,7 +67,8 @@ records after it appeared, ended when it leaves the scenario; a ``between_ticks`
 its run at each read of the records and starts another under the same PID (so its records
 cover all the time since the first read), with its ``sm_util_percent`` (else 0) as the run's
 GPU utilization.
-Rewriting ``mig_instances`` while MIG stays on is a reconfiguration, as the MIG manager makes one: instances left out are destroyed (their
+Rewriting ``mig_instances`` while MIG stays on is a reconfiguration, as the MIG manager makes one:
+instances left out are destroyed (their
 handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets
 one ``nvmlEventMigConfigChange`` for that GPU.
 
@@ -548,8 +552,9 @@ def _device(value: Any, position: int, processes_memory: dict[str, int], *,
                                   processes_memory.get(uuid, 0), integer=True),
         utilization_percent=int(_given(_percent(data, "utilization_percent", where, 0),
                                         "utilization_percent", where)),
-        memory_utilization_percent=int(_given(_percent(data, "memory_utilization_percent", where, 0),
-                                               "memory_utilization_percent", where)),
+        memory_utilization_percent=int(_given(
+            _percent(data, "memory_utilization_percent", where, 0),
+            "memory_utilization_percent", where)),
         power_watts=_number(data, "power_watts", where, 70.0),
         energy_counter_base_millijoules=_number(data, "energy_counter_base_millijoules", where, 0,
                                                 integer=True),

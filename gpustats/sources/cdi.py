@@ -82,7 +82,7 @@ class _Edits:
     visible: tuple[str, ...] | None
 
     @classmethod
-    def of(cls, edits: Any) -> "_Edits":
+    def of(cls, edits: Any) -> _Edits:
         out = cls([], [], None)
         if edits is None:
             return out
@@ -105,7 +105,7 @@ class _Edits:
                 out.visible = _visible_uuids(value)      # the last assignment wins
         return out
 
-    def then(self, later: "_Edits") -> CdiDeviceNodes:
+    def then(self, later: _Edits) -> CdiDeviceNodes:
         """Spec-level edits followed by device-level ones, as a runtime applies them."""
         visible = later.visible if later.visible is not None else self.visible
         return CdiDeviceNodes(gpu_minors=tuple(dict.fromkeys(self.gpus + later.gpus)),

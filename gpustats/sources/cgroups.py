@@ -82,7 +82,7 @@ class Discovery:
     pods: dict[str, CgroupRef] = field(default_factory=dict)
     pod_qos: dict[str, str] = field(default_factory=dict)
 
-    def copy(self) -> "Discovery":
+    def copy(self) -> Discovery:
         return Discovery(dict(self.containers), dict(self.pods), dict(self.pod_qos))
 
 
@@ -100,7 +100,7 @@ class _UsageFiles:
     v2_memory: bool
 
     @classmethod
-    def of(cls, ref: CgroupRef, file: Callable[[str, str, str], str | None]) -> "_UsageFiles":
+    def of(cls, ref: CgroupRef, file: Callable[[str, str, str], str | None]) -> _UsageFiles:
         def kept(controller: str, rel: str | None, name: str) -> tuple[str, str] | None:
             path = file(controller, rel, name) if rel is not None else None
             return (path, rel) if path is not None else None

@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import socket
 import threading
 import time
 from typing import Callable
@@ -316,7 +315,7 @@ class DcgmExporterClient:
                 if size > MAX_BODY_BYTES:
                     raise ValueError(f"body larger than {MAX_BODY_BYTES} bytes")
                 parser.feed(chunk)
-        except (socket.timeout, TimeoutError, urllib3.exceptions.TimeoutError):
+        except (TimeoutError, urllib3.exceptions.TimeoutError):
             raise _Deadline() from None
         except urllib3.exceptions.HTTPError as exc:     # the body broke off, say
             raise OSError(str(exc)) from None

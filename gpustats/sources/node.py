@@ -176,7 +176,8 @@ class NodeReader:
     def _cpu_and_boot(self, report: Callable[[UnsafeFile], None],
                       boot_due: bool) -> tuple[int | None, float | None]:
         """Busy ticks and, when ``boot_due``, boot time (epoch seconds) from <proc>/stat;
-        ``None`` for each that cannot be (or is not) read. psutil opens the file with a blocking ``open``, so it is looked at
+        ``None`` for each that cannot be (or is not) read. psutil opens the file with a
+        blocking ``open``, so it is looked at
         first: a FIFO or a huge file in a fake or hostile tree is reported, not read."""
         try:
             require_regular(self._roots.proc_path("stat"))

@@ -56,7 +56,8 @@ _SATURATION = {
                    "throttleReasonRatios": _RATIOS, "memoryUsedRatioAvg": _NUM,
                    "memoryUsedRatioMax": _NUM, "memoryPressureRatio": _NUM,
                    "xidErrorCount": _U64, "smActiveAvg": _NUM, "smOccupancyAvg": _NUM,
-                   "dramActiveAvg": _NUM, "dramActiveMax": _NUM, "pcieTxBytesAvg": _NUM, "pcieRxBytesAvg": _NUM,
+                   "dramActiveAvg": _NUM, "dramActiveMax": _NUM, "pcieTxBytesAvg": _NUM,
+                   "pcieRxBytesAvg": _NUM,
                    "nvlinkTxBytesAvg": _NUM, "nvlinkRxBytesAvg": _NUM},
 }
 _VENDOR = {"type": "string", "enum": [VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL]}

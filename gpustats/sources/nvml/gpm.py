@@ -1,6 +1,7 @@
 """GPM (Hopper+) metrics: one sample per device per tick, metrics over the previous interval.
 
-Two samples must be more than 100 ms apart (NVML API reference, nvmlGpmMetricsGet); ticks are seconds apart, so each
+Two samples must be more than 100 ms apart (NVML API reference, nvmlGpmMetricsGet);
+ticks are seconds apart, so each
 tick's sample pairs with the previous tick's. MIG instances are sampled through the parent
 handle with ``nvmlGpmMigSampleGet``. Support is remembered per device and per MIG instance: an
 instance whose sample answers NOT_SUPPORTED loses GPM alone, the GPU and its other instances

@@ -197,7 +197,8 @@ class Querier:
                 return not_found
             if code in _UNSUPPORTED_CODES:
                 self._mark_unsupported(device, field)
-                self._errors.record("nvml", "not_supported" if code == pynvml.NVML_ERROR_NOT_SUPPORTED
+                self._errors.record("nvml", "not_supported"
+                                    if code == pynvml.NVML_ERROR_NOT_SUPPORTED
                                     else "function_not_found")
                 log.info("GPU %s: %s is not available (%s); not asking again", device, field, exc)
                 return None
@@ -208,7 +209,8 @@ class Querier:
                      requests: Sequence[tuple[str, int]]) -> dict[str, tuple[int | float, int]]:
         """Many fields in one ``nvmlDeviceGetFieldValues`` call: ``{name: (value, CPU µs)}``.
 
-        Each entry answers on its own (nvml.h, c_nvmlFieldValue_t's nvmlReturn). A field that answers NOT_SUPPORTED (or
+        Each entry answers on its own (nvml.h, c_nvmlFieldValue_t's nvmlReturn). A field that
+        answers NOT_SUPPORTED (or
         INVALID_ARGUMENT: an id this driver does not know) is remembered as ``field:<name>``
         and not asked again, so the caller reads it through its single call from then on. A
         field missing from the result for any other reason is absent for this tick only.

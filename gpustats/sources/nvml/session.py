@@ -68,7 +68,7 @@ class NvmlSession:
         self.driver_version: str | None = None
 
     @classmethod
-    def open(cls, errors: CollectionErrors, driver_root: str | None = None) -> "NvmlSession":
+    def open(cls, errors: CollectionErrors, driver_root: str | None = None) -> NvmlSession:
         nvml_init(driver_root)
         session = cls(errors)
         try:

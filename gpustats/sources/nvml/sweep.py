@@ -9,7 +9,8 @@ utilization (when there are processes), GPM sample + metrics. Read less often: c
 encoder/decoder utilization every ``detail_every`` ticks (dcgm-exporter samples them every
 30 s by default); power limit, MIG mode and, while the process list stays the same, MPS clients
 every ``slow_every`` ticks; PCIe throughput (each call blocks ~20 ms in the driver: it samples
-over 20 ms, NVML API reference) only on GPUs without GPM and every ``pcie_every`` ticks. A value read less often is
+over 20 ms, NVML API reference) only on GPUs without GPM and every ``pcie_every`` ticks. A value
+read less often is
 carried in the readings between its reads. With ``energy_every`` > 1 the energy counter is
 read every that many ticks and estimated from power in between (``energy_reads.py``).
 

@@ -105,9 +105,9 @@ def parse_device_id(device_id: str,
                          parent_uuid=share(legacy.group(1)),
                          gpu_instance_id=int(legacy.group(2)))
     for prefix, kind in (("GPU-", "gpu"), ("MIG-", "mig")):
-        if text.startswith(prefix) and _UUID_BODY.match(text[len(prefix):] or "-x"):
-            if len(text) > len(prefix):
-                return DeviceRef(kind=kind, uuid=share(text), replica=replica)
+        if (text.startswith(prefix) and _UUID_BODY.match(text[len(prefix):] or "-x")
+                and len(text) > len(prefix)):
+            return DeviceRef(kind=kind, uuid=share(text), replica=replica)
     return None
 
 
