@@ -1,7 +1,16 @@
-"""Shared fixtures: a running daemon in a subprocess, fake sysfs trees, scenario files."""
+"""Shared fixtures: a running daemon in a subprocess, fake sysfs trees, scenario files; and
+the suite's two tiers.
+
+The fast tier (``python -m pytest``) runs the unit, property and in-process tests. The
+end-to-end tier holds every test that starts a daemon in a subprocess (the ``start_daemon``
+fixture), builds or runs the image, or makes real cgroups, and the modules of
+``END_TO_END_MODULES`` (daemons, browsers, containers and systemd started their own way): they
+run with ``--e2e`` (or ``GPUSTATS_E2E=1``), and ``-m e2e`` runs them alone.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -67,3 +76,41 @@ def built_image(tmp_path_factory):
     podman cannot build or run it here; tests/support/image_build.py)."""
     from tests.support.image_build import build_or_skip
     return build_or_skip(tmp_path_factory.mktemp("image"), REPO_ROOT)
+
+
+END_TO_END_FIXTURES = frozenset({"start_daemon", "built_image"})
+# Modules whose tests start daemons, browsers, containers or systemd without the fixtures.
+END_TO_END_MODULES = frozenset({
+    "test_chaos_short", "test_containerd_cri", "test_page_chromium", "test_registry_roundtrip",
+    "test_container_image", "test_systemd_boot", "test_cli_startup",
+    "test_cli_once", "test_packaging", "test_servicemonitor_prometheus", "test_prometheus_server",
+    "test_deploy_artifacts", "test_nvml_load_retry", "test_sdnotify", "test_hostile_pipelining",
+    "test_hostile_http", "test_stalls", "test_wall_clock_steps", "test_bench_real",
+    "test_prometheus_dcgm_shared", "test_prometheus_dcgm_compat", "test_soak_short",
+})
+
+
+def pytest_addoption(parser):
+    parser.addoption("--e2e", action="store_true",
+                     help="also run the end-to-end tier (daemons in subprocesses, real cgroups, "
+                          "containers, browsers, systemd, chaos); env GPUSTATS_E2E=1")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: the end-to-end tier (run with --e2e)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())) \
+                or module in END_TO_END_MODULES or item.get_closest_marker("cgroups"):
+            item.add_marker(pytest.mark.e2e)
+    if config.getoption("--e2e") or os.environ.get("GPUSTATS_E2E") \
+            or "e2e" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="end-to-end tier: run with --e2e")
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(skip)
+
