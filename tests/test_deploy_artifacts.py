@@ -225,6 +225,9 @@ def test_kustomize_renders_with_and_without_the_runtimeclass(tmp_path):
     overlay.mkdir()
     base = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     base["resources"] = [str(MANIFESTS / r) for r in base["resources"]]
+    for generator in base.get("configMapGenerator", ()):      # the dashboard's ConfigMap
+        generator["files"] = [f"{key}={MANIFESTS / path}" for key, _, path in
+                              (f.partition("=") for f in generator["files"])]
     base.pop("components")
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(base))
     without = subprocess.run([tool, "kustomize", "--load-restrictor", "LoadRestrictionsNone",
@@ -256,8 +259,16 @@ def test_kustomize_renders_the_dcgm_exporter_scrape_labels_component(tmp_path):
     shipped, endpoint = (d[monitor]["spec"]["endpoints"][0] for d in (plain, patched))
     assert shipped["honorLabels"] is True and endpoint["honorLabels"] is False
     assert "relabelings" not in endpoint
+    # gpustats' own families get pod/namespace/container back (the DCGM_FI_* ones keep the
+    # exported_* names): tests/test_servicemonitor_prometheus.py runs them in a Prometheus.
+    assert {r["targetLabel"] for r in endpoint["metricRelabelings"]} == {
+        "pod", "namespace", "container", "exported_pod", "exported_namespace",
+        "exported_container"}
+    assert all(r["sourceLabels"][0] == "__name__" and
+               r["regex"].startswith("(?:gpustats|container_accelerator)_")
+               for r in endpoint["metricRelabelings"])
     assert {k: v for k, v in shipped.items() if k not in ("honorLabels", "relabelings")} == \
-        {k: v for k, v in endpoint.items() if k != "honorLabels"}
+        {k: v for k, v in endpoint.items() if k not in ("honorLabels", "metricRelabelings")}
     # Nothing else changes.
     assert {k: v for k, v in plain.items() if k != monitor} == \
         {k: v for k, v in patched.items() if k != monitor}

@@ -6,8 +6,8 @@ The node: GPU 0 time-sliced by two pods (the device plugin's ``<uuid>::0`` and `
 replicas, which become dcgm-exporter's ``vgpu`` label), a MIG GPU whose instance 7 a third pod holds and whose instance 9 is idle and held
 by nobody. The node label is asked for by its main-branch name (``hostname``) through the
 environment. Per-pod DCGM series must exist for both pods of the shared GPU (``sum by (pod)``
-keeps it), under ``exported_pod`` with the component, and the idle instance's memory must be
-there, observed as 0.
+keeps it), under ``exported_pod`` with the component (gpustats' own series keep ``pod``), and
+the idle instance's memory must be there, observed as 0.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ class _Kubelet(api_grpc.PodResourcesListerServicer):
 
 
 def _component_endpoint(endpoint: dict) -> dict:
-    """The ServiceMonitor endpoint with the component's JSON patch applied (the two
-    operations it uses: replace and remove, on paths below the first endpoint)."""
+    """The ServiceMonitor endpoint with the component's JSON patch applied (the operations
+    it uses: replace, remove and add, on paths below the first endpoint)."""
     component = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
     (patch,) = component["patches"]
     assert patch["target"]["kind"] == "ServiceMonitor" and patch["target"]["name"] == "gpustats"
@@ -88,6 +88,9 @@ def _component_endpoint(endpoint: dict) -> dict:
             patched[key] = op["value"]
         elif op["op"] == "remove":
             del patched[key]
+        elif op["op"] == "add":
+            assert key not in patched, op
+            patched[key] = op["value"]
         else:
             raise AssertionError(f"unexpected patch operation {op}")
     return patched
@@ -125,10 +128,12 @@ def node(tmp_path_factory):
         prometheus = PrometheusServer(workdir, [], scrape_configs=[
             _job(endpoint, target, "shipped"),
             _job(_component_endpoint(endpoint), target, "dcgm-labels")])
-        # A scrape by each job of a tick that named the pods on both replicas.
+        # A scrape by each job of a tick that named the pods on both replicas. gpustats' own
+        # series keep ``pod`` under both (the component relabels them back); dcgm-exporter's
+        # names carry ``exported_pod`` with the component, as under its chart.
         for job, pod in (("shipped", "pod"), ("dcgm-labels", "exported_pod")):
             prometheus.wait_for(f'gpustats_container_gpu_joules_total{{job="{job}",'
-                                f'{pod}="infer-b"}}')
+                                'pod="infer-b"}')
             prometheus.wait_for(f'DCGM_FI_DEV_FB_USED{{job="{job}",GPU_I_ID="7",'
                                 f'{pod}="embed-0"}}')
         yield daemon, prometheus

@@ -11,6 +11,7 @@ kube-rbac-proxy passes the body through unchanged.
 """
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -94,6 +95,113 @@ def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon,
         assert labels["gpu_uuid"] == GPU and labels["node_name"] and labels["job"] == "gpustats"
         up = query(port, "up")
         assert [float(s["value"][1]) for s in up] == [1.0, 1.0], up
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+def _component_endpoint(endpoint: dict) -> dict:
+    """The endpoint as components/dcgm-exporter-scrape-labels patches it (its JSON patch)."""
+    component = yaml.safe_load((REPO_ROOT / "manifests" / "components" /
+                                "dcgm-exporter-scrape-labels" / "kustomization.yaml").read_text())
+    patched = dict(endpoint)
+    for op in yaml.safe_load(component["patches"][0]["patch"]):
+        key = op["path"].rsplit("/", 1)[1]
+        if op["op"] == "remove":
+            patched.pop(key)
+        else:
+            patched[key] = op["value"]
+    return patched
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+@pytest.mark.parametrize("option", ["shipped", "dcgm-exporter-scrape-labels"])
+def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
+        start_daemon, tmp_path, option):
+    """Every recording rule and every per-pod dashboard query returns the workload's pod (never
+    the gpustats pod) whichever label option the ServiceMonitor is deployed with."""
+    monitor = yaml.safe_load((REPO_ROOT / "manifests" / "servicemonitor.yaml").read_text())
+    endpoint = monitor["spec"]["endpoints"][0]
+    if option != "shipped":
+        endpoint = _component_endpoint(endpoint)
+        assert endpoint["honorLabels"] is False
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    logs = tmp_path / "host" / "log"
+    layout(logs, {("ml", "trainer-0", pod_uid(1)): {"cuda": container_id(1)}})
+    scenario = tmp_path / "s.yaml"
+    write_scenario(scenario, {"devices": [{"uuid": GPU, "minor": 0, "power_watts": 300}],
+                              "processes": [{"pid": 101, "device": GPU}]})
+    daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.5",
+                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                          "--pod-resources-socket", "", "--log-root", str(logs),
+                          "--idle-power-watts", "100")
+    daemon.wait_ready()
+    port = free_port()
+    rules = tmp_path / "gpustats.rules.yml"
+    shutil.copy(REPO_ROOT / "prometheus" / "gpustats.rules.yml", rules)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [operator_job(endpoint, f"127.0.0.1:{daemon.port}",
+                                        "serviceMonitor/gpustats/gpustats/0")]}))
+    log = open(tmp_path / "prometheus.log", "w")
+    server = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+        cwd=tmp_path)
+
+    def wait(expr):
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            try:
+                result = query(port, expr)
+            except OSError:
+                result = []
+            if result:
+                return result
+            time.sleep(1)
+        raise AssertionError(f"{option}: nothing for {expr}\n"
+                             + (tmp_path / "prometheus.log").read_text()[-3000:])
+
+    try:
+        groups = yaml.safe_load(rules.read_text())["groups"]
+        records = [r["record"] for g in groups for r in g["rules"] if "record" in r]
+        for record in records:
+            for series in wait(record):
+                labels = series["metric"]
+                assert not any(k.startswith("exported_") for k in labels), (option, labels)
+                if "namespace" in labels or "pod" in labels:
+                    assert labels.get("namespace") == "ml", (option, labels)
+                    assert labels.get("pod", "trainer-0") == "trainer-0", (option, labels)
+        dashboard = json.loads((REPO_ROOT / "manifests" / "grafana-dashboard.json").read_text())
+
+        def panels(items):
+            for panel in items:
+                yield panel
+                yield from panels(panel.get("panels", ()))
+        exprs = [t["expr"].replace("$node", ".*") for p in panels(dashboard["panels"])
+                 for t in p.get("targets", ())
+                 if re.search(r"\b(pod|namespace|container)\b", t["expr"])
+                 or "gpustats_pod_" in t["expr"] or "gpustats_container_" in t["expr"]]
+        assert exprs
+        wait("gpustats_pod_gpu_joules_total")
+        checked = 0
+        for expr in exprs:
+            names = set(re.findall(r"\b((?:gpustats|container_accelerator)_[a-z_]+)\b", expr))
+            if not all(query(port, f"count({{__name__={name!r}}})".replace("'", '"'))
+                       for name in names):
+                continue                    # a family the scenario does not serve
+            checked += 1
+            for series in wait(expr):
+                labels = series["metric"]
+                assert not any(k.startswith("exported_") for k in labels), (option, expr, labels)
+                assert labels.get("pod") == "trainer-0", (option, expr, labels)
+                assert labels.get("namespace") == "ml", (option, expr, labels)
+                if "container" in labels:
+                    assert labels["container"] == "cuda", (option, expr, labels)
+        assert checked >= 5, (checked, exprs)
     finally:
         server.terminate()
         server.wait(10)
