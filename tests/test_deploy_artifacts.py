@@ -34,6 +34,15 @@ def _unit_for_checks(tmp_path):
     return path
 
 
+
+def _kubectl_with_components() -> str:
+    """kubectl, where its kustomize knows components (v4+); the test skips elsewhere."""
+    tool = _tool("kubectl")
+    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
+    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
+        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    return tool
+
 def test_systemd_analyze_verify(tmp_path):
     result = subprocess.run([_tool("systemd-analyze"), "verify", str(_unit_for_checks(tmp_path))],
                             capture_output=True, text=True)
@@ -211,10 +220,7 @@ def test_rbac_and_monitor_contract():
 
 
 def test_kustomize_renders_with_and_without_the_runtimeclass(tmp_path):
-    tool = _tool("kubectl")
-    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
-    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
-        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    tool = _kubectl_with_components()
     rendered = subprocess.run([tool, "kustomize", str(MANIFESTS)], capture_output=True,
                               text=True, timeout=120)
     assert rendered.returncode == 0, rendered.stderr
@@ -237,10 +243,7 @@ def test_kustomize_renders_with_and_without_the_runtimeclass(tmp_path):
 
 
 def test_kustomize_renders_the_dcgm_exporter_scrape_labels_component(tmp_path):
-    tool = _tool("kubectl")
-    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
-    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
-        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    tool = _kubectl_with_components()
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base = os.path.relpath(MANIFESTS, overlay)       # kustomize refuses absolute directories
@@ -319,10 +322,7 @@ def test_sdist_and_wheel_build(tmp_path):
 
 def _render_component(tmp_path, component: str, **extra) -> dict:
     """The DaemonSet of an overlay of the manifests with ``component`` (and ``extra`` keys)."""
-    tool = _tool("kubectl")
-    version = subprocess.run([tool, "version", "--client"], capture_output=True, text=True)
-    if not re.search(r"Kustomize Version: v[4-9]", version.stdout):
-        pytest.skip("kubectl's kustomize predates components (v4+ needed)")
+    tool = _kubectl_with_components()
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base = os.path.relpath(MANIFESTS, overlay)

@@ -36,11 +36,10 @@ def query(port: int, expr: str) -> list:
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
-def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon, tmp_path):
-    monitor = yaml.safe_load((REPO_ROOT / "manifests" / "servicemonitor.yaml").read_text())
-    endpoint = monitor["spec"]["endpoints"][0]
-    assert endpoint["honorLabels"] is True and endpoint["scheme"] == "https"
 
+def _trainer_node(start_daemon, tmp_path):
+    """The daemon on one simulated GPU with pod ml/trainer-0's process, named through the
+    kubelet's log layout; ready."""
     cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
     logs = tmp_path / "host" / "log"
     layout(logs, {("ml", "trainer-0", pod_uid(1)): {"cuda": container_id(1)}})
@@ -52,6 +51,14 @@ def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon,
                           "--pod-resources-socket", "", "--log-root", str(logs),
                           "--idle-power-watts", "100")
     daemon.wait_ready()
+    return daemon
+
+def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon, tmp_path):
+    monitor = yaml.safe_load((REPO_ROOT / "manifests" / "servicemonitor.yaml").read_text())
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["honorLabels"] is True and endpoint["scheme"] == "https"
+
+    daemon = _trainer_node(start_daemon, tmp_path)
     target = f"127.0.0.1:{daemon.port}"
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -126,17 +133,7 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
     if option != "shipped":
         endpoint = _component_endpoint(endpoint)
         assert endpoint["honorLabels"] is False
-    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
-    logs = tmp_path / "host" / "log"
-    layout(logs, {("ml", "trainer-0", pod_uid(1)): {"cuda": container_id(1)}})
-    scenario = tmp_path / "s.yaml"
-    write_scenario(scenario, {"devices": [{"uuid": GPU, "minor": 0, "power_watts": 300}],
-                              "processes": [{"pid": 101, "device": GPU}]})
-    daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.5",
-                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
-                          "--pod-resources-socket", "", "--log-root", str(logs),
-                          "--idle-power-watts", "100")
-    daemon.wait_ready()
+    daemon = _trainer_node(start_daemon, tmp_path)
     port = free_port()
     rules = tmp_path / "gpustats.rules.yml"
     shutil.copy(REPO_ROOT / "prometheus" / "gpustats.rules.yml", rules)
