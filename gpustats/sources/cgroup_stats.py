@@ -39,12 +39,17 @@ class DeviceRules:
         return frozenset((*nvidia, *drm))
 
 
+# The GPU device majors and the minors below which a node is a GPU's (above: control nodes).
+GPU_MAJORS = {NVIDIA_MAJOR: MAX_GPU_MINOR, DRM_MAJOR: MAX_DRM_MINOR}
+_MAJOR_TEXT = {str(major): major for major in GPU_MAJORS}     # as devices.list writes them
+
+
 def parse_devices_list(text: str) -> DeviceRules:
     """``a *:* rwm`` (everything), ``c 195:* rwm`` (every NVIDIA node), ``c 195:0 rw`` (GPU 0),
     ``c 226:128 rw`` (a DRM render node), ``c 226:* rwm`` (every DRM node)."""
-    all_devices = all_nvidia = all_drm = False
-    minors = set()
-    drm: set[int] = set()
+    all_devices = False
+    whole: set[int] = set()                         # GPU majors allowed whole
+    minors: dict[int, set[int]] = {major: set() for major in GPU_MAJORS}
     malformed = 0
     for line in text.splitlines():
         line = line.strip()
@@ -59,27 +64,20 @@ def parse_devices_list(text: str) -> DeviceRules:
         if kind == "a":
             all_devices = True
             continue
-        if kind == "c" and major == str(DRM_MAJOR):
-            if minor == "*":
-                all_drm = True
-            elif minor.isdigit() and int(minor) < MAX_DRM_MINOR:
-                drm.add(int(minor))
-            elif not minor.isdigit():
-                malformed += 1
-            continue
-        if kind != "c" or major != str(NVIDIA_MAJOR):
+        gpu_major = _MAJOR_TEXT.get(major) if kind == "c" else None
+        if gpu_major is None:
             if not (major == "*" or major.isdigit()) or not (minor == "*" or minor.isdigit()):
                 malformed += 1
             continue
         if minor == "*":
-            all_nvidia = True
+            whole.add(gpu_major)
         elif minor.isdigit():
-            if int(minor) < MAX_GPU_MINOR:
-                minors.add(int(minor))
+            if int(minor) < GPU_MAJORS[gpu_major]:
+                minors[gpu_major].add(int(minor))
         else:
             malformed += 1
-    return DeviceRules(all_devices, all_nvidia, frozenset(minors), malformed, all_drm,
-                       frozenset(drm))
+    return DeviceRules(all_devices, NVIDIA_MAJOR in whole, frozenset(minors[NVIDIA_MAJOR]),
+                       malformed, DRM_MAJOR in whole, frozenset(minors[DRM_MAJOR]))
 
 
 def parse_flat_keyed(text: str | bytes, keys: frozenset[str] | None = None) -> dict[str, int]:
