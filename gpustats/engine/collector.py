@@ -89,9 +89,9 @@ class Housekeeper:
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
         self._known: dict[str, object] = {}      # uuid -> last identity, for NVML outages
+        self._idle_served: dict[str, float] = {}     # uuid -> the idle energy served last
         # Processes by (counter key, GPU instance): this tick's, and those ended while their
         # counters are retained.
-        self._idle_served: dict[str, float] = {}     # uuid -> the idle energy served last
         self._last_live: dict[tuple, ProcessStats] = {}
         self._ended: dict[tuple, ProcessStats] = {}
         self._wall = wall

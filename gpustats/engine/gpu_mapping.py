@@ -126,8 +126,12 @@ class GpuIndex:
                 else None
         if ref.kind == "mig":
             return self.mig_by_uuid.get(ref.uuid)
-        uuid = {"pci": self.by_pci, "card": self.by_card}.get(ref.kind, {}).get(ref.uuid) \
-            if ref.kind in ("pci", "card") else ref.uuid
+        if ref.kind == "pci":
+            uuid = self.by_pci.get(ref.uuid)
+        elif ref.kind == "card":
+            uuid = self.by_card.get(ref.uuid)
+        else:
+            uuid = ref.uuid
         return (uuid, None) if uuid in self.by_uuid else None
 
 

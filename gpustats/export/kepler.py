@@ -85,7 +85,7 @@ def process_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
             else None
         percent = p.compute_utilization_percent
         sums.add((p.pid, p.comm, None, CONTAINER_PROCESS if cid else REGULAR, gpu[0], gpu[2],
-                  TERMINATED if p.ended else RUNNING, cid, None),
+                  _state(p.ended), cid, None),
                  p.attributed_energy_joules, p.attributed_power_watts,
                  percent / 100.0 if percent is not None else None)
     return sums.rows()

@@ -15,8 +15,7 @@ import time
 from typing import Callable
 
 from gpustats.hostfs import HostRoots
-from gpustats.model.device import (VENDOR_AMD, VENDOR_INTEL, DeviceIdentity, DeviceReading,
-                                   ProcessReading)
+from gpustats.model.device import VENDOR_AMD, DeviceIdentity, DeviceReading, ProcessReading
 from gpustats.sources.drm.amdgpu import AmdgpuValues
 from gpustats.sources.drm.clients import ClientScan, ClientScanner, ClientTick
 from gpustats.sources.drm.devices import DeviceDiscovery, DeviceValues, DrmDevice
@@ -24,7 +23,7 @@ from gpustats.sources.drm.intel import IntelValues, engine_utilization
 from gpustats.sources.drm.reads import FsReads
 from gpustats.sources.vendors import AMD, INTEL
 
-_VENDORS = {VENDOR_AMD: AMD, VENDOR_INTEL: INTEL}
+_VENDORS = {v.name: v for v in (AMD, INTEL)}
 _UNKNOWN_PROCESSES = frozenset({"processes"})
 
 
