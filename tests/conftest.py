@@ -62,6 +62,34 @@ def in_process_daemon(tmp_path):
 
 
 @pytest.fixture
+def installed_nvml(tmp_path):
+    """Installs the fake NVML for a scenario (a dict, written to ``tmp_path``) and
+    initialises pynvml: ``(simulator, scenario path)``; every one uninstalled at teardown."""
+    import pynvml
+
+    from gpustats.simulator import SimulatedNvml
+    from tests.support.fakehost import write_scenario
+    sims = []
+
+    def _install(scenario: dict, **kw):
+        path = tmp_path / f"s{len(sims)}.yaml"
+        write_scenario(path, scenario)
+        sim = SimulatedNvml(str(path), **kw)
+        sim.install()
+        sims.append(sim)
+        pynvml.nvmlInit()
+        return sim, path
+
+    yield _install
+    for sim in reversed(sims):
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        sim.uninstall()
+
+
+@pytest.fixture
 def fake_sysfs(tmp_path) -> Path:
     """A sysfs tree with one NVIDIA 3D controller and one non-GPU device."""
     root = tmp_path / "sys"

@@ -16,25 +16,8 @@ from tests.support.gpus import GPU_A as A, GPU_B as B
 
 
 @pytest.fixture
-def simulate(tmp_path):
-    sims = []
-
-    def _simulate(scenario, **kw):
-        path = tmp_path / f"s{len(sims)}.yaml"
-        write_scenario(path, scenario)
-        sim = SimulatedNvml(str(path), **kw)
-        sim.install()
-        sims.append(sim)
-        pynvml.nvmlInit()
-        return sim, path
-
-    yield _simulate
-    for sim in reversed(sims):
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-        sim.uninstall()
+def simulate(installed_nvml):
+    return installed_nvml
 
 
 def test_pynvml_calls_cfunctype_attributes_of_the_installed_object(simulate):

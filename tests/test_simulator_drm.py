@@ -155,25 +155,9 @@ def test_the_examples_are_drm_nodes():
 # ------------------------------------------------------------ the NVML fake
 
 @pytest.fixture
-def nvml(tmp_path):
-    sims = []
-
-    def _install(scenario: dict) -> SimulatedNvml:
-        path = tmp_path / f"s{len(sims)}.yaml"
-        write_scenario(path, scenario)
-        sim = SimulatedNvml(str(path))
-        sim.install()
-        sims.append(sim)
-        pynvml.nvmlInit()
-        return sim
-
-    yield _install
-    for sim in reversed(sims):
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-        sim.uninstall()
+def nvml(installed_nvml):
+    """The fake NVML installed for a scenario: the simulator."""
+    return lambda scenario: installed_nvml(scenario)[0]
 
 
 def _nvml_view():
