@@ -128,3 +128,27 @@ def test_no_gpu_is_said_once_at_start(caplog):
             clock.now += 5
     said = [r for r in caplog.records if "no NVIDIA GPU on the PCI bus" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_every_vendor_read_as_one_and_one_failing_leaves_the_others(caplog):
+    """GpuBackends: readings in the sources' order; a vendor whose sweep raises leaves its
+    GPUs out of the tick, not the others'; statuses merged, NVML's figures and each vendor's."""
+    from gpustats.engine.gpus import GpuBackends
+    from gpustats.sources.vendors import AMD
+    clock = Clock(1000.0)
+    nvidia_sweeper, amd_sweeper = Sweeper(), Sweeper()
+    nvidia = _source(Scanner(["0000:3b:00.0"]), lambda: (nvidia_sweeper, "580"), clock)
+    amd = GpuSource(Scanner(["0000:19:00.0", "0000:1a:00.0"]), lambda: (amd_sweeper, None),
+                    is_driver_gone=lambda e: False, retry_interval=60.0, vendor=AMD,
+                    monotonic=clock)
+    backends = GpuBackends((nvidia, amd))
+    assert len(backends.readings()) == 2
+    amd_sweeper.fail = RuntimeError("sysfs exploded")
+    with caplog.at_level(logging.ERROR):
+        assert len(backends.readings()) == 1          # NVIDIA's GPU still read
+    assert "AMD GPU sweep failed" in caplog.text
+    status = backends.status()
+    assert (status.gpus_on_pci_bus, status.loaded, status.driver_version) == (3, True, "580")
+    assert [(v.vendor, v.gpus_on_pci_bus, v.loaded) for v in status.vendors] == [
+        ("nvidia", 1, True), ("amd", 2, True)]
+    assert status.away == ()

@@ -172,8 +172,6 @@ class GpuBackends:
         self.sources = tuple(sources)
 
     def readings(self) -> tuple[DeviceReading, ...]:
-        if len(self.sources) == 1:
-            return self.sources[0].readings()
         out: list[DeviceReading] = []
         for source in self.sources:
             try:
