@@ -1,6 +1,6 @@
-"""From the built image to the DaemonSet, as the README's "Kubernetes" section tells users: the
-image built by scripts/build-image.sh is tagged for a registry (Debian's docker-registry on a
-loopback port), pushed, untagged, pulled back by the digest the push reported into a store of
+"""From the built image to the DaemonSet, as docs/kubernetes.md tells users: the image built by
+scripts/build-image.sh is tagged for a registry (Debian's docker-registry on a loopback port),
+pushed, untagged, pulled back by the digest the push reported into a store of
 its own, and run with the args, env, mounts and security settings of the DaemonSet rendered
 with the kustomization's `images:` override (`kustomize edit set image` writes the same).
 
@@ -265,15 +265,15 @@ def test_pulled_image_runs_as_the_daemonset_runs_it(built_image, daemonset, tmp_
 
 
 def _kubernetes_sh_blocks() -> list[str]:
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+    """The shell blocks of the Kubernetes guide (docs/kubernetes.md), as a user pastes them."""
+    text = (REPO_ROOT / "docs" / "kubernetes.md").read_text()
+    return re.findall(r"```sh\n(.*?)\n```", text, re.S)
 
 
 def test_readme_podman_run_works_with_its_rlimit_setting(built_image, tmp_path):
-    """The README's `podman run`, after its containers.conf lines, as a user pastes them (only
+    """The Kubernetes guide's `podman run`, after its containers.conf lines, as a user pastes them (only
     the image reference and the port differ; on the hybrid cgroup layout the file also names
-    runc, the host setting the README says to carry over): it serves here, where podman's
+    runc, the host setting the guide says to carry over): it serves here, where podman's
     default rlimits stop runc."""
     blocks = _kubernetes_sh_blocks()
     setting = next(b for b in blocks if "default_ulimits = []" in b)

@@ -23,7 +23,7 @@ TAG = "localhost/gpustats:test"
 PROBE = "localhost/gpustats-probe:busybox"
 # Rootful podman raises RLIMIT_NOFILE and RLIMIT_NPROC in every container by default; where the
 # host's hard limits are lower and podman may not raise them, runc fails with "error setting
-# rlimit type 7" (or 6). The README documents this same file for `podman run`.
+# rlimit type 7" (or 6). docs/kubernetes.md documents this same file for `podman run`.
 NO_DEFAULT_ULIMITS = "[containers]\ndefault_ulimits = []\n"
 
 
