@@ -199,6 +199,14 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
                 if "container" in labels:
                     assert labels["container"] == "cuda", (option, expr, labels)
         assert checked >= 5, (checked, exprs)
+        # The README's first billing question, as a user pastes it.
+        readme = (REPO_ROOT / "README.md").read_text()
+        billing = re.findall(r"```promql\n(.*?)\n```", readme, re.S)
+        assert billing
+        for expr in billing:
+            result = wait(expr)
+            assert [s["metric"] for s in result] == [{"namespace": "ml"}], (option, result)
+            assert float(result[0]["value"][1]) > 0, (option, result)
     finally:
         server.terminate()
         server.wait(10)
