@@ -14,7 +14,6 @@ import time
 import pytest
 
 from tests.support.billing import scrape, start, v1_host, value
-from tests.support.daemon import free_port
 from tests.support.fakehost import build, pod_uid, write_scenario
 from tests.support.gpus import GPU_A as GPU, GPU_B as LOST, device
 from tests.support.prometheus import PrometheusServer
@@ -52,10 +51,10 @@ def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path
     cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
     scenario = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
     args = ("--housekeeping-interval", "0.5", "--persist-interval", "30")
-    port = free_port()
+    daemon = start(start_daemon, tmp_path, scenario, cgroup, proc, *args)
+    port = daemon.port                              # the restart binds it again
     prometheus = PrometheusServer(tmp_path, [port], scrape_interval="500ms")
     try:
-        daemon = start(start_daemon, tmp_path, scenario, cgroup, proc, *args, port=port)
         series = "gpustats_node_gpu_joules_total"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:          # Prometheus has the series before the kill

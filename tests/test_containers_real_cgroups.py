@@ -235,7 +235,7 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     daemon cannot see in its own /proc nor signal, is mapped to its container."""
     import shutil
 
-    from tests.support.daemon import free_port, http_get
+    from tests.support.daemon import SERVING, http_get
 
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1)")
@@ -253,10 +253,10 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     scenario.write_text(yaml.safe_dump({
         "devices": [{"uuid": GPU0, "minor": 0, "power_watts": 300}],
         "processes": [{"pid": worker.pid, "device": GPU0, "memory_used_bytes": 1 << 30}]}))
-    host_proc, port = tmp_path / "host-proc", free_port()
+    host_proc = tmp_path / "host-proc"
     host_proc.mkdir()
     daemon = " ".join([
-        sys.executable, "-m", "gpustats", f"--listen=127.0.0.1:{port}",
+        sys.executable, "-m", "gpustats", "--listen=127.0.0.1:0",
         f"--state-dir={tmp_path / 'state'}", f"--simulate={scenario}",
         f"--cgroup-root={CGROUP}", f"--proc-root={host_proc}", "--pod-resources-socket=",
         "--runtime-socket=", "--housekeeping-interval=0.3", "--idle-power-watts=100"])
@@ -272,8 +272,11 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     try:
         deadline, found = time.monotonic() + 20, None
         while time.monotonic() < deadline and found is None and proc.poll() is None:
+            serving = SERVING.search((tmp_path / "daemon.log").read_text())
             try:
-                status, body = http_get(f"http://127.0.0.1:{port}/stats/summary")
+                if serving is None:
+                    raise OSError("not serving yet")
+                status, body = http_get(f"http://127.0.0.1:{serving.group(1)}/stats/summary")
             except OSError:
                 status, body = None, None
             if status == 200:

@@ -106,10 +106,8 @@ def test_idle_and_trickling_sockets_leave_probes_and_data_answering(start_daemon
 
 
 def test_separate_health_listener(start_daemon, tmp_path):
-    from tests.support.daemon import free_port
-    health = free_port()
-    daemon, _, _ = start(start_daemon, tmp_path, None, None, "--health-listen",
-                         f"127.0.0.1:{health}")
+    daemon, _, _ = start(start_daemon, tmp_path, None, None, "--health-listen", "127.0.0.1:0")
+    health = daemon.health_port
     assert timed_get(health, "/healthz")[0] == 200
     assert timed_get(health, "/readyz")[0] == 200
     assert timed_get(health, "/stats/summary")[0] == 404      # probes only there

@@ -19,7 +19,7 @@ from bench.attackers import TricklingSockets, read_until_closed, replies
 from gpustats.fdlimit import HEALTH_CONNECTIONS
 from gpustats.serving import (BODY_DEADLINE_SECONDS, CLEANUP_SECONDS,
                               HEADER_DEADLINE_SECONDS)
-from tests.support.daemon import free_port, timed_get
+from tests.support.daemon import timed_get
 from tests.support.hostile import start
 
 # A trickled request is answered at the first clean-up pass after its deadline.
@@ -39,8 +39,8 @@ def probe_every_half_second(port: int, seconds: float) -> list[float]:
 
 
 def test_health_listener_answers_beside_100_trickling_sockets(start_daemon, tmp_path):
-    health = free_port()
-    start(start_daemon, tmp_path, None, None, "--health-listen", f"127.0.0.1:{health}")
+    daemon = start(start_daemon, tmp_path, None, None, "--health-listen", "127.0.0.1:0")[0]
+    health = daemon.health_port
     stop = threading.Event()
     trickle = TricklingSockets(health, stop, count=100, every=0.5)
     assert trickle.count > HEALTH_CONNECTIONS

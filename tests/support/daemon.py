@@ -1,10 +1,12 @@
-"""The real daemon in a subprocess on a free loopback port, and plain HTTP GETs to it."""
+"""The real daemon in a subprocess on a loopback port, and plain HTTP GETs to it."""
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,6 +17,11 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
+
+# The daemon's start-up line, which names the port it bound (the one asked for, or the kernel's
+# pick for port 0).
+SERVING = re.compile(r"serving on http://[^ ]*?:(\d+) ")
+HEALTH = re.compile(r"health on http://[^ ]*?:(\d+)")
 
 
 def free_port() -> int:
@@ -38,21 +45,47 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict | str]:
 
 
 class DaemonProcess:
-    """``python -m gpustats`` in a subprocess on a free loopback port."""
+    """``python -m gpustats`` in a subprocess. Without ``port`` it binds port 0 and the port the
+    kernel gave it is read from the daemon's own "serving on" log line (no race with another
+    process taking a port picked beforehand)."""
+
+    _started = itertools.count(1)
 
     def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
                  port: int | None = None):
-        self.port = port or free_port()
-        self.log_path = tmp_path / f"daemon-{self.port}.log"
+        self._port = port
+        self.log_path = tmp_path / f"daemon-{next(self._started)}.log"
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
         full_env.update(env or {})
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
+            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{port or 0}",
              "--state-dir", str(tmp_path / "state"), *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(tmp_path),
         )
+
+    @property
+    def port(self) -> int:
+        """The data port: as given, or as the daemon says it bound it."""
+        deadline = time.monotonic() + 30
+        while self._port is None:
+            found = SERVING.search(self.log())
+            if found:
+                self._port = int(found.group(1))
+            elif self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+            elif time.monotonic() > deadline:
+                raise AssertionError(f"daemon never said its port:\n{self.log()}")
+            else:
+                time.sleep(0.05)
+        return self._port
+
+    @property
+    def health_port(self) -> int:
+        """The port of ``--health-listen`` as the daemon says it bound it (``:0`` works)."""
+        self.port                                   # the same line names both
+        return int(HEALTH.search(self.log()).group(1))
 
     @property
     def base(self) -> str:
