@@ -238,7 +238,8 @@ class Run:
         self.note(f"{name}, down {down_seconds:.2f} s")
         code = self.daemon.stop(sig)
         if sig == signal.SIGTERM and code != 0:
-            self.violation("exit status", f"SIGTERM: daemon exited {code}")
+            self.violation("exit status", f"SIGTERM: daemon exited {code}\n"
+                                          f"{self.daemon.log_tail(120)}")
         time.sleep(down_seconds)
         self.start_daemon()
 
@@ -362,7 +363,8 @@ class Run:
             self.scrape()
             code = self.daemon.stop(signal.SIGTERM)
             if code != 0:
-                self.violation("exit status", f"SIGTERM at the end: daemon exited {code}")
+                self.violation("exit status", f"SIGTERM at the end: daemon exited {code}\n"
+                                              f"{self.daemon.log_tail(120)}")
             self.final_check()
         finally:
             self.daemon.stop(signal.SIGKILL)

@@ -25,7 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 # (EROFS from open for writing, write, rename, unlink). A mount cannot be remounted read-only
 # while the daemon holds its journal open for writing, hence the syscall wrappers.
 FAULTS = '''\
-import errno, os, random, threading, time
+import errno, faulthandler, os, random, signal, threading, time
+# Every thread's stack into the log on SIGUSR2: sent by the harness before it SIGKILLs a daemon
+# that did not stop on SIGTERM, so the log says where it hung.
+faulthandler.register(signal.SIGUSR2, all_threads=True)
 _env = os.environ.get
 _state = os.path.realpath(_env("CHAOS_STATE_DIR", "/nonexistent")) + os.sep
 _flag = _env("CHAOS_READONLY_FLAG", "/nonexistent")
@@ -178,6 +181,11 @@ class Daemon:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR2)       # the stacks, into the log
+                try:
+                    self.proc.wait(1.0)
+                except subprocess.TimeoutExpired:
+                    pass
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
