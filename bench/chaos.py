@@ -5,21 +5,21 @@ ground truth on every scrape and at the end.
     python -m bench.chaos --seed 7 --seconds 30 --events power,pod_create,pod_delete,sigkill
     python -m bench.chaos --seeds 1-50 --seconds 120          # many seeds, one after another
 
-The world (bench/chaos_world.py) is two simulated H100s, the second in MIG mode with two
+The world (oracles/world.py) is two simulated H100s, the second in MIG mode with two
 instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
-kubelet's log layout. Events (bench/chaos_events.py) edit it; each edit writes new host
+kubelet's log layout. Events (bench/chaos_events.py, each kind once in a drawn order, then drawn at random) edit it; each edit writes new host
 entries first, then the scenario, and removes host entries last, and every state is held for
 several ticks. Some act on the daemon instead: signals, a full or read-only state dir, its
 wall clock stepped (``clock_step``, libfaketime: bench/chaos_clock.py), the previous release
 started over its state and it over the previous release's (``previous_release``:
 bench/chaos_release.py). A few are drawn once before the first start: ``busy_from_start``
 (a GPU with no idle configured) and whether the run starts on the previous release.
-The checks (bench/chaos_checks.py) run on each scrape of
+The checks (oracles/checks.py) run on each scrape of
 /metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
 served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
 still served, a GPU with no idle billed in full. At the end each pod's total must lie within
-2 % of the oracle's range (bench/chaos_oracle.py, from the simulator's trace of reloads and
+2 % of the oracle's range (oracles/energy.py, from the simulator's trace of reloads and
 energy reads). An event this host cannot run (no libfaketime, no git history) is left out
 with a line in the log.
 
@@ -42,15 +42,15 @@ from pathlib import Path
 
 import yaml
 
-from bench import chaos_checks as checks
+from oracles import checks
 from bench.chaos_clock import SteppedClock, find_libfaketime
 from bench.chaos_daemon import REPO, Daemon, StateDisk
 from bench.chaos_events import (
     DISK_EVENTS, EVENTS, START_ONLY, START_OPTIONS, forward_from_previous_release,
 )
-from bench.chaos_oracle import expected_energy, read_trace
+from oracles.energy import expected_energy, read_trace
 from bench.chaos_release import extract_release, previous_release_commit
-from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS, World, WorldState
+from oracles.world import IDLE_WATTS, LIMIT_WATTS, World, WorldState
 from gpustats.engine.state_files import FORMAT_VERSION
 
 TEMPERATURE = 40
@@ -347,11 +347,12 @@ class Run:
                 forward_from_previous_release(self, self.rng)
             else:
                 self.start_daemon()
+            first = self.rng.sample(drawn, len(drawn))   # every kind once, then at random
             while time.monotonic() < end:
                 if not drawn:
                     self.hold(end - time.monotonic())
                     break
-                name = self.rng.choice(drawn)
+                name = first.pop() if first else self.rng.choice(drawn)
                 self.result.counts[name] += 1
                 EVENTS[name](self, self.rng)
                 self.hold(self.rng.uniform(0.8, 2.0))

@@ -10,9 +10,9 @@ import random
 import signal
 import time
 
-from bench import chaos_checks as checks
+from oracles import checks
 from bench import chaos_release as release
-from bench.chaos_world import IDLE_WATTS, LIMIT_WATTS
+from oracles.world import IDLE_WATTS, LIMIT_WATTS
 from gpustats.engine.state_files import FORMAT_VERSION
 
 # Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).

@@ -11,8 +11,8 @@ import pytest
 
 from bench.chaos import run_chaos
 from bench.chaos_events import EVENTS
-from bench.chaos_oracle import expected_energy
-from bench.chaos_world import GpuState, Holder, WorldState, gpu_uuid, pod_uid
+from oracles.energy import expected_energy
+from oracles.world import GpuState, Holder, WorldState, gpu_uuid, pod_uid
 from gpustats.simulator import SimulatedNvml
 from tests.support.fakehost import write_scenario
 
@@ -150,7 +150,7 @@ def test_the_oracle_bills_a_gpu_with_no_idle_in_full_until_it_learns_one():
 
 
 def test_no_idle_bills_the_whole_energy():
-    from bench.chaos_checks import NoIdle, counters
+    from oracles.checks import NoIdle, counters
     text = """# TYPE gpustats_node_gpu_joules_total counter
 gpustats_node_gpu_joules_total{gpu="0",gpu_uuid="G"} %s
 # TYPE gpustats_node_gpu_active_joules_total counter
@@ -226,7 +226,7 @@ def test_the_command_refuses_what_it_does_not_know(argv, said, capsys):
 
 
 def test_conservation_is_compared_where_the_processes_are_known():
-    from bench.chaos_checks import Conservation, counters, known_gpus
+    from oracles.checks import Conservation, counters, known_gpus
     text = """# TYPE gpustats_node_gpu_sharing_mode_info gauge
 gpustats_node_gpu_sharing_mode_info{gpu="0",gpu_uuid="G",mode="time-slicing"} 1.0
 # TYPE gpustats_node_gpu_active_joules_total counter
@@ -263,7 +263,7 @@ def _exposition(active, pods, containers, mig=None):
 
 
 def _conservation(*texts, runs=None):
-    from bench.chaos_checks import Conservation, counters, known_gpus
+    from oracles.checks import Conservation, counters, known_gpus
     check = Conservation()
     return [check.check(run, counters(t), known_gpus(t))
             for run, t in zip(runs or [1] * len(texts), texts)]
@@ -328,7 +328,7 @@ def test_the_oracle_allows_the_assumed_split_of_a_mig_instance_first_busy_tick()
 def test_the_rate_check_allows_a_stall_billed_by_the_first_tick_after_it():
     """A pod billed a 2.4 s stall by the first tick after SIGCONT is not lost time billed;
     the same gain without a stall is."""
-    from bench.chaos_checks import POD, Rate
+    from oracles.checks import POD, Rate
     series = (POD, (("pod_uid", "u"),))
     for stalled, violations in ((True, 0), (False, 1)):
         rate = Rate(max_active_watts=600.0, tick_seconds=0.3)

@@ -1,12 +1,13 @@
-"""No module of the package or the benchmarks imports, however indirectly, a module that
-imports it back (imports inside functions and under TYPE_CHECKING count too)."""
+"""No module anywhere in the tree (the package, the benchmarks, the oracles, the tests) imports,
+however indirectly, a module that imports it back (imports inside functions and under
+TYPE_CHECKING count too); and the oracles, which tests and benchmarks share, import neither."""
 
 import ast
 from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
 
-PACKAGES = ("gpustats", "bench")
+PACKAGES = ("gpustats", "bench", "oracles", "tests", "scripts")
 
 
 def _module(path: Path) -> str:
@@ -76,3 +77,10 @@ def test_no_import_circle():
 
 def test_a_circle_is_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_oracles_import_neither_tests_nor_benchmarks():
+    for name, targets in _graph().items():
+        if name.split(".")[0] == "oracles":
+            leaks = {t for t in targets if t.split(".")[0] in ("bench", "tests")}
+            assert not leaks, f"{name} imports {leaks}"

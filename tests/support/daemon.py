@@ -73,8 +73,9 @@ class DaemonProcess:
             found = SERVING.search(self.log())
             if found:
                 self._port = int(found.group(1))
-            elif self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+            elif self.proc.poll() is not None:     # what a request to it would meet
+                raise ConnectionRefusedError(
+                    f"daemon exited {self.proc.returncode} before serving:\n{self.log()}")
             elif time.monotonic() > deadline:
                 raise AssertionError(f"daemon never said its port:\n{self.log()}")
             else:

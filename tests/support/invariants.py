@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from bench.chaos_checks import Series, counters  # noqa: F401 - one parser of the billed counters
+from oracles.checks import Series, counters  # noqa: F401 - one parser of the billed counters
 from tests.support.fakehost import metric_value
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",

@@ -7,7 +7,7 @@ gave; it belongs to the processes holding the GPU at the second read, by their S
 (MIG: by instance activity, equally within an instance) — the daemon's documented rule, and
 the only one a sampler can follow. Nothing is expected for an interval over which the GPU
 was lost or the daemon was not running. A GPU with no idle configured (``learns_idle``) has
-the idle the daemon learns from idle ticks (``bench/chaos_idle.py``), none at first: until it
+the idle the daemon learns from idle ticks (``oracles/idle.py``), none at first: until it
 has one, its whole energy is active.
 
 Times are the trace lines' ``mono`` stamps where they have one (the monotonic clock, which a
@@ -38,8 +38,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chaos_idle import LearnedIdle, idle_tick_power
-from bench.chaos_world import IDLE_WATTS, GpuState, WorldState
+from oracles.idle import LearnedIdle, idle_tick_power
+from oracles.world import IDLE_WATTS, GpuState, WorldState
 
 # A reload this close before or after a read may have been seen by only part of the sweep.
 SWEEP_SECONDS = 0.1

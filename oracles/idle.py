@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.chaos_world import GpuState
+from oracles.world import GpuState
 
 HOLD_TICKS = 3            # gpustats.engine.energy.IDLE_HOLD_TICKS
 
