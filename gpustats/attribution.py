@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, TypeGuard
 
 from gpustats.model.attribution import (
     SHARE_ACCOUNTING, SHARE_ENGINE_TIME, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
@@ -46,7 +46,7 @@ class EnergyDelta:
     counter_reset: bool = False
 
 
-def _finite(value: float | None) -> bool:
+def _finite(value: float | None) -> TypeGuard[float]:
     return value is not None and math.isfinite(value)
 
 
@@ -251,9 +251,15 @@ def _weights(processes: tuple[ProcessReading, ...],
 def _engine_seconds(processes: tuple[ProcessReading, ...]) -> dict[int, float] | None:
     """Each process's engine busy seconds over the tick, where the driver measured them for
     every process (DRM fdinfo); ``None`` otherwise."""
-    if not processes or any(not _finite(p.engine_busy_seconds) for p in processes):
+    if not processes:
         return None
-    return {p.pid: max(0.0, p.engine_busy_seconds) for p in processes}
+    busy: dict[int, float] = {}
+    for p in processes:
+        seconds = p.engine_busy_seconds
+        if not _finite(seconds):
+            return None
+        busy[p.pid] = max(0.0, seconds)
+    return busy
 
 
 def _weights_by_engine_time(busy: Mapping[int, float]) -> tuple[dict[int, float], str]:

@@ -25,7 +25,7 @@ from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
 from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.history import History
-from gpustats.engine.gpus import GpuBackends, GpuSource, SessionUnavailable
+from gpustats.engine.gpus import GpuBackends, GpuSource, PciScan, SessionUnavailable, Sweeper
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
@@ -146,6 +146,7 @@ class Daemon:
         self.errors = CollectionErrors()
         self.store = SnapshotStore()
         self.simulator = self.simulated_drm = None
+        scanner: PciScan
         if config.simulate:
             from gpustats.simulator import SimulatedDrm, SimulatedNvml
             from gpustats.simulator.scenario import load_scenario
@@ -238,7 +239,7 @@ class Daemon:
             sdnotify.status(f"serving; {self.housekeeper.ticks_completed} tick(s)")
         sdnotify.watchdog()
 
-    def _open_nvml(self) -> tuple[DeviceSweeper, str | None]:
+    def _open_nvml(self) -> tuple[Sweeper, str | None]:
         try:
             session = NvmlSession.open(self.errors, self.config.nvml_driver_root)
         except NvmlUnavailable as exc:
@@ -404,7 +405,8 @@ def serve(daemon: Daemon, args=None, announce=None) -> int:
     log.info("gpustats %s serving on http://%s:%s (node %s)%s", __version__, host,
              Listeners.port_of(listeners.data), daemon.node_name,
              f"; health on http://{config.health_listen[0]}:"
-             f"{Listeners.port_of(listeners.health)}" if listeners.health else "")
+             f"{Listeners.port_of(listeners.health)}"
+             if listeners.health and config.health_listen is not None else "")
     if announce is not None:
         announce(f"http://{_shown_host(host)}:{Listeners.port_of(listeners.data)}/")
     try:

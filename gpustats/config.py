@@ -250,14 +250,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         help="run two ticks a short interval apart, print the summary JSON, exit "
                              "(writes nothing to the state dir)")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    group = parser
+    group: argparse._ActionsContainer = parser      # the parser or its current section
     for option in OPTIONS:
         if option.name in HELP_SECTIONS:
             group = parser.add_argument_group(HELP_SECTIONS[option.name])
         shown = _shown_default(option.default)
         default_text = f"; default {shown}" if shown is not None else ""
         const = "true" if isinstance(option.default, bool) else option.const
-        extra = {"nargs": "?", "const": const} if const is not None else {}
+        extra: dict[str, Any] = {"nargs": "?", "const": const} if const is not None else {}
         group.add_argument(option.flag, dest=option.name, default=None, metavar=option.metavar,
                            help=f"{option.help} [env {option.env}{default_text}]", **extra)
     return parser

@@ -8,6 +8,7 @@ import os
 import struct
 import weakref
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class DirectoryChanges:
 
     def __init__(self) -> None:
         self._fd: int | None = None
-        self._add_watch = self._rm_watch = None
+        # libc's inotify_add_watch and inotify_rm_watch; set whenever _fd is
+        self._add_watch: Callable[..., int] | None = None
+        self._rm_watch: Callable[..., int] | None = None
         self.unavailable: str | None = None        # why events() is always None
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -81,7 +84,7 @@ class DirectoryChanges:
     def watch(self, directory: str) -> int | None:
         """The watch's number (the same for a directory watched twice); ``None`` when the
         directory is gone or nothing is watched any more."""
-        if self._fd is None:
+        if self._fd is None or self._add_watch is None:
             return None
         wd = self._add_watch(self._fd, os.fsencode(directory), self._MASK)
         if wd < 0:
@@ -95,7 +98,7 @@ class DirectoryChanges:
 
     def unwatch(self, wd: int) -> None:
         """Stops a watch; one already gone with its directory is no error."""
-        if self._fd is not None:
+        if self._fd is not None and self._rm_watch is not None:
             self._rm_watch(self._fd, wd)
 
     def events(self) -> list[DirectoryEvent] | None:

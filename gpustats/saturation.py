@@ -261,8 +261,9 @@ class Counters:
             if value is None:
                 continue
             total = totals[i] or 0
-            if lasts[i] is not None:
-                before_at, before = lasts[i]
+            last = lasts[i]
+            if last is not None:
+                before_at, before = last
                 if value >= before:
                     total += value - before
                 else:

@@ -144,6 +144,7 @@ class _Task(WSGITask):
     connection, with the response's headers, to the watch streams."""
 
     watch = None                     # the stream begun, its slot reserved, until handed over
+    wrote_header: bool               # waitress's (WSGITask), typed here for the checker
 
     def get_environment(self) -> dict:
         environ = super().get_environment()
@@ -194,6 +195,10 @@ class _Channel(HTTPChannel):
     held = b""                       # received, not parsed yet: requests past the depth
     over_budget_since: float | None = None
     _last_activity = 0.0
+    # waitress's (HTTPChannel), typed here for the checker.
+    request: _Parser | None
+    close_when_flushed: bool
+    sent_continue: bool
 
     @property
     def last_activity(self) -> float:
@@ -308,13 +313,17 @@ class _Channel(HTTPChannel):
 
     def waiting_since(self) -> float:
         """Since when the connection has held its slot without a complete request."""
-        return self.request_began if self.request is not None else self.last_activity
+        if self.request is None:
+            return self.last_activity
+        assert self.request_began is not None        # set with the request (_parse_one)
+        return self.request_began
 
     def overdue(self, now: float) -> str | None:
         """Which part of the request in progress is past its deadline, if one is."""
         if self.request is None or not self.waiting():
             return None
         if self.body_began is None:
+            assert self.request_began is not None    # set with the request (_parse_one)
             return "headers" if now - self.request_began > HEADER_DEADLINE_SECONDS else None
         return "body" if now - self.body_began > BODY_DEADLINE_SECONDS else None
 
@@ -334,6 +343,7 @@ class _Channel(HTTPChannel):
         with self.requests_lock:
             request, self.request = self.request, None
             self.close_when_flushed = True
+        assert request is not None            # called for an ``overdue`` request only
         request.close()
         self.request_began = self.body_began = None
         with self.outbuf_lock:
@@ -347,8 +357,11 @@ class _Server(TcpWSGIServer):
 
     channel_class = _Channel
     watches: Watches | None = None       # set by Listeners where watches are served
+    # waitress's (BaseWSGIServer), typed here for the checker.
+    next_channel_cleanup: float
+    in_connection_overflow: bool
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.timed_out = 0
         self.displaced = 0
@@ -457,15 +470,18 @@ class _Server(TcpWSGIServer):
         Run by the serving loop after every wake-up (the worker's end wakes it)."""
         if not self._handovers:
             return
+        watches = self.watches
+        assert watches is not None           # a watch begins only where there are watches
         with self._handover_lock:
             pending, self._handovers = self._handovers, []
         waiting = []
         for channel in pending:
             if channel._fileno is None or not channel.connected:
-                self.watches.release()       # closed before it could begin
+                watches.release()            # closed before it could begin
             elif channel.requests or channel.total_outbufs_len:
                 waiting.append(channel)      # its worker, or earlier answers, not done yet
             else:
+                assert channel.watching is not None    # set before it was handed over
                 stream, head, chunked = channel.watching
                 sock = channel.socket
                 channel.del_channel()        # out of the map and the active channels
@@ -473,7 +489,7 @@ class _Server(TcpWSGIServer):
                     for outbuf in channel.outbufs:
                         outbuf.close()
                     channel.connected = False
-                self.watches.adopt(sock, stream, head, chunked)
+                watches.adopt(sock, stream, head, chunked)
         if waiting:
             with self._handover_lock:
                 self._handovers.extend(waiting)

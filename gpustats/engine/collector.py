@@ -20,7 +20,7 @@ from gpustats.engine.store import SnapshotStore
 from gpustats.health import unknown_health
 from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
-from gpustats.model.device import VENDOR_NVIDIA, DeviceReading
+from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity, DeviceReading
 from gpustats.model.energy_keys import (
     ActiveKey, DeviceKey, MigKey, UnallocatedIdleKey, UnattributedKey,
 )
@@ -88,7 +88,7 @@ class Housekeeper:
         self._saturation_window = saturation_window
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
-        self._known: dict[str, object] = {}      # uuid -> last identity, for NVML outages
+        self._known: dict[str, DeviceIdentity] = {}   # uuid -> last identity, for NVML outages
         self._idle_served: dict[str, float] = {}     # uuid -> the idle energy served last
         # Processes by (counter key, GPU instance): this tick's, and those ended while their
         # counters are retained.
@@ -136,7 +136,7 @@ class Housekeeper:
             or Settled(self._counters)
         processes = self._process_stats(readings, attributions, starts, settled)
         view = ContainerView()
-        if mapped is not None:
+        if mapped is not None and self._containers is not None:
             view = self._guard("container discovery",
                                lambda: self._containers.build(mapped, processes, settled), view)
             if view.pid_to_container or view.process_users:
@@ -187,13 +187,13 @@ class Housekeeper:
         return snapshot
 
     def _health_and_saturation(self, readings: tuple[DeviceReading, ...], status: GpuStatus
-                               ) -> tuple[dict[str, DeviceHealth], dict[str, Saturation],
+                               ) -> tuple[Mapping[str, DeviceHealth], dict[str, Saturation],
                                           tuple[DeviceStats, ...]]:
         """Health and saturation per GPU UUID, and the GPUs known before NVML went away (health
         Unknown). Worked out before the devices' stats, which are built with them."""
         now = self._wall()
         uuids = tuple(r.identity.uuid for r in readings)
-        health = {}
+        health: Mapping[str, DeviceHealth] = {}
         if self._health is not None:
             # The health thread waits on NVML's events: NVIDIA GPUs only.
             self._health.track(status.session if status.loaded else 0, tuple(

@@ -51,7 +51,7 @@ def owner_of(key: Key) -> Owner:
 
 
 # An idle share's counter lives as long as its holder's.
-_HOLDER_OF_IDLE = {"container_idle": "container", "pod_idle": "pod"}
+_HOLDER_OF_IDLE: dict[Hashable, str] = {"container_idle": "container", "pod_idle": "pod"}
 
 
 def steady_wall() -> Callable[[], float]:

@@ -137,7 +137,8 @@ class ClaimResolver:
 
     def _keys(self, nodes: CdiDeviceNodes,
               devices: GpuLookups) -> tuple[list[GpuKey], str | None]:
-        mig, unknown_caps, missing = [], False, False
+        mig: list[GpuKey] = []
+        unknown_caps, missing = False, False
         for minor in nodes.capability_minors:
             cap = self._caps.lookup(minor)
             if cap is None:

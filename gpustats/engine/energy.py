@@ -106,7 +106,7 @@ class EnergyAccountant:
                      "integrated power for this tick", uuid, state.counter_mj,
                      reading.energy_counter_millijoules)
         power = reading.power_watts
-        if power is None and delta.source == "counter" and dt > 0:
+        if power is None and delta.source == "counter" and delta.joules is not None and dt > 0:
             power = delta.joules / dt           # no power call: the counter's rate
         idle = self._idle(uuid, state, power, reading)
         active_energy = active_energy_joules(delta.joules, idle, dt)
@@ -193,6 +193,7 @@ class EnergyAccountant:
         the gap look negative, and its energy was dropped), else on the wall clock."""
         if record.read_at_boot_seconds is not None:
             return max(0.0, self._on_boot_clock(reading) - record.read_at_boot_seconds)
+        assert record.read_at is not None            # the caller's check (_first_tick)
         return max(0.0, self._wall() - record.read_at)
 
     def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None,

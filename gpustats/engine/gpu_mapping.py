@@ -97,7 +97,9 @@ class GpuIndex:
 
     @classmethod
     def of(cls, readings: tuple[DeviceReading, ...]) -> GpuIndex:
-        by_minor, by_node, by_uuid, mig, profiles, by_pci, by_card = {}, {}, {}, {}, {}, {}, {}
+        by_minor, by_node, by_uuid, by_pci, by_card = {}, {}, {}, {}, {}
+        mig: dict[str, GpuKey] = {}
+        profiles: dict[GpuKey, str | None] = {}
         for r in readings:
             ident = r.identity
             by_uuid[ident.uuid] = r

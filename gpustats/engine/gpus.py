@@ -27,7 +27,8 @@ class PciScan(Protocol):
 
 
 class Sweeper(Protocol):
-    calls: int
+    @property
+    def calls(self) -> int: ...
 
     def sweep(self) -> tuple[DeviceReading, ...]: ...
 
@@ -120,10 +121,10 @@ class GpuSource:
             self._next_attempt = now + self._retry_interval
             return ()
         self._calls_last_tick = sweeper.calls - before
-        lost = sweeper.unidentified() if self._lost_namer is not None else ()
-        if lost:
-            readings += self._lost_namer.readings(lost, readings, self._bus_ids,
-                                                  self._monotonic())
+        namer = self._lost_namer
+        lost = sweeper.unidentified() if namer is not None else ()
+        if namer is not None and lost:
+            readings += namer.readings(lost, readings, self._bus_ids, self._monotonic())
         return readings
 
     def close(self) -> None:

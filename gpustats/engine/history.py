@@ -12,7 +12,7 @@ import math
 import threading
 from array import array
 from bisect import bisect_left
-from typing import Hashable
+from typing import Generic, TypeVar
 
 from gpustats.model.history import (
     CONTAINER_FIELDS, GPU_FIELDS, GPU_VALUES, MIG_FIELDS, ContainerSeries, GpuSeries,
@@ -36,12 +36,26 @@ def _milli(value: float | None) -> float:
     return NAN if value is None else round(value, 3)
 
 
-class _Series:
+K = TypeVar("K")
+M = TypeVar("M", bound=tuple)
+
+# Each table's keys and series identities: a GPU's (index, name, memory, power limit) by
+# UUID, a MIG instance's (UUID, profile, memory) by (GPU UUID, GPU instance), a container's
+# (name, pod name, namespace, pod UID) by (container ID, GPU UUID, GPU instance).
+GpuMeta = tuple[int, str | None, int | None, float | None]
+MigKey = tuple[str, int]
+MigMeta = tuple[str | None, str | None, int | None]
+ContainerKey = tuple[str, str, int | None]
+ContainerMeta = tuple[str | None, str | None, str | None, str | None]
+Row = tuple[float, ...]
+
+
+class _Series(Generic[M]):
     """Identity of one series (a tuple, replaced when it changes) and its flat rows."""
 
     __slots__ = ("meta", "rows")
 
-    def __init__(self, meta: tuple) -> None:
+    def __init__(self, meta: M) -> None:
         self.meta = meta
         self.rows = array("d")
 
@@ -67,9 +81,9 @@ class History:
             raise ValueError(f"history duration must be positive, got {duration_seconds!r}")
         self.duration_seconds = float(duration_seconds)
         self._lock = threading.Lock()
-        self._gpus: dict[Hashable, _Series] = {}
-        self._migs: dict[Hashable, _Series] = {}
-        self._containers: dict[Hashable, _Series] = {}
+        self._gpus: dict[str, _Series[GpuMeta]] = {}
+        self._migs: dict[MigKey, _Series[MigMeta]] = {}
+        self._containers: dict[ContainerKey, _Series[ContainerMeta]] = {}
         self._sequence: int | None = None
         self._monotonic: float | None = None
         self._wall_minus_monotonic = 0.0
@@ -84,7 +98,8 @@ class History:
         if self._monotonic is not None and snapshot.monotonic <= self._monotonic:
             return          # the same snapshot twice, or one older than the last
         t = snapshot.monotonic
-        gpus, migs = [], []
+        gpus: list[tuple[str, GpuMeta, Row]] = []
+        migs: list[tuple[MigKey, MigMeta, Row]] = []
         for device in snapshot.devices:
             ident = device.identity
             healthy = device.health.healthy if device.health is not None else None
@@ -98,7 +113,7 @@ class History:
                              (t, _value(mig.memory_used_bytes),
                               NAN if mig.activity_ratio is None else round(mig.activity_ratio, 4),
                               _milli(mig.attributed_power_watts))))
-        containers = []
+        containers: list[tuple[ContainerKey, ContainerMeta, Row]] = []
         for pod, container in snapshot.containers_with_pods():
             if pod is None:
                 self._container_rows(containers, t, container, None, None, container.pod_uid)
@@ -106,15 +121,9 @@ class History:
                 self._container_rows(containers, t, container, pod.name, pod.namespace, pod.uid)
         cutoff = t - self.duration_seconds
         with self._lock:
-            for table, fresh in ((self._gpus, gpus), (self._migs, migs),
-                                 (self._containers, containers)):
-                for key, meta, row in fresh:
-                    series = table.get(key)
-                    if series is None:
-                        series = table[key] = _Series(meta)
-                    elif series.meta != meta:
-                        series.meta = meta
-                    series.rows.extend(row)
+            self._add(self._gpus, gpus)
+            self._add(self._migs, migs)
+            self._add(self._containers, containers)
             self._trim(self._gpus, GPU_WIDTH, cutoff)
             self._trim(self._migs, MIG_WIDTH, cutoff)
             self._trim(self._containers, CONTAINER_WIDTH, cutoff)
@@ -123,7 +132,18 @@ class History:
             self._wall_minus_monotonic = snapshot.taken_at - t
 
     @staticmethod
-    def _container_rows(out: list, t: float, container: ContainerStats, pod_name: str | None,
+    def _add(table: dict[K, _Series[M]], fresh: list[tuple[K, M, Row]]) -> None:
+        for key, meta, row in fresh:
+            series = table.get(key)
+            if series is None:
+                series = table[key] = _Series(meta)
+            elif series.meta != meta:
+                series.meta = meta
+            series.rows.extend(row)
+
+    @staticmethod
+    def _container_rows(out: list[tuple[ContainerKey, ContainerMeta, Row]],
+                        t: float, container: ContainerStats, pod_name: str | None,
                         pod_namespace: str | None, pod_uid: str | None) -> None:
         for acc in container.accelerators:
             out.append(((container.container_id, acc.device_uuid, acc.gpu_instance_id),
@@ -135,7 +155,7 @@ class History:
                          else round(acc.compute_utilization_percent, 2))))
 
     @staticmethod
-    def _trim(table: dict[Hashable, _Series], width: int, cutoff: float) -> None:
+    def _trim(table: dict[K, _Series[M]], width: int, cutoff: float) -> None:
         gone = []
         for key, series in table.items():
             rows = series.rows

@@ -215,7 +215,7 @@ class _TickEnergy:
         pods: dict[str, float] = {}
         for (cid, gi), joules in shares.items():
             tick[ContainerIdleKey(cid, uuid, gi)] = joules
-            pod = self._held.get(("container", cid, uuid, gi))
+            pod = self._held.get(ContainerKey(cid, uuid, gi))
             if pod is not None:
                 pods[pod] = pods.get(pod, 0.0) + joules
         for pod, joules in pods.items():

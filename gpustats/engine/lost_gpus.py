@@ -14,17 +14,25 @@ from typing import Callable, Mapping, Protocol
 from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity, DeviceReading
 
 
+# Read-only members: frozen records (the driver's procfs entry, a DeviceRecord) fit.
 class DriverInfo(Protocol):
-    uuid: str | None
-    model: str | None
-    minor_number: int | None
+    @property
+    def uuid(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def minor_number(self) -> int | None: ...
 
 
 class Remembered(Protocol):
-    index: int | None
-    pci_bus_id: str | None
-    name: str | None
-    minor_number: int | None
+    @property
+    def index(self) -> int | None: ...
+    @property
+    def pci_bus_id(self) -> str | None: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def minor_number(self) -> int | None: ...
 
 
 def unclaimed_bus_ids(bus_ids: tuple[str, ...], identified: tuple[DeviceReading, ...],

@@ -26,7 +26,8 @@ class AllocationSource(Protocol):
 
 
 class ClaimSource(Protocol):
-    generation: int            # changes whenever the CDI devices do (read after begin_tick)
+    @property
+    def generation(self) -> int: ...     # changes whenever the CDI devices do (after begin_tick)
 
     def begin_tick(self) -> None: ...
 
@@ -112,10 +113,10 @@ class PodResourcesMapping:
         by_name = {(n.pod_namespace, n.pod_name, n.container_name): cid
                    for cid, n in names.items() if not n.is_sandbox and n.container_name}
         joined = _Joined(answer, dict(names))
-        for owner, claim, reason in unresolved:
+        for owner, pending, reason in unresolved:
             if by_name.get(owner) in containers:
                 joined.unresolved.setdefault(by_name[owner], []).append(
-                    UnresolvedClaim(claim, reason))
+                    UnresolvedClaim(pending, reason))
         users: dict[str, set[str]] | None = None
         for owner, key, claim, replica in resolved:
             cid = by_name.get(owner)
@@ -144,10 +145,10 @@ class PodResourcesMapping:
         else:
             has_claims = self._claim_source is not None and \
                 any(a.claim is not None for a in allocations)
-        if has_claims:
-            self._claim_source.begin_tick()      # CDI specs looked at again, every tick
-        valid_for = (devices.signature(),
-                     self._claim_source.generation if has_claims else None)
+        source = self._claim_source if has_claims else None
+        if source is not None:
+            source.begin_tick()                  # CDI specs looked at again, every tick
+        valid_for = (devices.signature(), source.generation if source is not None else None)
         if memo is not None and memo.listing == listing and memo.valid_for == valid_for:
             return memo.answer
         holders: dict[str, set[tuple[str, str, str]]] = {}
@@ -166,11 +167,11 @@ class PodResourcesMapping:
                     holders.setdefault(key[0], set()).add(owner)
                     resolved.append((owner, key, allocation.claim, None))
                 continue
-            key = devices.resolve(allocation)
-            if key is None:
+            found = devices.resolve(allocation)          # None also without a device
+            if found is None or allocation.device is None:
                 continue
-            holders.setdefault(key[0], set()).add(owner)
-            resolved.append((owner, key, None, allocation.device.replica))
+            holders.setdefault(found[0], set()).add(owner)
+            resolved.append((owner, found, None, allocation.device.replica))
         answer = _Resolved(holders, resolved, unresolved)
         self._resolved = _ResolutionMemo(listing, has_claims, valid_for, answer) \
             if not unresolved else None

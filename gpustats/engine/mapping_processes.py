@@ -10,6 +10,7 @@ from typing import Protocol
 
 from gpustats.engine.gpu_mapping import ProcessUser, TickMapping
 from gpustats.model.containers import REASON_NVML_PROCESS, ContainerIdentity
+from gpustats.sources.procs import ProcessOwner
 
 # Every this many ticks, processes placed in no container are looked up again (a start-up
 # race would stick: a process is placed before its runtime moves it), and users' names.
@@ -17,7 +18,7 @@ RECHECK_TICKS = 12
 
 
 class ProcSource(Protocol):
-    def owner_of(self, pid: int): ...       # a ``sources.procs.ProcessOwner``, None: gone
+    def owner_of(self, pid: int) -> ProcessOwner | None: ...      # None: gone
 
 
 class UserSource(Protocol):
@@ -31,7 +32,8 @@ class ProcessMapping:
     def __init__(self, procs: ProcSource, users: UserSource | None = None):
         self._procs = procs
         self._users = users
-        self._pid_owner: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
+        self._pid_owner: dict[tuple[int, int | None],
+                              tuple[ProcessOwner, ProcessUser] | None] = {}
         self._ticks = 0
 
     def map(self, tick: TickMapping) -> None:
@@ -39,7 +41,7 @@ class ProcessMapping:
         if self._ticks % RECHECK_TICKS == 0:
             self._pid_owner = {k: v for k, v in self._pid_owner.items()
                                if v is not None and v[0].container is not None}
-        owner_of_pid: dict[tuple[int, int | None], tuple[object, ProcessUser] | None] = {}
+        owner_of_pid: dict[tuple[int, int | None], tuple[ProcessOwner, ProcessUser] | None] = {}
         previous = self._pid_owner
         for reading in tick.readings:
             uuid = reading.identity.uuid
@@ -62,7 +64,7 @@ class ProcessMapping:
                 tick.pid_to_container[(uuid, p.pid)] = cid
         self._pid_owner = owner_of_pid
 
-    def _owner(self, pid: int) -> tuple[object, ProcessUser] | None:
+    def _owner(self, pid: int) -> tuple[ProcessOwner, ProcessUser] | None:
         """A process's owner and user, looked up once per process (None: gone)."""
         owner = self._procs.owner_of(pid)
         if owner is None:
@@ -72,17 +74,19 @@ class ProcessMapping:
         return owner, ProcessUser(comm, uid, user)
 
 
-def _enter_owner(owner, containers: dict[str, ContainerIdentity]) -> str:
+def _enter_owner(owner: ProcessOwner, containers: dict[str, ContainerIdentity]) -> str:
     """The owner's container ID (a tenant's key), entered among this tick's containers where
     discovery did not find it."""
     if owner.container is not None:
         info = owner.container.info
         cid = info.container_id
+        assert cid is not None               # a process's container is named by its ID
         if cid not in containers:
             containers[cid] = ContainerIdentity(
                 container_id=cid, runtime=info.runtime, pod_uid=info.pod_uid,
                 qos_class=info.qos_class, cgroup=owner.container.cgroup)
         return cid
+    assert owner.tenant is not None          # no container: the tenant it is billed to
     cid = owner.tenant.key
     if cid not in containers:
         containers[cid] = ContainerIdentity(container_id=cid, cgroup=owner.cgroup,

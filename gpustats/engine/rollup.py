@@ -4,7 +4,7 @@ and the energy the ledger settled; containers and pods kept while their counters
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping, cast
 
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, claim_order
@@ -148,7 +148,7 @@ class Rollup:
         mapped = parts.mapped
         held = mapped.claims.by_key.get(cid, {})
         replicas = mapped.claims.replicas.get(cid, {})
-        keys = mapped.mappings.get(cid)
+        keys: Mapping[GpuKey, Collection[str]] | None = mapped.mappings.get(cid)
         if before is not None and (keys is None or not before.issubset(keys)):
             # Entries not mapped this tick (the GPU lost, its processes unknown): listed
             # with their totals while their counters exist.
@@ -184,9 +184,9 @@ class Rollup:
         retained, pod_of, live = self._counters.retained, self._pod_of, mapped.containers
         for cid in [c for c in entries if c not in live]:
             if retained(("container", cid)):
-                uid = pod_of.get(cid)
-                if uid is not None and uid not in stats_by_pod:
-                    stats_by_pod[uid] = []
+                pod_uid = pod_of.get(cid)
+                if pod_uid is not None and pod_uid not in stats_by_pod:
+                    stats_by_pod[pod_uid] = []
             else:
                 del entries[cid]
                 pod_of.pop(cid, None)
@@ -197,7 +197,8 @@ class Rollup:
         """Each served pod, named by a container of it (else by its last known names)."""
         pod_history: dict[str, dict[str, float]] = {}
         for key, total in self._counters.items("pod"):
-            pod_history.setdefault(key[1], {})[key[2]] = total
+            pod = cast("tuple[str, str, str]", key)        # ("pod", pod UID, GPU UUID)
+            pod_history.setdefault(pod[1], {})[pod[2]] = total
         served = sorted(stats_by_pod.items())
         named = {uid: self._pod_name(uid, members, parts.mapped.names)
                  for uid, members in served}
@@ -255,7 +256,9 @@ class Rollup:
         if entries is None:
             entries = self._entries = {}
             for key, _ in self._counters.items("container"):
-                entries.setdefault(key[1], set()).add((key[2], key[3]))
+                # ("container", container ID, GPU UUID, GPU instance)
+                entry = cast("tuple[str, str, str, int | None]", key)
+                entries.setdefault(entry[1], set()).add((entry[2], entry[3]))
         pod_of = self._pod_of
         for key, uid in held.items():
             cid = key[1]
@@ -342,7 +345,8 @@ def _container_stats(cid: str, identity: ContainerIdentity, n: ContainerNames | 
         unresolved_claims=unresolved, tenant=identity.tenant, user=user)
 
 
-def _by_gpu_key(keys: dict[GpuKey, set[str]]) -> list[tuple[GpuKey, set[str]]]:
+def _by_gpu_key(keys: Mapping[GpuKey, Collection[str]]
+                ) -> list[tuple[GpuKey, Collection[str]]]:
     """A container's GPU keys in GPU order, whole GPUs before their instances."""
     if len(keys) == 1:
         return list(keys.items())

@@ -40,11 +40,13 @@ import stat
 import tempfile
 import time
 import zlib
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, TypeVar
 
 from gpustats.sources.errors import LogOnce
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # The state dir's format. 1: counters.json alone. 2: counters.json and a journal of bare JSON
 # lines (later releases wrote checksummed lines under the same number, which 2's first releases
@@ -131,7 +133,8 @@ def read_state_file(path: str, max_bytes: int, uid: int) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while True:
             chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - size))
             if not chunk:
@@ -197,7 +200,7 @@ class StateFiles:
     """
 
     def __init__(self, directory: str, *, wall: Callable[[], float] = time.time,
-                 write: Callable[[int, bytes], int] | None = None,
+                 write: Callable[[int, memoryview], int] | None = None,
                  fsync: Callable[[int], None] | None = None, uid: int | None = None,
                  refused: Callable[[str], None] | None = None):
         self.directory = directory
@@ -230,7 +233,7 @@ class StateFiles:
 
     # ------------------------------------------------------------ loading
 
-    def load(self, parse: Callable[[object], object]) -> tuple[object | None, list[object]]:
+    def load(self, parse: Callable[[object], T]) -> tuple[T | None, list[object]]:
         """The parsed snapshot (``None`` when absent or unusable) and the journal's entries.
 
         ``FORMAT`` is checked first: a newer one raises ``NewerStateVersion`` before any other
@@ -295,7 +298,7 @@ class StateFiles:
             self._refused(exc.reason)
         self.keep_aside(exc.path, REFUSED_SUFFIX)
 
-    def _parse_document(self, raw: bytes, parse: Callable[[object], object]) -> object | None:
+    def _parse_document(self, raw: bytes, parse: Callable[[object], T]) -> T | None:
         try:
             return parse(json.loads(raw.decode("utf-8")))
         except NewerStateVersion as exc:

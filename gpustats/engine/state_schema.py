@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Hashable, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 from gpustats.engine.state_files import FORMAT_VERSION, READABLE_VERSIONS, NewerStateVersion
 from gpustats.model.record import record
@@ -190,7 +190,7 @@ def _key(value: object) -> Key:
 def _record(value: object) -> DeviceRecord:
     if not isinstance(value, dict):
         raise ValueError(f"bad GPU record {value!r:.80}")
-    values = {}
+    values: dict[str, Any] = {}           # each checked against its field's types below
     for name, item in value.items():
         if name not in _RECORD_TYPES:
             continue                      # a field a newer minor version added

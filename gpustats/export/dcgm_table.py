@@ -10,7 +10,7 @@ GPU and per MIG instance, and are absent where GPM is: never derived from the du
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 GAUGE, COUNTER = "gauge", "counter"
 
@@ -43,7 +43,7 @@ class DcgmField:
     kind: str
     help: str
     path: str                                  # attribute path from the reading
-    convert: Callable[[object], float | int] = _same
+    convert: Callable[[Any], float | int] = _same     # the reading's value: any number type
 
 
 # From a GPU's sweep (``DeviceReading``), one series per GPU.

@@ -13,7 +13,7 @@ negotiated from the Accept header through prometheus-client.
 from __future__ import annotations
 
 import math
-from typing import Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence, cast
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric,
@@ -174,7 +174,13 @@ ROWS: dict[str, Callable[[Snapshot, GpuLabels], list[Row]]] = {
 }
 
 
-def _metric(f: Family) -> Metric:
+class _Samples(Protocol):
+    """What ``_fill`` calls on a family: ``value`` is a number, or an info family's labels."""
+
+    def add_metric(self, labels: Sequence[str], value: Any) -> None: ...
+
+
+def _metric(f: Family) -> CounterMetricFamily | GaugeMetricFamily | InfoMetricFamily:
     labels = ["node_name", *f.labels]
     if f.kind == COUNTER:
         return CounterMetricFamily(f.name, f.help, labels=labels, unit=f.unit)
@@ -191,10 +197,11 @@ def _number(value: float | int | None) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
-def _fill(metric: Metric, f: Family, node: str, rows: list[Row]) -> None:
+def _fill(metric: _Samples, f: Family, node: str, rows: list[Row]) -> None:
     """``metric``'s samples from the family's getter over its scope's rows."""
     if f.samples is None:
         get = f.value
+        assert get is not None           # a family has a value getter or a samples one
         for entity, labels in rows:
             value = _number(get(entity))
             if value is not None:
@@ -219,7 +226,7 @@ def families(snapshot: Snapshot, node_name: str,
     node = shown(node_name)
     gpus = {d.identity.uuid: _gpu(d.identity) for d in snapshot.devices}
     rows: dict[str, list[Row]] = {}
-    out = []
+    out: list[Metric] = []
     for f in table:
         scope_rows = rows.get(f.scope)
         if scope_rows is None:
@@ -307,4 +314,4 @@ class MetricsBodies:
         rendered = self._store.render(key, build)
         if rendered is None:
             return b"", content_type
-        return rendered[1], content_type
+        return cast(bytes, rendered[1]), content_type     # what ``build`` gave for ``key``

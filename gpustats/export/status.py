@@ -18,6 +18,7 @@ def source_dict(state: SourceState, now: float) -> dict[str, Any]:
         out["lastSuccessTime"] = rfc3339(state.last_success_time)
         out["lastSuccessAgeSeconds"] = round(max(0.0, now - state.last_success_time), 3)
     if state.last_error is not None:
+        assert state.last_error_time is not None     # set with it (CollectionErrors.failed)
         out["lastErrorReason"] = state.last_error_reason
         out["lastError"] = state.last_error
         out["lastErrorTime"] = rfc3339(state.last_error_time)

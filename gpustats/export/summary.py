@@ -28,9 +28,11 @@ from gpustats.model.containers import ContainerUsage
 from gpustats.model.device_values import DEVICE_VALUES, KUBELET_KEYS
 from gpustats.model.dra import ClaimDevice
 
-# The device values of ``node.accelerators[]``: the kubelet's, in its order, then the rest.
-_KUBELET_VALUES = tuple(next(v for v in DEVICE_VALUES if v.key == key) for key in KUBELET_KEYS)
-_EXTENSION_VALUES = tuple(v for v in DEVICE_VALUES
+# The device values of ``node.accelerators[]`` by key: the kubelet's, in its order, then the
+# rest.
+_KUBELET_VALUES = tuple((key, next(v for v in DEVICE_VALUES if v.key == key))
+                        for key in KUBELET_KEYS)
+_EXTENSION_VALUES = tuple((v.key, v) for v in DEVICE_VALUES
                           if v.key is not None and v.key not in KUBELET_KEYS)
 
 
@@ -84,8 +86,8 @@ def _kubelet_keys(device: DeviceStats) -> dict[str, Any]:
     out = _make(device)
     _put(out, "model", shown_or_none(ident.name))
     out["id"] = shown(ident.uuid)
-    for value in _KUBELET_VALUES:
-        _put(out, value.key, value.rounded(device))
+    for key, value in _KUBELET_VALUES:
+        _put(out, key, value.rounded(device))
     return out
 
 
@@ -146,8 +148,8 @@ def device_dict(device: DeviceStats) -> dict[str, Any]:
     _put(out, "pciBusId", shown_or_none(ident.pci_bus_id))
     if device.lost:
         out["lost"] = True
-    for value in _EXTENSION_VALUES:
-        _put(out, value.key, value.rounded(device))
+    for key, value in _EXTENSION_VALUES:
+        _put(out, key, value.rounded(device))
     _put(out, "sharingMode", device.sharing_mode)
     if device.mig_instances:
         out["migInstances"] = [_mig_dict(m) for m in device.mig_instances]

@@ -25,14 +25,17 @@ _NO_VALUE = object()      # stands for "not passed" where a field's default is a
 def record(cls: type[T]) -> type[T]:
     """``@dataclass(frozen=True, slots=True)`` with a cheaper ``__init__`` (same signature,
     same result); type checkers see the dataclass (``dataclass_transform``)."""
-    cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
-    cls.__init__ = _direct_init(cls)
-    return cls
+    # type[Any]: mypy refuses assigning a method on a known class, which is the point here.
+    built: type[Any] = dataclasses.dataclass(frozen=True, slots=True)(cls)
+    built.__init__ = _direct_init(built)
+    return built
 
 
-def _direct_init(cls: type) -> Any:
+def _direct_init(cls: type[Any]) -> Any:
     env: dict[str, Any] = {"__record_no_value": _NO_VALUE}
-    positional, keyword_only, body = [], [], []
+    positional: list[str] = []
+    keyword_only: list[str] = []
+    body: list[str] = []
     for f in dataclasses.fields(cls):
         env[f"__record_set_{f.name}"] = cls.__dict__[f.name].__set__
         if f.name == "self" or f.name.startswith("__record_"):    # names the code uses

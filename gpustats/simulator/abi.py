@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import cast
 
 SUCCESS = 0
 UNINITIALIZED = 1
@@ -33,13 +34,15 @@ VIOLATION_POLICY_KEYS = {0: "power_percent", 1: "thermal_percent", 2: "sync_boos
                           3: "board_limit_percent"}
 
 
-def plain(struct: type, **overrides: type) -> type:
+def plain(struct: type[ctypes.Structure], **overrides: type) -> type[ctypes.Structure]:
     """``struct``'s layout (pynvml's own field list) as a plain ``ctypes.Structure``: pynvml's
     structures run a Python-level hook on every attribute read and write (bytes/str
     conversion), which costs more than the rest of filling in a small answer. ``overrides``
     replace the type of named fields (an array of another plain structure)."""
     fields = [(name, overrides.get(name, ctype)) for name, ctype, *_ in struct._fields_]
-    return type(f"Plain{struct.__name__}", (ctypes.Structure,), {"_fields_": fields})
+    # type() of a Structure subclass: mypy only knows it is some type.
+    return cast("type[ctypes.Structure]",
+                type(f"Plain{struct.__name__}", (ctypes.Structure,), {"_fields_": fields}))
 
 
 def set_out(ptr: int, ctype, value) -> None:

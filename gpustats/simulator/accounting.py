@@ -142,6 +142,7 @@ class AccountingCalls:
                  or (not p.between_ticks and p.pid not in running)]
         if not apply:
             return min(size, len(records or ()) + len(added))
+        assert records is not None            # made above, as apply is true
         live = {p.pid for p in processes if not p.between_ticks}
         for record in records:
             if record.running and record.pid not in live:

@@ -64,8 +64,10 @@ class SimulatedDrm:
         self.sysfs_root = os.path.join(self.root, "sys")
         self.proc_root = os.path.join(self.root, "proc")
         self._staging = os.path.join(self.root, ".simulated-drm")    # temporary files
-        self._path = scenario if isinstance(scenario, str) else None
-        self._scenario = load_scenario(scenario) if self._path else scenario
+        self._path: str | None = None
+        if isinstance(scenario, str):
+            self._path, scenario = scenario, load_scenario(scenario)
+        self._scenario: Scenario = scenario
         self._stamp = self._file_stamp()
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -111,7 +113,7 @@ class SimulatedDrm:
 
     def _reload_if_changed(self) -> None:
         stamp = self._file_stamp()
-        if stamp is None or stamp == self._stamp:
+        if self._path is None or stamp is None or stamp == self._stamp:
             return
         self._stamp = stamp
         try:
@@ -175,7 +177,7 @@ class SimulatedDrm:
                 for fd in range(FIRST_DRM_FD):
                     tree[f"{base}/fdinfo/{fd}"] = (_FILE, null_fdinfo())
                     tree[f"{base}/fd/{fd}"] = (_LINK, "/dev/null")
-            client = Client(self._client_id(p), p.engine or default_engine(device.driver),
+            client = Client(self._client_id(p), p.engine or default_engine(_driver(device)),
                             self._busy_seconds.get((p.pid, p.device), 0.0),
                             p.memory_used_bytes or 0)
             text = drm_fdinfo(device, client, seconds)
@@ -276,8 +278,15 @@ def _unlink(path: str) -> None:
         pass
 
 
+def _driver(device: SimDevice) -> str:
+    """An AMD or Intel device's driver, which the scenario always sets for them."""
+    assert device.driver is not None
+    return device.driver
+
+
 def _capacity(device: SimDevice, p: SimProcess) -> int:
-    return ENGINES[device.driver][p.engine or default_engine(device.driver)]
+    driver = _driver(device)
+    return ENGINES[driver][p.engine or default_engine(driver)]
 
 
 def _busy_seconds(cycle: IdleCycle | None, t0: float, t1: float) -> float:

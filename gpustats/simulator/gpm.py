@@ -75,12 +75,17 @@ class GpmCalls:
                 return self._take_sample(device, gpu_instance_id, sample)
         return NOT_FOUND
 
+    def _taken(self, handle) -> tuple[str, int | None, float] | None:
+        """A sample handle's (device, GPU instance, time); None for a NULL or unknown handle
+        or a sample not taken."""
+        address = cast(handle, c_void_p).value
+        return self._gpm_samples.get(address) if address is not None else None
+
     def _gpm_metrics(self, request_ptr) -> int:
         request = struct_at(request_ptr, _MetricsGet)
         if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
             return ARGUMENT_VERSION_MISMATCH
-        first = self._gpm_samples.get(cast(request.sample1, c_void_p).value)
-        second = self._gpm_samples.get(cast(request.sample2, c_void_p).value)
+        first, second = self._taken(request.sample1), self._taken(request.sample2)
         if first is None or second is None or first[:2] != second[:2]:
             return INVALID_ARGUMENT
         device = self._scenario.device(first[0])

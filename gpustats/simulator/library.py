@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter, deque
 from ctypes import CFUNCTYPE, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
-from typing import Callable
+from typing import Callable, Sequence
 
 import pynvml
 
@@ -35,7 +35,9 @@ from gpustats.simulator.events import EventCalls
 from gpustats.simulator.fields import FieldCalls
 from gpustats.simulator.gpm import GpmCalls
 from gpustats.simulator.idle_cycle import energy_joules, is_idle, mean_watts, power_at
-from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance, load_scenario
+from gpustats.simulator.scenario import (
+    Scenario, SimDevice, SimMigInstance, SimProcess, load_scenario,
+)
 from gpustats.simulator.trace import write_trace
 
 log = logging.getLogger(__name__)
@@ -251,7 +253,9 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         devices = self._scenario.devices
         if handle >= MIG_BASE:
             named = self._mig_handles.get(handle)
-            device = self._scenario.device(named[0]) if named is not None else None
+            if named is None:
+                return None
+            device = self._scenario.device(named[0])
             if device is None:
                 return None
             for instance in device.mig_instances:
@@ -618,7 +622,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
                       between_ticks: bool = False):
         """The device's (or instance's) processes: those in the driver's list, and with
         ``between_ticks`` also those that run only between its reads."""
-        procs = self._scenario.processes_by_device.get(device.uuid, ())
+        procs: Sequence[SimProcess] = self._scenario.processes_by_device.get(device.uuid, ())
         if not between_ticks:
             procs = [p for p in procs if not p.between_ticks]
         if instance is not None:

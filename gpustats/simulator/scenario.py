@@ -596,7 +596,9 @@ def _device(value: Any, position: int, processes_memory: dict[str, int], *,
         accounting=bool(data.get("accounting", False)),
         accounting_buffer_size=buffer_size,
         vendor=vendor,
-        **({} if drm is None else dict(zip(("driver", "pci_device_id", "pci_class"), drm))),
+        driver=None if drm is None else drm[0],
+        pci_device_id=None if drm is None else drm[1],
+        pci_class=None if drm is None else drm[2],
     )
 
 
@@ -635,13 +637,13 @@ def parse_scenario(data: Any) -> Scenario:
     for p in processes:
         memory[p.device] = memory.get(p.device, 0) + (p.memory_used_bytes or 0)
     nvidia_count, seen = vendor_list.count(NVIDIA), {True: 0, False: 0}
-    devices = []
+    device_list = []
     for i, raw in enumerate(raw_devices):
         drm = vendor_list[i] != NVIDIA
-        devices.append(_device(raw, i, memory, vendor_position=seen[drm],
-                               default_bus=nvidia_count + seen[drm] + 1))
+        device_list.append(_device(raw, i, memory, vendor_position=seen[drm],
+                                   default_bus=nvidia_count + seen[drm] + 1))
         seen[drm] += 1
-    devices = tuple(devices)
+    devices = tuple(device_list)
     _check_drm(devices, processes)
     missing = _list(data.get("missing_functions"), "missing_functions")
     return Scenario(

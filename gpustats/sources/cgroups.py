@@ -102,17 +102,21 @@ class _UsageFiles:
     @classmethod
     def of(cls, ref: CgroupRef, file: Callable[[str, str, str], str | None]) -> _UsageFiles:
         def kept(controller: str, rel: str | None, name: str) -> tuple[str, str] | None:
-            path = file(controller, rel, name) if rel is not None else None
+            if rel is None:
+                return None
+            path = file(controller, rel, name)
             return (path, rel) if path is not None else None
 
         v2, memory = ref.path(V2), ref.path("memory")
+        rel: str | None
         if memory is not None:
-            where, (usage, stat, limit) = ("memory", memory), V1_MEMORY_FILES
+            controller, rel, (usage, stat, limit) = "memory", memory, V1_MEMORY_FILES
         else:
-            where, (usage, stat, limit) = (V2, v2), V2_MEMORY_FILES
+            controller, rel, (usage, stat, limit) = V2, v2, V2_MEMORY_FILES
         return cls(kept("cpuacct", ref.path("cpuacct"), "cpuacct.usage"),
-                   kept(V2, v2, "cpu.stat"), kept(*where, usage), kept(*where, stat),
-                   file(*where, limit) if where[1] is not None else None,
+                   kept(V2, v2, "cpu.stat"), kept(controller, rel, usage),
+                   kept(controller, rel, stat),
+                   file(controller, rel, limit) if rel is not None else None,
                    v2_memory=memory is None)
 
 
@@ -183,6 +187,7 @@ class CgroupReader:
     def layout(self) -> Layout:
         if self._layout is None:
             self._detect()
+        assert self._layout is not None      # _detect always sets one
         return self._layout
 
     def _detect(self) -> None:
@@ -226,15 +231,17 @@ class CgroupReader:
         pod_paths: dict[str, list[tuple[str, str]]] = {}
         for controller, rel, info in self._tree.found():
             if info.container_id is not None:
+                assert info.container_path is not None    # set with container_id
                 paths.setdefault(info.container_id, {})[controller] = info.container_path
                 meta.setdefault(info.container_id, (info.runtime, info.pod_uid, info.qos_class))
             else:
+                assert info.pod_uid is not None           # no container ID: a pod cgroup
                 pod_paths.setdefault(info.pod_uid, []).append((controller, rel))
                 found.pod_qos[info.pod_uid] = info.qos_class or "guaranteed"
         # The same container or pod as last time keeps its objects (built once, not per tick).
         before = self._discovered.pods if self._discovered is not None else {}
-        for pod_uid, where in pod_paths.items():
-            ref, where = before.get(pod_uid), tuple(where)
+        for pod_uid, pod_where in pod_paths.items():
+            ref, where = before.get(pod_uid), tuple(pod_where)
             found.pods[pod_uid] = ref if ref is not None and ref.paths == where \
                 else CgroupRef(where)
         previous, self._identities = self._identities, {}
@@ -242,7 +249,7 @@ class CgroupReader:
             runtime, pod_uid, qos = meta[container_id]
             where = tuple(sorted(by_controller.items()))
             identity = previous.get(container_id)
-            if identity is None or identity.cgroup.paths != where \
+            if identity is None or identity.cgroup is None or identity.cgroup.paths != where \
                     or (identity.runtime, identity.pod_uid, identity.qos_class) != \
                     (runtime, pod_uid, qos):
                 identity = ContainerIdentity(
@@ -255,12 +262,10 @@ class CgroupReader:
 
     def _dir(self, controller: str, rel: str) -> str | None:
         key = (controller, rel)
-        directory = self._dirs.get(key, key)
-        if directory is key:
+        if key not in self._dirs:
             root = self.layout.root(controller)
-            directory = self._dirs[key] = (os.path.join(root, rel.lstrip("/"))
-                                           if root is not None else None)
-        return directory
+            self._dirs[key] = os.path.join(root, rel.lstrip("/")) if root is not None else None
+        return self._dirs[key]
 
     def _file(self, controller: str, rel: str, name: str) -> str | None:
         directory = self._dir(controller, rel)
@@ -308,16 +313,16 @@ class CgroupReader:
             if state is None or (state.ref is not ref and state.ref != ref):
                 state = states[key] = _CgroupState(ref, tick)
             state.last_tick = tick
-            if state.files is None:
-                state.files = _UsageFiles.of(ref, self._file)
+            files = state.files
+            if files is None:
+                files = state.files = _UsageFiles.of(ref, self._file)
                 state.forget_memory()
-            due.append(state)
+            due.append((state, files))
         read_int, read_bytes, report = self._files.read_int, self._files.read_bytes, \
             self.report_unsafe
         wall, monotonic, memory_stats_of = self._wall, self._monotonic, self._memory
         out = []
-        for state in due:
-            files = state.files
+        for state, files in due:
             cpu_ns = None
             if files.cpuacct is not None:
                 cpu_ns = read_int(*files.cpuacct, report)
@@ -330,6 +335,7 @@ class CgroupReader:
                 usage = read_int(*files.memory_usage, report)
                 # v1: either file gives figures; v2: memory.stat only beside memory.current.
                 if usage is not None or not files.v2_memory:
+                    assert files.memory_stat is not None    # same directory as memory_usage
                     stat = read_bytes(*files.memory_stat, report)
             now, mono = wall(), monotonic()
             cpu = None
@@ -339,18 +345,18 @@ class CgroupReader:
                 state.cpu_read_at, state.cpu_ns = mono, cpu_ns
             memory = None
             if usage is not None or stat is not None:
-                memory = memory_stats_of(state, usage, stat, now, mono)
+                memory = memory_stats_of(state, files, usage, stat, now, mono)
             if state.start_time is None:
                 state.start_time = self.start_time(state.ref)
             out.append(ContainerUsage(state.start_time, cpu, memory))
         return out
 
-    def _memory(self, state: _CgroupState, usage: int | None, stat: bytes | None, now: float,
-                mono: float) -> MemoryStats:
-        """The figures of ``memory_stats``, worked out again only when an input changed: an
-        idle cgroup's memory.stat reads the same from read to read, and is not parsed again
-        (its last bytes are kept for that, up to ~1.5 KB per cgroup on a current kernel)."""
-        files = state.files
+    def _memory(self, state: _CgroupState, files: _UsageFiles, usage: int | None,
+                stat: bytes | None, now: float, mono: float) -> MemoryStats:
+        """The figures of ``memory_stats`` (from ``files``, the state's), worked out again only
+        when an input changed: an idle cgroup's memory.stat reads the same from read to read,
+        and is not parsed again (its last bytes are kept for that, up to ~1.5 KB per cgroup on
+        a current kernel)."""
         if state.limit_read_at is None or mono - state.limit_read_at >= LIMIT_REFRESH_SECONDS:
             text = read_text(files.memory_limit, self.report_unsafe) \
                 if files.memory_limit else None

@@ -289,9 +289,11 @@ class DcgmExporterClient:
 
         try:
             # ``total``: connect and the wait for the headers share what is left (a plain
-            # number would give each of them all of it).
-            response = self._session.get(self._url, timeout=urllib3.Timeout(total=left()),
-                                         stream=True, allow_redirects=False)
+            # number would give each of them all of it). requests' hints leave out the
+            # urllib3 Timeout its adapter documents and takes (HTTPAdapter.send).
+            response = self._session.get(
+                self._url, timeout=urllib3.Timeout(total=left()),  # type: ignore[arg-type]
+                stream=True, allow_redirects=False)
         except requests.Timeout:
             raise _Deadline() from None
         try:

@@ -35,9 +35,12 @@ class CollectionErrors:
             key = (source, reason)
             self._counts[key] = self._counts.get(key, 0) + 1
             old = self._states.get(source)
-            entering = old is None or old.state != STATE_FAILING
+            if old is None or old.state != STATE_FAILING:
+                entering, since = True, now
+            else:
+                entering, since = False, old.since
             self._states[source] = SourceState(
-                source, STATE_FAILING, now if entering else old.since,
+                source, STATE_FAILING, since,
                 old.last_success_time if old else None, reason, message, now)
         if entering:
             log.warning("%s failing (%s): %s", source, reason, message)
@@ -46,13 +49,14 @@ class CollectionErrors:
         now = self._wall()
         with self._lock:
             old = self._states.get(source)
-            leaving = old is not None and old.state == STATE_FAILING
+            failing_since = old.since if old is not None and old.state == STATE_FAILING \
+                else None
             self._states[source] = SourceState(
                 source, STATE_OK, now if old is None or old.state != STATE_OK else old.since,
                 now, old.last_error_reason if old else None, old.last_error if old else None,
                 old.last_error_time if old else None)
-        if leaving:
-            log.info("%s recovered after %.1f s failing", source, now - old.since)
+        if failing_since is not None:
+            log.info("%s recovered after %.1f s failing", source, now - failing_since)
 
     def absent(self, source: str) -> None:
         """Configured but not there (a socket not created yet): neither working nor failing."""

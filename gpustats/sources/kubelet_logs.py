@@ -26,7 +26,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Collection, Iterable, Mapping, Protocol
 
 from gpustats.model.containers import ContainerNames
 
@@ -277,6 +277,8 @@ class KubeletLogNames:
             return None
         names = answers.pop()
         if names.pod_uid is None:
+            # names_of gives both names (the link's); only the UID may be missing.
+            assert names.pod_namespace is not None and names.pod_name is not None
             pod = self._pod_named(names.pod_namespace, names.pod_name)
             if pod is not None:
                 names = ContainerNames(pod.name, pod.namespace, pod.uid, names.container_name)
@@ -308,8 +310,8 @@ class KubeletLogNames:
                 answer = (ContainerNames(pod.name, pod.namespace, pod.uid, container),
                           prefix if len(prefix) >= MIN_ID_PREFIX else None)
         else:
-            pod = self._pod_named(link.namespace, link.pod_name)
-            uid = pod.uid if pod is not None else None
+            named = self._pod_named(link.namespace, link.pod_name)
+            uid = named.uid if named is not None else None
             splits = [(link.rest[:i], link.rest[i + 1:]) for i, c in enumerate(link.rest)
                       if c == "-" and _CONTAINER.fullmatch(link.rest[:i])
                       and len(link.rest) - i - 1 >= MIN_ID_PREFIX
@@ -394,7 +396,7 @@ class KubeletLogNames:
             self._resolved = {cid: n for cid, n in self._resolved.items() if cid in by_id}
         return pods_changed or links_changed
 
-    def _count(self, kind: str, new: set[str]) -> None:
+    def _count(self, kind: str, new: Collection[str]) -> None:
         if not new:
             return
         log.debug("%d new entries under %s are not kubelet %s names; skipped", len(new),

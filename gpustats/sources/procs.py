@@ -84,6 +84,7 @@ def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
                     continue
                 other_info = parse_cgroup_path(other)
                 if other_info is not None and other_info.container_id == info.container_id:
+                    assert other_info.container_path is not None  # set with container_id
                     ref.append((name, other_info.container_path))
             return ProcessContainer(info, CgroupRef(tuple(sorted(ref))))
     return None

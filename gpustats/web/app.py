@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Protocol
+from typing import Callable, Hashable, Protocol, cast
 
 from flask import Blueprint, Flask, Response, json, request
+from flask.json.provider import DefaultJSONProvider
 
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.gpu_events import GpuEventLog
@@ -51,7 +52,7 @@ def snapshot_body(store: SnapshotStore, key: Hashable, build: Callable[[Snapshot
     """The latest snapshot's body for ``key``, built at most once per snapshot; ``None``
     before the first snapshot."""
     rendered = store.render(key, lambda s: Body(build(s), content_type))
-    return None if rendered is None else rendered[1]
+    return None if rendered is None else cast(Body, rendered[1])    # what the lambda gave
 
 
 def _kubelet_flag(args, name: str) -> bool:
@@ -165,6 +166,7 @@ def create_app(store: SnapshotStore, settings: WebSettings,
     ``gpu_events``: the device API's event log, observed by the tick (else one of its own,
     observed by requests only)."""
     app = Flask("gpustats")
+    assert isinstance(app.json, DefaultJSONProvider)     # Flask's own; none other is set
     app.json.sort_keys = False
     # No redirects at all: werkzeug builds their absolute Location from the Host header, so
     # "//" merging or slash appending would send clients wherever a request's Host says.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask import Flask, Response, json
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 
 def json_error(status: int, error: str, message: str) -> Response:
@@ -16,7 +16,7 @@ def register_error_handlers(app: Flask) -> None:
     def _http_error(exc: HTTPException) -> Response:
         error = (exc.name or "error").lower().replace(" ", "_")
         response = json_error(exc.code or 500, error, exc.description or exc.name)
-        if exc.code == 405 and exc.valid_methods:
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
             response.headers["Allow"] = ", ".join(exc.valid_methods)
         return response
 

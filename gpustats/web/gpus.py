@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
+from typing import Any, cast
 
 from flask import Blueprint, Response, request
 
@@ -67,7 +67,7 @@ def gpus_blueprint(store: SnapshotStore, events: GpuEventLog) -> Blueprint:
 
     def body(key: Any, build) -> Body | None:
         rendered = store.render(key, lambda s: Body(build(s), "application/json"))
-        return None if rendered is None else rendered[1]
+        return None if rendered is None else cast(Body, rendered[1])   # what the lambda gave
 
     def index(snapshot) -> dict[str, str]:
         """Each GPU's UUID by its UUID and by its object name."""
@@ -100,19 +100,21 @@ def gpus_blueprint(store: SnapshotStore, events: GpuEventLog) -> Blueprint:
         rendered = store.render("gpus-index", index)
         if rendered is None:
             return _not_ready()
-        uuid = rendered[1].get(gpu_id)
+        uuid = cast("dict[str, str]", rendered[1]).get(gpu_id)     # what ``index`` gave
         # Memoized per GPU found (never per requested name: those are the client's), built
         # from the snapshot it is memoized for (a newer one may have come meanwhile).
         found = None if uuid is None else store.render(("gpu", uuid), lambda s: one(s, uuid))
-        if found is None or found[1] is False:
+        answer = None if found is None else found[1]       # what ``one`` gave: Body or False
+        if not isinstance(answer, Body):
             return json_error(404, "not_found", "no GPU has this UUID or name")
-        return respond(request, found[1])
+        return respond(request, answer)
 
     def _watch(version: str | None, seconds: int | None) -> Response:
         rendered = store.render("gpus-added", lambda s: added_lines(s, events.observe(s)))
         if rendered is None:
             return _not_ready()
-        snapshot, added = rendered
+        snapshot = rendered[0]
+        added = cast("tuple[bytes, ...]", rendered[1])     # what ``added_lines`` gave
         if version is None or version == "0":       # Kubernetes' "0": from any point
             first, cursor = list(added), events.observe(snapshot).revision
         else:

@@ -145,7 +145,7 @@ _TENANT = {
                    "startTime": _TIME, "cpu": _CPU, "memory": _MEMORY,
                    "accelerators": {"type": "array", "items": _CONTAINER_ACCELERATOR}},
 }
-_POD = {
+_POD: dict[str, Any] = {
     "type": "object", "required": ["podRef", "startTime", "containers"],
     "properties": {
         "podRef": {"type": "object", "required": ["name", "namespace", "uid"],
@@ -428,7 +428,7 @@ _SUMMARY_OP = {"parameters": [_ONLY_CPU, _STRICT, *_CONDITIONAL],
 
 def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
     """The document; ``/api/v1/history`` is in it when the history is on (its duration > 0)."""
-    document = {
+    document: dict[str, Any] = {
         "openapi": "3.0.3",
         "info": {"title": "gpustats", "version": __version__,
                  "description": "GPU container stats: kubelet Summary API and Prometheus."},

@@ -176,7 +176,7 @@ class ClientScanner:
             self._crowded.add(pid)
             log.info("PID %d holds %d or more open files: its DRM clients are looked for among "
                      "the first %d only", pid, MAX_FDS_PER_PID, MAX_FDS_PER_PID)
-        files = []
+        files: list[tuple[str, int | None, DrmFdinfo]] = []
         for fd in fds:
             try:
                 target = self._fs.link_or_raise(os.path.join(fd_dir, fd))

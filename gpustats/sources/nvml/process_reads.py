@@ -22,7 +22,7 @@ import logging
 import struct
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import pynvml
 
@@ -120,8 +120,8 @@ class ProcessReads:
     process list read (the same readings are handed out again while the driver's bytes are
     the same, rather than built anew every tick)."""
 
-    def __init__(self):
-        self._arrays: dict[tuple[str, int], ctypes.Array] = {}
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[str, int], ctypes.Array[Any]] = {}
         self._processes: dict[int, tuple[bytes, tuple[ProcessReading, ...]]] = {}
         self._accounting: dict[int, tuple[bytes, tuple[int, ...]]] = {}
 
@@ -182,8 +182,8 @@ class ProcessReads:
             raise pynvml.NVMLError(ret)
         return stats
 
-    def _call(self, what: str, address: int, entry: type, call,
-              limit: int | None = None) -> tuple[int, ctypes.Array]:
+    def _call(self, what: str, address: int, entry: type[ctypes.Structure] | type[ctypes.c_uint],
+              call, limit: int | None = None) -> tuple[int, ctypes.Array[Any]]:
         key = (what, address)
         array = self._arrays.get(key)
         if array is None:
@@ -292,11 +292,11 @@ class EndedProcesses:
             new = set(counts - memory.counts)
             grew = len(pids) > len(memory.pids)
             memory.pids, memory.counts = pids, counts
-        wanted = new | memory.running | (was_listed - listed)
+        candidates = new | memory.running | (was_listed - listed)
         if not grew:
-            wanted |= memory.recent
+            candidates |= memory.recent
         present = memory.counts
-        wanted = sorted(pid for pid in wanted
+        wanted = sorted(pid for pid in candidates
                         if pid in present and pid not in listed and pid not in covered)
         if len(wanted) > ACCOUNTING_READS_PER_TICK:
             self._log_once(("cap", uuid), logging.WARNING,

@@ -91,7 +91,7 @@ class FieldValueArrays:
     once; before each call every entry's return code is reset, so an entry the driver left
     untouched reads as a failure, never as last tick's value."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # Per (handle address, field ids): the array, and its bytes as each call starts them.
         self._arrays: dict[tuple[int, tuple[int, ...]], tuple[ctypes.Array, bytes]] = {}
 
