@@ -363,21 +363,19 @@ def _shown_host(host: str) -> str:
     return f"[{address}]" if address.version == 6 else str(address)
 
 
-def serve(daemon: Daemon, args=None, announce=None) -> int:
-    """Serve until SIGTERM or SIGINT; ``announce`` is handed the page's URL once serving."""
-    config = daemon.config
-    cap_malloc_arenas()                  # before the serving and housekeeping threads start
-    try:
-        watches = WatchStreams()
-        listeners = Listeners(daemon.create_app(), config.listen,
-                              daemon.create_app(probes_only=True) if config.health_listen
-                              else None, config.health_listen, watches=watches)
-    except ListenError as exc:  # address in use, not an address of this host, no permission
-        # Nothing has started and nothing is persisted: the state dir stays as found (it may
-        # be the one of the gpustats already on this port).
-        print(f"gpustats: {exc}", file=sys.stderr)
-        return 2
+def bind(config: Config) -> tuple[Listeners, WatchStreams]:
+    """The listening sockets, bound before anything else starts (raises ``ListenError``)."""
+    watches = WatchStreams()
+    return Listeners(None, config.listen, None, config.health_listen, watches=watches), watches
 
+
+def serve(daemon: Daemon, listeners: Listeners, watches: WatchStreams, args=None,
+          announce=None) -> int:
+    """Serve on ``listeners`` until SIGTERM or SIGINT; ``announce`` is handed the page's URL
+    once serving."""
+    config = daemon.config
+    listeners.attach(daemon.create_app(),
+                     daemon.create_app(probes_only=True) if config.health_listen else None)
     stopping = False
 
     def _on_signal(signum: int, _frame) -> None:
@@ -475,6 +473,23 @@ def _announce_demo(demo, url: str) -> None:
 
 def _run(config: Config, args, demo=None) -> int:
     """Start the daemon on ``config``: ``--once``, or serve until stopped."""
+    if args.once:
+        return _start(config, args, demo, None)
+    cap_malloc_arenas()                  # before the serving and housekeeping threads start
+    try:
+        bound = bind(config)
+    except ListenError as exc:  # address in use, not an address of this host, no permission
+        # Bound before the state dir is chosen or read: nothing was written (the state dir
+        # may be that of the gpustats already on this port).
+        print(f"gpustats: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _start(config, args, demo, bound)
+    finally:
+        bound[0].close()
+
+
+def _start(config: Config, args, demo, bound: tuple[Listeners, WatchStreams] | None) -> int:
     try:
         state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
                                  environ=os.environ)
@@ -496,10 +511,10 @@ def _run(config: Config, args, demo=None) -> int:
         print(f"gpustats: cannot start: {exc}", file=sys.stderr)
         return 2
     settle_garbage_collector()
-    if args.once:
+    if bound is None:
         try:
             return run_once(daemon)
         finally:
             daemon.close()
-    return serve(daemon, args, announce=(lambda url: _announce_demo(demo, url))
+    return serve(daemon, *bound, args, announce=(lambda url: _announce_demo(demo, url))
                  if demo is not None else None)

@@ -587,7 +587,11 @@ class ListenError(Exception):
 
 class Listeners:
     """The data server (run in the calling thread), the health server (its own thread) and,
-    where given, the data server's watch streams (their own thread)."""
+    where given, the data server's watch streams (their own thread).
+
+    The sockets are bound here, and nothing is served before ``run``: so the daemon binds
+    them first and builds itself after (``attach`` hands the applications over), and a
+    start-up refused its address has touched nothing else."""
 
     def __init__(self, app, listen: tuple[str, int], health_app=None,
                  health_listen: tuple[str, int] | None = None,
@@ -600,7 +604,7 @@ class Listeners:
         self.watches = watches
         self.data.watches = watches
         self.health = None
-        if health_app is not None and health_listen is not None:
+        if health_listen is not None:
             try:
                 self.health = _server(health_app, *health_listen, threads=1,
                                       connections=HEALTH_CONNECTIONS)
@@ -608,12 +612,19 @@ class Listeners:
                 self.data.close()
                 raise ListenError(health_listen, "--health-listen", exc) from exc
         self._thread: threading.Thread | None = None
+        self._closed = False
         log.debug("serving with up to %d connections, idle timeout %d s", connections,
                   CHANNEL_TIMEOUT_SECONDS)
 
     @staticmethod
     def port_of(server) -> int:
         return server.effective_port
+
+    def attach(self, app, health_app=None) -> None:
+        """The applications, once the daemon that answers is built (before ``run``)."""
+        self.data.application = app
+        if self.health is not None:
+            self.health.application = health_app
 
     def run(self) -> None:
         """Serve until a signal handler raises out of the data server's loop."""
@@ -632,6 +643,10 @@ class Listeners:
             pass
 
     def close(self) -> None:
+        """Once; again is nothing (start-up closes what a failed start left bound)."""
+        if self._closed:
+            return
+        self._closed = True
         self.data.close()
         if self.health is not None:
             self.health.close()

@@ -50,6 +50,28 @@ def test_port_in_use_is_one_line_and_exit_2(tmp_path):
                      "(choose another with --listen HOST:PORT)"]
 
 
+@pytest.mark.parametrize("taken, reset", [("--listen", False), ("--health-listen", False),
+                                           ("--listen", True)])
+def test_a_start_up_refused_its_port_writes_no_state(tmp_path, taken, reset):
+    """The sockets are bound before the state dir is read: an older format (which a start-up
+    writes again in the current one) and --state-reset (which moves the files aside) leave
+    the state dir byte for byte as found when the port is taken."""
+    state = tmp_path / "state"
+    shutil.copytree(REPO_ROOT / "tests" / "golden" / "state_v3", state)
+    before = {p.name: p.read_bytes() for p in state.iterdir()}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        addresses = {"--listen": "127.0.0.1:0", taken: f"127.0.0.1:{port}"}
+        result = run_cli(*(x for flag, address in addresses.items() for x in (flag, address)),
+                         "--state-dir", str(state), *(["--state-reset"] if reset else []),
+                         "--log-level", "warning", *quiet(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"gpustats: cannot listen on 127.0.0.1:{port}"), result.stderr
+    assert {p.name: p.read_bytes() for p in state.iterdir()} == before
+
+
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_given_state_dir_not_writable_is_one_line_and_exit_2(tmp_path, how):
     (tmp_path / "a-file").write_text("")

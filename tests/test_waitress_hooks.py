@@ -24,7 +24,9 @@ HOOKS = (
      ("wrote_header", "status", "chunked_response", "close_on_finish")),
     (TcpWSGIServer, serving._Server, ("readable", "handle_accept", "maintenance"),
      ("active_channels", "in_connection_overflow", "next_channel_cleanup", "task_dispatcher",
-      "effective_port", "effective_host", "channel_class", "adj")),
+      "effective_port", "effective_host", "channel_class", "adj",
+      # Listeners.attach sets it after binding; a task reads it per request.
+      "application")),
 )
 
 
