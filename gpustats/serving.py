@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import socket
 import threading
 import time
 from typing import Protocol
@@ -538,12 +540,48 @@ class _Server(TcpWSGIServer):
         self._reported, self._report_at = counts, now + REPORT_SECONDS
 
 
+class _SignalWake(wasyncore.dispatcher):
+    """A socket the interpreter writes each signal's number to (``signal.set_wakeup_fd``),
+    in the serving loop's map. The kernel hands a signal sent to the process to any of its
+    threads; Python runs the handler in the main thread, but only once that thread runs again,
+    and the serving loop may be asleep in ``poll`` for ``IDLE_WAKE_SECONDS``. With this socket
+    readable, the loop wakes at once whichever thread took the signal."""
+
+    def __init__(self, sockets: dict):
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        super().__init__(self._reader, map=sockets)
+        self._previous = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def handle_read(self) -> None:
+        try:
+            while self._reader.recv(512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous)
+        super().close()
+        self._writer.close()
+
+
 def _run(server) -> None:
     """waitress's ``server.run()``, waking every ``CLEANUP_SECONDS`` only while clients are
     connected (idle channels must be expired); with none, every ``IDLE_WAKE_SECONDS``, which
-    keeps a dormant daemon's CPU near zero. Signals interrupt the wait either way."""
+    keeps a dormant daemon's CPU near zero. In the main thread a signal wakes it at once
+    (``_SignalWake``); elsewhere (the health listener's thread) signals are not its business."""
     sockets = server._map
-    base = len(sockets)                  # the listening socket and the wake-up pipe
+    wake = _SignalWake(sockets) if threading.current_thread() is threading.main_thread() \
+        else None
+    base = len(sockets)                  # the listening socket, the wake-up pipe (and signals')
     try:
         while sockets:
             wasyncore.poll2(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS,
@@ -552,6 +590,9 @@ def _run(server) -> None:
             server.start_watches()
     except (SystemExit, KeyboardInterrupt):
         server.task_dispatcher.shutdown()
+    finally:
+        if wake is not None:
+            wake.close()
 
 
 def _server(app, host: str, port: int, *, threads: int, connections: int) -> _Server:
