@@ -274,7 +274,7 @@ def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
     while time.monotonic() < deadline:
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         except ConnectionResetError:
             break

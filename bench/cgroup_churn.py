@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                    for inotify in (False, True)]
     report = {"directories": total, "pods": args.pods, "ticks": args.ticks, "churn": args.churn,
               "churn_per_tick": CHURN_PER_TICK, "results": results}
-    print(f"{total} directories ({args.pods} pods), {CHURN_PER_TICK} mkdir/rmdir of {args.churn} cgroups per tick,"
-          f" {args.ticks} ticks")
+    print(f"{total} directories ({args.pods} pods), {CHURN_PER_TICK} mkdir/rmdir of"
+          f" {args.churn} cgroups per tick, {args.ticks} ticks")
     print(f"{'mode':<10} {'cpu ms median':>14} {'cpu ms p95':>11} {'dirs listed':>12}")
     for r in results:
         print(f"{r['mode']:<10} {r['discover_cpu_ms_median']:>14} {r['discover_cpu_ms_p95']:>11}"

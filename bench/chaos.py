@@ -7,14 +7,14 @@ ground truth on every scrape and at the end.
 
 The world (oracles/world.py) is two simulated H100s, the second in MIG mode with two
 instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
-kubelet's log layout. Events (bench/chaos_events.py, each kind once in a drawn order, then drawn at random) edit it; each edit writes new host
-entries first, then the scenario, and removes host entries last, and every state is held for
-several ticks. Some act on the daemon instead: signals, a full or read-only state dir, its
-wall clock stepped (``clock_step``, libfaketime: bench/chaos_clock.py), the previous release
-started over its state and it over the previous release's (``previous_release``:
-bench/chaos_release.py). A few are drawn once before the first start: ``busy_from_start``
-(a GPU with no idle configured) and whether the run starts on the previous release.
-The checks (oracles/checks.py) run on each scrape of
+kubelet's log layout. Events (bench/chaos_events.py, each kind once in a drawn order, then drawn at
+random) edit it; each edit writes new host entries first, then the scenario, and removes host
+entries last, and every state is held for several ticks. Some act on the daemon instead: signals, a
+full or read-only state dir, its wall clock stepped (``clock_step``, libfaketime:
+bench/chaos_clock.py), the previous release started over its state and it over the previous
+release's (``previous_release``: bench/chaos_release.py). A few are drawn once before the first
+start: ``busy_from_start`` (a GPU with no idle configured) and whether the run starts on the
+previous release. The checks (oracles/checks.py) run on each scrape of
 /metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
 served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served

@@ -43,11 +43,11 @@ class DaemonProc:
         self.port = free_port()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (str(tree), os.environ.get("PYTHONPATH")) if p))
-        self.log = open(workdir / f"daemon-{self.port}.log", "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
-             "--state-dir", str(workdir / f"state-{self.port}"), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(tree))
+        with open(workdir / f"daemon-{self.port}.log", "w") as log:  # the child keeps its own fd
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{self.port}",
+                 "--state-dir", str(workdir / f"state-{self.port}"), *args],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tree))
         self.ps = psutil.Process(self.proc.pid)
         wait_http(f"http://127.0.0.1:{self.port}/readyz")
 
@@ -60,7 +60,6 @@ class DaemonProc:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.log.close()
 
 
 def cpu_seconds(process: psutil.Process) -> float:

@@ -127,7 +127,7 @@ class HostileKubelet:
             self._answered.notify_all()
         return reply
 
-    def start(self) -> "HostileKubelet":
+    def start(self) -> HostileKubelet:
         import grpc
 
         handler = grpc.method_handlers_generic_handler(SERVICE, {
@@ -150,7 +150,7 @@ class HostileKubelet:
             self._server.stop(0)
             self._server = None
 
-    def __enter__(self) -> "HostileKubelet":
+    def __enter__(self) -> HostileKubelet:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -176,7 +176,7 @@ class RssPeak:
         while not self._stop.wait(self._every):
             self.peak = max(self.peak, rss_mb(self._pid))
 
-    def __enter__(self) -> "RssPeak":
+    def __enter__(self) -> RssPeak:
         self._thread.start()
         return self
 

@@ -102,7 +102,8 @@ def wrk_load(url: str, connections: int = 32, seconds: float = 5.0,
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return LoadResult("wrk", requests, sum(int(g) for g in errors.groups()) if errors else 0,
                       int(non_2xx.group(1)) if non_2xx else 0, elapsed,
-                      _wrk_ms(p50.group(1)) if p50 else None, _wrk_ms(p99.group(1)) if p99 else None)
+                      _wrk_ms(p50.group(1)) if p50 else None,
+                      _wrk_ms(p99.group(1)) if p99 else None)
 
 
 def run_load(url: str, connections: int = 32, seconds: float = 5.0,

@@ -119,7 +119,8 @@ def fake_log_layout(root, containers: int, entries: int, pods_of: int = 3) -> st
         made += 1
     for j in range(max(0, entries - made)):
         if j % 2:
-            os.symlink(f"/gone/{j}", os.path.join(links_dir, f"stale-{j}_ns_c-{j + 10**6:064x}.log"))
+            os.symlink(f"/gone/{j}",
+                       os.path.join(links_dir, f"stale-{j}_ns_c-{j + 10**6:064x}.log"))
         else:
             with open(os.path.join(links_dir, f"foreign {j}.txt"), "w"):
                 pass

@@ -4,12 +4,13 @@
 
 The daemon runs on a simulated node (8 GPUs, 64 processes) with ``--containers`` containers on
 a fake cgroup tree, with its default configuration (5 s ticks: its per-tick work, bodies
-rendered and compressed anew each tick, counts against it). Once its snapshot is steady (three ticks, so attribution series exist), each
-body it serves (a few KB: ``/api/v1/gpus``; ``/metrics``; ``/stats/summary``), identity and gzip,
-is saved, and a ceiling process (bench.ceiling_app: the same Flask + waitress stack) serves
-those exact bytes statically. Each figure is a ratio measured in this run: the daemon's request
-rate over the ceiling's for the same bytes, load on each in turn, ``--rounds`` times (median).
-RSS is read when steady (idle), sampled during the load (peak) and after it.
+rendered and compressed anew each tick, counts against it). Once its snapshot is steady (three
+ticks, so attribution series exist), each body it serves (a few KB: ``/api/v1/gpus``; ``/metrics``;
+``/stats/summary``), identity and gzip, is saved, and a ceiling process (bench.ceiling_app: the same
+Flask + waitress stack) serves those exact bytes statically. Each figure is a ratio measured in this
+run: the daemon's request rate over the ceiling's for the same bytes, load on each in turn,
+``--rounds`` times (median). RSS is read when steady (idle), sampled during the load (peak) and
+after it.
 
 ``--base TREE`` runs a second daemon from another source tree (an older checkout) beside this
 one, on the same host tree, and loads the two in turn, the order alternating by round, so a

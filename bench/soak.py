@@ -277,7 +277,7 @@ def hostile_sources(port: int) -> dict:
         return {}
     out = {}
     for source in ("pod_resources", "dcgm_exporter"):
-        match = re.search(r'gpustats_source_failing\{[^}]*source="%s"[^}]*\} (\S+)' % source,
+        match = re.search(r'gpustats_source_failing\{[^}]*source="' + source + r'"[^}]*\} (\S+)',
                           text)
         out[f"{source}_failing"] = float(match.group(1)) if match else None
     return out

@@ -120,8 +120,8 @@ class Conservation:
     """Per GPU, between two scrapes of one daemon run in which the GPU's processes were
     known: Σ container + unattributed = Σ pod + unattributed = the active joules gained
     (within 1 %), Σ process ≤ it; Σ pod idle shares + unallocated idle = the joules gained
-    less the active ones (the idle, within 1 %); on a MIG GPU Σ MIG instance lies between the active joules
-    less the unattributed ones and the active joules (energy of a process in no container is
+    less the active ones (the idle, within 1 %); on a MIG GPU Σ MIG instance lies between the active
+    joules less the unattributed ones and the active joules (energy of a process in no container is
     unattributed, yet its instance's).
     A process's series ends with the process; a container's series for a GPU ends when the
     container no longer holds it (its pod's goes on); a MIG instance's ends when the instance

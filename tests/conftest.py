@@ -16,9 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import kubelet_go
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import make_pci_device
 from tests.support.paths import REPO_ROOT
+
+# The Go decoder of the kubelet's types (tests/support/kubelet_go.py), shared here so the modules
+# that decode bodies ask for it by name rather than import it.
+kubelet_decoder = kubelet_go.kubelet_decoder
 
 
 @pytest.fixture

@@ -47,7 +47,8 @@ CASES = [
 def test_container_paths(path, cid, runtime, uid, qos):
     info = parse_cgroup_path(path)
     assert info is not None
-    assert (info.container_id, info.runtime, info.pod_uid, info.qos_class) == (cid, runtime, uid, qos)
+    assert ((info.container_id, info.runtime, info.pod_uid, info.qos_class)
+            == (cid, runtime, uid, qos))
     assert path.startswith(info.container_path)
 
 

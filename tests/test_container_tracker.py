@@ -69,9 +69,9 @@ def test_pod_resources_joined_by_runtime_names_and_sandbox_skipped():
     cgroups = FakeCgroups({A: ident(A), S: ident(S)})
     names = FakeNames({A: ContainerNames("trainer-0", "ml", UID, "trainer"),
                        S: ContainerNames("trainer-0", "ml", UID, "POD", is_sandbox=True)})
+    allocations = FakeAllocations((alloc("trainer-0", "trainer", GPU1),))
     tracker = ContainerTracker(cgroups, FakeProcs({}), EnergyCounters(),
-                               pod_resources=FakeAllocations((alloc("trainer-0", "trainer", GPU1),)),
-                               runtime=names)
+                               pod_resources=allocations, runtime=names)
     view = tracker.tick((reading(GPU0, 0), reading(GPU1, 1)), {}, ())
     pod = view.pods[0]
     assert (pod.name, pod.namespace, pod.uid) == ("trainer-0", "ml", UID)

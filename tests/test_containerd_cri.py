@@ -117,9 +117,9 @@ def containerd(tmp_path_factory):
     tmp.mkdir()
     config = _write_config(tmp)
     socket = str(tmp / "containerd.sock")
-    log = open(tmp / "containerd.log", "w")
-    proc = subprocess.Popen(["containerd", "--config", str(config), "--log-level", "info"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp / "containerd.log", "w") as log:
+        proc = subprocess.Popen(["containerd", "--config", str(config), "--log-level", "info"],
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while not os.path.exists(socket):
@@ -142,7 +142,6 @@ def containerd(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
         subprocess.run(["umount", "-R", "-l", str(tmp / "root")], capture_output=True)
         subprocess.run(["umount", "-R", "-l", str(tmp / "state")], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)

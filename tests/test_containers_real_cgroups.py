@@ -266,9 +266,9 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
               f"mount -t proc proc /proc && test ! -e /proc/{worker.pid}/cgroup && "
               f"! kill -0 {worker.pid} 2>/dev/null && exec {daemon}")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    log = open(tmp_path / "daemon.log", "w")
-    proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child",
-                             "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
+    with open(tmp_path / "daemon.log", "w") as log:
+        proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child",
+                                 "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline, found = time.monotonic() + 20, None
         while time.monotonic() < deadline and found is None and proc.poll() is None:
@@ -292,4 +292,3 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
     finally:
         proc.kill()               # --kill-child: the daemon dies with unshare
         proc.wait(10)
-        log.close()

@@ -338,7 +338,7 @@ def test_version_1_files_are_still_read(tmp_path):
 
 def test_corrupt_copies_are_timestamped_and_bounded(tmp_path):
     clock = Clock(1000.0)
-    for i in range(KEEP_ASIDE + 3):
+    for _ in range(KEEP_ASIDE + 3):
         clock.now += 1
         (tmp_path / STATE_FILE).write_text("{broken")
         EnergyCounters().load(StateFiles(str(tmp_path), wall=clock))

@@ -80,7 +80,7 @@ def test_labels_as_dcgm_exporter_names_them():
                       "DCGM_FI_DRIVER_VERSION": "580.65.06", "container": "trainer",
                       "namespace": "ml", "pod": "train-0", "pod_uid": "u1"}
     # dcgm-exporter's order: identity, MIG instance, Hostname, then sorted attributes.
-    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{"))
     assert [kv.split("=")[0] for kv in line[line.index("{") + 1:line.index("}")].split(",")] \
         == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
             "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod", "pod_uid"]
@@ -99,16 +99,17 @@ def test_mig_instances_carry_gpu_instance_labels_and_their_pod():
     free_instance, _ = one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")
     assert "pod" not in free_instance
     # No GPM on instance 8, none at the MIG GPU's device level: no profiling series there.
-    assert [l for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-            if l["gpu"] == "1"] == [labels]
+    assert [lab for lab, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            if lab["gpu"] == "1"] == [labels]
     device_level, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="1")
     assert "pod" not in device_level and "GPU_I_ID" not in device_level
-    assert not [l for l, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL") if l["gpu"] == "1"]
+    assert not [lab for lab, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL") if lab["gpu"] == "1"]
 
 
 def test_profiling_fields_absent_without_gpm_never_from_duty_cycle():
     text = render_dcgm(dcgm_snapshot(gpm=None)).decode()
-    assert not [l for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") if l["gpu"] == "0"]
+    assert not [lab for lab, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                if lab["gpu"] == "0"]
     assert not [n for n in _families(text) if n.startswith("DCGM_FI_PROF_SM")]
     assert one_sample(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")[1] == 87
 
@@ -135,19 +136,19 @@ def test_shared_gpu_gives_each_holder_a_copy_of_its_series():
     for name, value in (("DCGM_FI_DEV_GPU_UTIL", 87), ("DCGM_FI_DEV_FB_USED", 20 * 1024),
                         ("DCGM_FI_DEV_POWER_USAGE", 612.457),
                         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.915)):
-        found = {(l["namespace"], l["pod"], l["container"], l["pod_uid"]): v
-                 for l, v in samples(text, name) if l["gpu"] == "0"}
+        found = {(lab["namespace"], lab["pod"], lab["container"], lab["pod_uid"]): v
+                 for lab, v in samples(text, name) if lab["gpu"] == "0"}
         # One copy per holder, none without pod labels: sum by (pod) keeps the shared GPU.
         assert found == {("ml", "train-0", "trainer", "u1"): pytest.approx(value),
                          ("shop", "web-0", "web", "u3"): pytest.approx(value)}, name
-    xids = [l for l, _ in samples(text, "DCGM_FI_DEV_XID_ERRORS") if l["gpu"] == "0"]
-    assert sorted(l["pod"] for l in xids) == ["train-0", "web-0"]
-    assert all(l["err_code"] == "48" for l in xids)
-    instance = {l["pod"]: v for l, v in samples(text, "DCGM_FI_DEV_FB_USED")
-                if l.get("GPU_I_ID") == "7"}
+    xids = [lab for lab, _ in samples(text, "DCGM_FI_DEV_XID_ERRORS") if lab["gpu"] == "0"]
+    assert sorted(lab["pod"] for lab in xids) == ["train-0", "web-0"]
+    assert all(lab["err_code"] == "48" for lab in xids)
+    instance = {lab["pod"]: v for lab, v in samples(text, "DCGM_FI_DEV_FB_USED")
+                if lab.get("GPU_I_ID") == "7"}
     assert instance == {"embed-0": 3 * 1024, "embed-1": 3 * 1024}
-    assert {l["pod"] for l, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-            if l.get("GPU_I_ID") == "7"} == {"embed-0", "embed-1"}
+    assert {lab["pod"] for lab, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            if lab.get("GPU_I_ID") == "7"} == {"embed-0", "embed-1"}
     # The idle instance nobody holds keeps its one series, memory included.
     assert one_sample(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="8")[1] == 0
     assert one_sample(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="8")[1] == 10 * 1024
@@ -163,21 +164,21 @@ def test_device_plugin_replicas_carry_vgpu():
     snap = replace(snap, pods=(replace(first, containers=(trainer,)), snap.pods[1],
                                replace(web, containers=(webc,)), snap.pods[3]))
     text = render_dcgm(snap).decode()
-    found = sorted((l["pod"], l["vgpu"]) for l, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL")
-                   if l["gpu"] == "0")
+    found = sorted((lab["pod"], lab["vgpu"]) for lab, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL")
+                   if lab["gpu"] == "0")
     assert found == [("train-0", "0"), ("web-0", "1"), ("web-0", "2")]
-    line = next(l for l in text.splitlines()
-                if l.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in l)
+    line = next(ln for ln in text.splitlines()
+                if ln.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in ln)
     assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 87')
     # No replica known (a MIG instance here): no vgpu label.
-    assert all("vgpu" not in l for l, _ in samples(text, "DCGM_FI_DEV_FB_USED")
-               if l.get("GPU_I_ID") == "7")
+    assert all("vgpu" not in lab for lab, _ in samples(text, "DCGM_FI_DEV_FB_USED")
+               if lab.get("GPU_I_ID") == "7")
 
 
 def test_two_containers_of_one_pod_each_get_a_copy():
     text = render_dcgm(dcgm_snapshot(holders=2)).decode()
-    assert sorted(l["container"] for l, _ in samples(text, "DCGM_FI_DEV_GPU_TEMP")
-                  if l["gpu"] == "0") == ["sidecar", "trainer"]
+    assert sorted(lab["container"] for lab, _ in samples(text, "DCGM_FI_DEV_GPU_TEMP")
+                  if lab["gpu"] == "0") == ["sidecar", "trainer"]
 
 
 def test_unnamed_pod_and_bare_container_hold_without_labels():
@@ -200,7 +201,7 @@ def test_hostname_label_as_a_release_or_the_main_branch_names_it():
     text = render_dcgm(dcgm_snapshot(), hostname_label="hostname").decode()
     labels, _ = one_sample(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     assert labels["hostname"] == "node-7" and "Hostname" not in labels
-    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{"))
     assert ',modelName="' + H100 + '",hostname="node-7",DCGM_FI_DRIVER_VERSION=' in line
     compat, _ = render(dcgm_snapshot(), None, dcgm_compat=True, dcgm_hostname_label="hostname")
     assert b'hostname="node-7"' in compat and b"Hostname=" not in compat
@@ -240,7 +241,7 @@ def test_flag_adds_dcgm_families_and_leaves_ours_unchanged(accept):
     compat, compat_type = render(snap, accept, dcgm_compat=True)
     assert content_type == compat_type
     assert b"DCGM_" not in plain
-    ours = b"".join(l for l in compat.splitlines(keepends=True) if b"DCGM_" not in l)
+    ours = b"".join(ln for ln in compat.splitlines(keepends=True) if b"DCGM_" not in ln)
     assert ours == plain
     if accept == OPENMETRICS:
         assert compat.endswith(b"# EOF\n") and compat.count(b"# EOF") == 1

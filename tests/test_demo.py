@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from gpustats.demo.load import MIG_GPU, TENANTS, gpu_uuid, scenario_at
 from gpustats.simulator import parse_scenario

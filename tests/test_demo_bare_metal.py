@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from gpustats.demo import bare_metal
 from gpustats.demo.bare_metal import DOCKER_ID, JOB_ID, TENANTS, gpu_uuid, scenario_at

@@ -533,7 +533,7 @@ def test_dcgm_compat_series_carry_dra_labels_in_dcgm_exporter_order():
     assert {k: v for k, v in labels.items() if k.startswith("dra_")} == {
         "dra_claim_name": "train", "dra_claim_namespace": "ml", "dra_driver_name": NV,
         "dra_pool_name": "node-1", "dra_device_name": "gpu-0"}
-    line = next(l for l in text.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{"))
     keys = [kv.split("=")[0] for kv in line[line.index("{") + 1:line.index("}")].split(",")]
     assert keys[keys.index("DCGM_FI_DRIVER_VERSION") + 1:] == [
         "container", "dra_claim_name", "dra_claim_namespace", "dra_device_name",

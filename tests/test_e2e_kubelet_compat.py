@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from tests.support.paths import REPO_ROOT
-from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.kubelet_go import DecodeError
 
 # query -> whether the answer is CPU and memory only (the kubelet's handler.go reading)
 KUBELET_TABLE = {

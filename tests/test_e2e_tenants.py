@@ -18,7 +18,7 @@ from tests.support.fakehost import (
 from tests.support import gpus
 from tests.support.gpus import GPU_B as GPU
 from tests.support.grpc_servers import serve_unix
-from tests.support.kubelet_go import DecodeError, kubelet_decoder  # noqa: F401 (fixture)
+from tests.support.kubelet_go import DecodeError
 from tests.support.simulated import start_simulated
 
 MIG7, MIG8 = "MIG-bbbbbbbb-2222-4222-8222-000000000007", "MIG-bbbbbbbb-2222-4222-8222-000000000008"
@@ -254,9 +254,9 @@ def test_summary_decodes_as_the_kubelets_go_types(start_daemon, tmp_path, kubele
                     "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "id": MIG7,
                     "memoryTotal": 40 * GIB, "memoryUsed": GIB, "dutyCycle": 80}]
         # The default body carries extensions, so a strict client refuses it ...
-        with urllib.request.urlopen(daemon.base + "/stats/summary", timeout=5) as resp:
-            with pytest.raises(DecodeError, match='unknown field "accelerators"'):
-                kubelet_decoder(resp.read(), strict=True)
+        with (urllib.request.urlopen(daemon.base + "/stats/summary", timeout=5) as resp,
+              pytest.raises(DecodeError, match='unknown field "accelerators"')):
+            kubelet_decoder(resp.read(), strict=True)
         # ... and strict=true (query or POST form) is what it reads: a MIG tenant, a nameless
         # pod's container (top-level in the default body) and node GPUs all present.
         for query, form in (("?strict=true", None), ("", b"strict=true"),

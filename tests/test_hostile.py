@@ -94,7 +94,7 @@ def test_idle_and_trickling_sockets_leave_probes_and_data_answering(start_daemon
             s.settimeout(0.05)
             try:
                 closed += s.recv(1) == b""
-            except (socket.timeout, ConnectionResetError):
+            except (TimeoutError, ConnectionResetError):
                 pass
         assert closed == len(idle)
     finally:

@@ -97,7 +97,7 @@ def _trickle_until_closed(port: int, head: bytes, tail: bytes, every: float,
                 break
             try:
                 chunk = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except ConnectionResetError:
                 break

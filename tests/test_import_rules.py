@@ -35,7 +35,8 @@ RULES = {
     "__init__": set(),
 }
 THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.", "flask": "web",
-                      "waitress": ("cli", "serving"), "prometheus_client": ("export", "sources.dcgm"),
+                      "waitress": ("cli", "serving"),
+                      "prometheus_client": ("export", "sources.dcgm"),
                       "requests": "sources.dcgm", "urllib3": "sources.dcgm",
                       "psutil": ("sources.node", "sources.psutil_root")}
 
@@ -104,7 +105,7 @@ def test_third_party_boundaries():
 def test_rules_are_not_vacuous():
     modules = dict(_modules())
     assert "sources.nvml.sweep" in modules and "engine.collector" in modules
-    assert any("pynvml" == i for i in _imports(modules["sources.nvml.sweep"]))
+    assert any(i == "pynvml" for i in _imports(modules["sources.nvml.sweep"]))
 
 
 def test_nvml_source_is_the_real_boundary_only():

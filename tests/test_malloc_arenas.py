@@ -8,11 +8,7 @@ from gpustats.malloc_arenas import cap_malloc_arenas
 
 
 def _glibc() -> bool:
-    try:
-        ctypes.CDLL(None).gnu_get_libc_version
-    except AttributeError:
-        return False
-    return True
+    return hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
 
 
 @pytest.mark.skipif(not _glibc(), reason="the C library is not glibc")

@@ -81,7 +81,8 @@ schema, docs = json.load(sys.stdin)
 errors = []
 for doc in docs:
     v = jsonschema.Draft7Validator(schema)
-    errors += [f"{doc['kind']}/{doc['metadata']['name']}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
+    errors += [f"{doc['kind']}/{doc['metadata']['name']}: "
+               f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
                for e in v.iter_errors(doc)]
 print(json.dumps(errors))
 """

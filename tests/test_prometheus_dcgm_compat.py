@@ -303,8 +303,8 @@ def test_promtool_check_metrics(node):
                             timeout=60)
     problems = result.stdout.decode().splitlines() + result.stderr.decode().splitlines()
     # dcgm-exporter's own names and labels are what clients query: its counters carry no
-    # "_total" (and one is named ..._COUNTER) and its "modelName" label is camelCase. promtool reports exactly those, nothing
-    # about gpustats' families and no parse error.
+    # "_total" (and one is named ..._COUNTER) and its "modelName" label is camelCase. promtool
+    # reports exactly those, nothing about gpustats' families and no parse error.
     inherent = ("label names should be written in 'snake_case' not 'camelCase'",
                 'counter metrics should have "_total" suffix',
                 "metric name should not include type 'counter'")

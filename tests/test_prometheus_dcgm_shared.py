@@ -3,11 +3,11 @@ shipped ServiceMonitor does and the way it does with the ``dcgm-exporter-scrape-
 component (``honorLabels: false``, as dcgm-exporter's chart scrapes).
 
 The node: GPU 0 time-sliced by two pods (the device plugin's ``<uuid>::0`` and ``::1``
-replicas, which become dcgm-exporter's ``vgpu`` label), a MIG GPU whose instance 7 a third pod holds and whose instance 9 is idle and held
-by nobody. The node label is asked for by its main-branch name (``hostname``) through the
-environment. Per-pod DCGM series must exist for both pods of the shared GPU (``sum by (pod)``
-keeps it), under ``exported_pod`` with the component (gpustats' own series keep ``pod``), and
-the idle instance's memory must be there, observed as 0.
+replicas, which become dcgm-exporter's ``vgpu`` label), a MIG GPU whose instance 7 a third pod holds
+and whose instance 9 is idle and held by nobody. The node label is asked for by its main-branch name
+(``hostname``) through the environment. Per-pod DCGM series must exist for both pods of the shared
+GPU (``sum by (pod)`` keeps it), under ``exported_pod`` with the component (gpustats' own series
+keep ``pod``), and the idle instance's memory must be there, observed as 0.
 """
 
 from __future__ import annotations

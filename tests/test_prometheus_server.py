@@ -32,10 +32,10 @@ def test_prometheus_scrapes_container_joules(start_daemon, tmp_path):
         "scrape_configs:\n"
         "  - job_name: gpustats\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{daemon.port}']}}]\n")
-    log = open(tmp_path / "prometheus.log", "w")
-    server = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp_path / "prometheus.log", "w") as log:
+        server = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
         query = urllib.parse.quote('gpustats_container_gpu_joules_total')
         deadline = time.monotonic() + 45
@@ -59,4 +59,3 @@ def test_prometheus_scrapes_container_joules(start_daemon, tmp_path):
     finally:
         server.terminate()
         server.wait(10)
-        log.close()

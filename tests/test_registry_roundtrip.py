@@ -61,9 +61,9 @@ def registry(tmp_path_factory):
         "version": 0.1, "log": {"level": "warn"},
         "storage": {"filesystem": {"rootdirectory": str(tmp / "data")}},
         "http": {"addr": f"127.0.0.1:{port}"}}))
-    log = open(tmp / "registry.log", "w")
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log,
-                            stderr=subprocess.STDOUT)
+    with open(tmp / "registry.log", "w") as log:
+        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log,
+                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -85,7 +85,6 @@ def registry(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -271,8 +270,8 @@ def _kubernetes_sh_blocks() -> list[str]:
 
 
 def test_readme_podman_run_works_with_its_rlimit_setting(built_image, tmp_path):
-    """The Kubernetes guide's `podman run`, after its containers.conf lines, as a user pastes them (only
-    the image reference and the port differ; on the hybrid cgroup layout the file also names
+    """The Kubernetes guide's `podman run`, after its containers.conf lines, as a user pastes them
+    (only the image reference and the port differ; on the hybrid cgroup layout the file also names
     runc, the host setting the guide says to carry over): it serves here, where podman's
     default rlimits stop runc."""
     blocks = _kubernetes_sh_blocks()
@@ -288,11 +287,10 @@ def test_readme_podman_run_works_with_its_rlimit_setting(built_image, tmp_path):
         command = command.replace(old, new)
     shutil.copytree(REPO_ROOT / "examples", tmp_path / "examples")
     env = {k: v for k, v in built_image.env.items() if k != "CONTAINERS_CONF"}
-    log = open(tmp_path / "run.log", "w")
     carried = f"printf '{runc_engine()}' >> \"$CONTAINERS_CONF\"\n" if runc_engine() else ""
-    proc = subprocess.Popen(["bash", "-euc", f"{setting}\n{carried}{command}"], cwd=tmp_path,
-                            env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen(["bash", "-euc", f"{setting}\n{carried}{command}"], cwd=tmp_path,
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline, answers = time.monotonic() + 60, {}
         while time.monotonic() < deadline and proc.poll() is None:
@@ -315,7 +313,6 @@ def test_readme_podman_run_works_with_its_rlimit_setting(built_image, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
 
 
 def test_readme_points_the_kustomization_at_the_pushed_image():

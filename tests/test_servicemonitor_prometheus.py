@@ -68,11 +68,11 @@ def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon,
             operator_job(endpoint, target, "serviceMonitor/gpustats/gpustats/0"),
             # The Operator's defaults, for contrast: honorLabels false, no relabelings.
             operator_job({"path": "/metrics"}, target, "defaults")]}))
-    log = open(tmp_path / "prometheus.log", "w")
-    server = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
-        cwd=tmp_path)
+    with open(tmp_path / "prometheus.log", "w") as log:
+        server = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+            cwd=tmp_path)
     try:
         deadline = time.monotonic() + 45
         per_pod = []
@@ -105,7 +105,6 @@ def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon,
     finally:
         server.terminate()
         server.wait(10)
-        log.close()
 
 
 def _component_endpoint(endpoint: dict) -> dict:
@@ -143,11 +142,11 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
         "rule_files": [str(rules)],
         "scrape_configs": [operator_job(endpoint, f"127.0.0.1:{daemon.port}",
                                         "serviceMonitor/gpustats/gpustats/0")]}))
-    log = open(tmp_path / "prometheus.log", "w")
-    server = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
-        cwd=tmp_path)
+    with open(tmp_path / "prometheus.log", "w") as log:
+        server = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+            cwd=tmp_path)
 
     def wait(expr):
         deadline = time.monotonic() + 45
@@ -210,4 +209,3 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
     finally:
         server.terminate()
         server.wait(10)
-        log.close()

@@ -13,8 +13,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from gpustats.fakehost import add_container, add_process
 from tests.support.fakehost import (
     build, container_cgroup, container_id, containers_by_id, pod_uid, write_scenario,

@@ -3,9 +3,9 @@
 The root (minbase, systemd, python3) is made once by mmdebstrap and cached in the temporary
 directory, keyed by what goes into it; each run unpacks it, installs the wheel built from this
 checkout into /opt/gpustats as the README ("Install on bare metal") says, and boots it. Inside,
-a oneshot unit (systemd_boot/check-unit.sh) starts, probes, reloads and stops gpustats.service on hosts with
-and without the kubelet's directories. Skipped without root, mmdebstrap or systemd-nspawn, or
-where this host does not let nspawn run a container.
+a oneshot unit (systemd_boot/check-unit.sh) starts, probes, reloads and stops gpustats.service on
+hosts with and without the kubelet's directories. Skipped without root, mmdebstrap or
+systemd-nspawn, or where this host does not let nspawn run a container.
 """
 
 import hashlib

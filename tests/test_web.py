@@ -136,4 +136,5 @@ def test_gpus_endpoint_and_openapi(client, store):
                     "resourceVersion": body["resourceVersion"], "gpus": []}
     doc = client.get("/openapi.json").get_json()
     assert doc["openapi"].startswith("3.")
-    assert {"/stats/summary", "/api/v1/gpus", "/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
+    paths = set(doc["paths"])
+    assert {"/stats/summary", "/api/v1/gpus", "/healthz", "/readyz", "/metrics"} <= paths

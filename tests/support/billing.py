@@ -1,6 +1,8 @@
 """What the billing end-to-end modules share: the daemon started without kubelet or runtime
 sockets over a built host, a scrape of /metrics, one series' value, a cgroup v1 host."""
 
+from pathlib import Path
+
 from tests.support.daemon import DaemonProcess
 from tests.support.fakehost import container_id, pod_uid
 from tests.support.simulated import start_simulated
@@ -43,5 +45,5 @@ def v1_host(root, placement):
         p.mkdir(parents=True, exist_ok=True)
         (p / "cgroup").write_text(f"4:devices:/{rel}\n3:cpu,cpuacct:/{rel}\n")
     for name in ("stat", "meminfo", "vmstat"):
-        (proc / name).write_text(open(f"/proc/{name}").read())
+        (proc / name).write_text(Path("/proc", name).read_text())
     return cgroup, proc

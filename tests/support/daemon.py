@@ -58,12 +58,12 @@ class DaemonProcess:
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
         full_env.update(env or {})
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{port or 0}",
-             "--state-dir", str(tmp_path / "state"), *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(tmp_path),
-        )
+        with open(self.log_path, "w") as log:     # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{port or 0}",
+                 "--state-dir", str(tmp_path / "state"), *args],
+                stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=str(tmp_path),
+            )
 
     @property
     def port(self) -> int:
@@ -85,7 +85,7 @@ class DaemonProcess:
     @property
     def health_port(self) -> int:
         """The port of ``--health-listen`` as the daemon says it bound it (``:0`` works)."""
-        self.port                                   # the same line names both
+        _ = self.port                               # waits for the line that names both
         return int(HEALTH.search(self.log()).group(1))
 
     @property
@@ -121,7 +121,6 @@ class DaemonProcess:
         raise AssertionError(f"condition not met in {timeout}s; last body: {body}\n{self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
         return self.log_path.read_text()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
@@ -132,7 +131,6 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._log.close()
         return self.proc.returncode
 
 

@@ -16,7 +16,7 @@ DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a",GPU_I_ID="7"} 0.9
 DCGM_FI_PROF_SM_ACTIVE{gpu="1",UUID="GPU-b"} 0.5
 # TYPE DCGM_FI_DEV_GPU_UTIL gauge
 DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 40
-"""
+"""  # noqa: E501 - exposition lines as dcgm-exporter writes them; wrapping would change the body
 
 
 class Exporter:

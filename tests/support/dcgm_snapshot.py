@@ -73,7 +73,7 @@ def samples(text, name):
 
 def one_sample(text, name, **labels):
     """(labels, value) of the one sample of family ``name`` with these labels."""
-    found = [(l, v) for l, v in samples(text, name)
-             if all(l.get(k) == val for k, val in labels.items())]
+    found = [(lab, v) for lab, v in samples(text, name)
+             if all(lab.get(k) == val for k, val in labels.items())]
     assert len(found) == 1, (name, labels, found)
     return found[0]

@@ -12,7 +12,8 @@ from collections import defaultdict
 
 import pytest
 
-from oracles.checks import Series, counters  # noqa: F401 - one parser of the billed counters
+# One parser of the billed counters: counters is re-exported for the tests.
+from oracles.checks import Series, counters
 from tests.support.fakehost import metric_value
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",

@@ -35,11 +35,12 @@ class PrometheusServer:
                            "evaluation_interval": "1s"},
                 "scrape_configs": scrape_configs}))
         self.log_path = workdir / "prometheus.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+        with open(self.log_path, "w") as log:     # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                ["prometheus", f"--config.file={config}",
+                 f"--storage.tsdb.path={workdir / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT)
 
     def api(self, path: str, **params) -> dict:
         query = urllib.parse.urlencode(params, doseq=True)
@@ -75,4 +76,3 @@ class PrometheusServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._log.close()
