@@ -36,9 +36,30 @@ def test_records_every_gpu_mig_instance_and_container_accelerator():
     gpu = window.gpus[0]
     # The history values of model.device_values in its order (P-state unknown: NaN), healthy.
     rows = list(gpu.rows)
-    assert rows[:7] == [1.0, 310.0, 70.0, 240.0, 51, 2 << 30, 40]
-    assert math.isnan(rows[7]) and rows[8:] == [1.0]
+    assert rows[:4] == [1.0, 310.0, 70.0, 240.0] and math.isnan(rows[4])   # no unallocated
+    assert rows[5:8] == [51, 2 << 30, 40]
+    assert math.isnan(rows[8]) and rows[9:] == [1.0]
     assert gpu.rows.typecode == "d"          # 8 bytes a value, no object per point
+
+
+def test_records_each_holders_idle_share_and_the_idle_no_one_held():
+    """What the page stacks: from the daemon's bill of that tick, never split again."""
+    snap = at(0)
+    trainer, sidecar = snap.pods[0].containers
+    held = replace(trainer, accelerators=(
+        replace(trainer.accelerators[0], idle_share_power_watts=60.0),))
+    snap = replace(snap, devices=(replace(snap.devices[0], unallocated_idle_power_watts=10.0),
+                                  *snap.devices[1:]),
+                   pods=(replace(snap.pods[0], containers=(held, sidecar)),))
+    history = History(60)
+    history.record(snap)
+    body = json.loads(history_json(history.window()))
+    gpu = next(g for g in body["gpus"] if g["id"] == A)
+    assert gpu["points"][0]["unallocatedIdlePowerWatts"] == 10.0
+    point = next(c for c in body["containers"] if c["id"] == C1)["points"][0]
+    assert point["idleSharePowerWatts"] == 60.0
+    loose = next(c for c in body["containers"] if c["id"] == C3)["points"][0]
+    assert "idleSharePowerWatts" not in loose                      # absent, not 0
 
 
 def test_absent_values_are_nan_inside_and_left_out_of_the_json():

@@ -150,6 +150,7 @@ class History:
                         (_tenant_name(container), pod_name, pod_namespace, pod_uid),
                         (t, _milli(acc.attributed_power_watts),
                          _milli(acc.attributed_energy_joules),
+                         _milli(acc.idle_share_power_watts),
                          _value(acc.process_memory_used_bytes),
                          NAN if acc.compute_utilization_percent is None
                          else round(acc.compute_utilization_percent, 2))))

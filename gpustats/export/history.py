@@ -49,6 +49,7 @@ _KEYS: dict[str, Column] = {
     "activity_ratio": ("activityRatio", *_NUMBER),
     "attributed_power_watts": ("attributedPowerWatts", *_NUMBER),
     "attributed_energy_joules": ("attributedEnergyJoules", *_NUMBER),
+    "idle_share_power_watts": ("idleSharePowerWatts", *_NUMBER),
     "process_memory_used_bytes": ("processMemoryUsed", *_INTEGER),
     "compute_utilization_percent": ("computeUtilization", *_NUMBER),
 }

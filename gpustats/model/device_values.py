@@ -142,7 +142,7 @@ DEVICE_VALUES: tuple[DeviceValue, ...] = (
         "over the tick.", "unallocatedIdlePowerWatts", AMOUNT, 3,
         Metric("gpustats_node_gpu_unallocated_idle_watts",
                "GPU idle power no tenant held the GPU (or that part of it) for, over the "
-               "tick.", "watts")),
+               "tick.", "watts"), history=True),
     DeviceValue(
         "unallocated_idle_energy_joules", "joules", "Idle energy no tenant held the GPU for.",
         "unallocatedIdleEnergyJoules", AMOUNT, 3,

@@ -18,7 +18,8 @@ GPU_VALUES: tuple[DeviceValue, ...] = tuple(v for v in DEVICE_VALUES if v.histor
 GPU_FIELDS = tuple(v.name for v in GPU_VALUES) + ("healthy",)
 MIG_FIELDS = ("memory_used_bytes", "activity_ratio", "attributed_power_watts")
 CONTAINER_FIELDS = ("attributed_power_watts", "attributed_energy_joules",
-                    "process_memory_used_bytes", "compute_utilization_percent")
+                    "idle_share_power_watts", "process_memory_used_bytes",
+                    "compute_utilization_percent")
 
 
 @record

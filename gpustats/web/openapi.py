@@ -298,8 +298,8 @@ _MIG_POINT = {
 _CONTAINER_POINT = {
     "type": "object", "required": ["time"],
     "properties": {"time": _HISTORY_TIME, "attributedPowerWatts": _NUM,
-                   "attributedEnergyJoules": _NUM, "processMemoryUsed": _U64,
-                   "computeUtilization": _NUM},
+                   "attributedEnergyJoules": _NUM, "idleSharePowerWatts": _NUM,
+                   "processMemoryUsed": _U64, "computeUtilization": _NUM},
     "additionalProperties": False,
 }
 _HISTORY = {
