@@ -9,29 +9,50 @@ one that ended, kept for its counters, is not. Every name is shown by the one ru
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, UTC
-from typing import Callable
+from typing import Callable, Sequence
 
 from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
 from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.snapshot import (
-    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodStats, Snapshot,
+    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodAccelerator, PodStats,
+    Snapshot,
 )
 from gpustats.model.health import CONDITION_READY, STATUS_TRUE
 from gpustats.model.tenants import KIND_POD
 
 ABSENT = "–"
 
+# The charts' colours (the script reads them from the page): one per tenant, the first free one
+# to a tenant newly shown, so that up to len(TENANT_COLOURS) tenants shown at once never share
+# one; each is at least 20 (CIE76 ΔE) from every other and from the greys of the power that is
+# no tenant's (unallocated idle, unattributed) and of the tenants folded into one layer.
+TENANT_COLOURS: tuple[str, ...] = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#5b2a86", "#e7298a", "#7a5c00", "#e41a1c", "#e5c494", "#a6d854", "#b15928",
+    "#f781bf", "#003f5c", "#1b9e77", "#9467bd", "#fc8d62", "#b2df8a", "#fdbf6f", "#9b2226",
+)
+RESERVED_COLOURS: dict[str, str] = {
+    "unallocated": "#9aa3ad", "unattributed": "#cdd3db", "others": "#7f7f7f",
+}
 
-def format_bytes(value: int | None) -> str:
+
+def chart_colours_json() -> str:
+    """The colours as the page hands them to its script (``data-colours``)."""
+    return json.dumps({"tenants": list(TENANT_COLOURS), **RESERVED_COLOURS},
+                      separators=(",", ":"))
+
+
+def format_bytes(value: float | None) -> str:
     if value is None:
         return ABSENT
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if value >= size:
             return f"{value / size:.1f} {unit}"
-    return f"{value} B"
+    return f"{value:.0f} B"
 
 
 def format_watts(value: float | None) -> str:
@@ -55,7 +76,7 @@ def format_percent(value: float | None) -> str:
     return f"{value:.0f} %" if value == int(value) or value >= 10 else f"{value:.1f} %"
 
 
-def format_bytes_of(used: int, total: int) -> str:
+def format_bytes_of(used: float, total: float) -> str:
     """Used of total bytes, the unit written once where both take it: "2.0 / 79.6 GiB"."""
     text, whole = format_bytes(used), format_bytes(total)
     number, unit = text.split(" ")
@@ -99,6 +120,7 @@ class ContainerRow:
     compute: str
     memory: str
     energy: str
+    idle_energy: str    # its share of the GPU's idle energy, as one of its holders (total)
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,8 @@ class TenantRow:
     gpus: str
     power: str
     idle_share: str
-    energy: str
+    energy: str         # attributed energy, total: what the table is sorted by
+    idle_energy: str
 
 
 @dataclass(frozen=True)
@@ -179,11 +202,21 @@ def _figure_text(row: DeviceValue, device: DeviceStats) -> str:
     return f"{_value_text(row, part)} / {_value_text(whole_row, whole)}"
 
 
+def _watts_and_joules(watts: float | None, joules: float | None) -> str:
+    """"20.0 W · 345.0 J": power now and energy in total; "–" for either absent."""
+    if watts is None and joules is None:
+        return ABSENT
+    return f"{format_watts(watts)} · {format_joules(joules)}"
+
+
 def _figures(device: DeviceStats) -> tuple[tuple[str, str], ...]:
     """The card's figures: each device value that has one (``model.device_values``), in the
-    table's order, then how the GPU is shared."""
+    table's order, then the idle no tenant holds the GPU for (now, and in total) and how the
+    GPU is shared."""
     return (*((row.figure.label, _figure_text(row, device))
               for row in DEVICE_VALUES if row.figure is not None),
+            ("unallocated idle", _watts_and_joules(device.unallocated_idle_power_watts,
+                                                   device.unallocated_idle_energy_joules)),
             ("sharing", device.sharing_mode or ABSENT))
 
 
@@ -243,7 +276,8 @@ def _container_row(pod: PodStats | None, container: ContainerStats, acc: Contain
         idle_share=format_watts(acc.idle_share_power_watts),
         compute=format_percent(acc.compute_utilization_percent),
         memory=format_bytes(acc.process_memory_used_bytes),
-        energy=format_joules(acc.attributed_energy_joules))
+        energy=format_joules(acc.attributed_energy_joules),
+        idle_energy=format_joules(acc.idle_share_energy_joules))
 
 
 def _rows_for(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]]
@@ -278,17 +312,19 @@ def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStat
 
 
 def _tenant_row(kind: str, key: str, name: str, name_is_id: bool, namespace: str | None,
-                accelerators: list, index_of: dict[str, int]) -> tuple[float, TenantRow]:
-    """(the tenant's attributed watts, -1 when unknown, for ordering; its row)."""
+                accelerators: Sequence[PodAccelerator | ContainerAccelerator],
+                index_of: dict[str, int]) -> tuple[float, TenantRow]:
+    """(the tenant's attributed energy in total, -1 when unknown, for ordering; its row)."""
     power = present_sum(a.attributed_power_watts for a in accelerators)
     idle = present_sum(a.idle_share_power_watts for a in accelerators)
     energy = present_sum(a.attributed_energy_joules for a in accelerators)
+    idle_energy = present_sum(a.idle_share_energy_joules for a in accelerators)
     gpus = sorted({index_of[a.device_uuid] for a in accelerators if a.device_uuid in index_of})
-    return (power if power is not None else -1.0, TenantRow(
+    return (energy if energy is not None else -1.0, TenantRow(
         kind=kind, pod_key=key, tenant=name, tenant_is_id=name_is_id,
         namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
         power=format_watts(power), idle_share=format_watts(idle),
-        energy=format_joules(energy)))
+        energy=format_joules(energy), idle_energy=format_joules(idle_energy)))
 
 
 def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
@@ -304,9 +340,9 @@ def _entry_row(container: ContainerStats, index_of: dict[str, int]) -> tuple[flo
 
 
 def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
-    """Tenants holding GPUs, the most power first: pods, one per namespace/name (a pod
-    re-created under its name: the one the Summary API lists), and every live tenant outside
-    pods, of any kind."""
+    """Tenants holding GPUs, the most energy first (attributed, in total: the table's "energy,
+    total" column; unknown last): pods, one per namespace/name (a pod re-created under its
+    name: the one the Summary API lists), and every live tenant outside pods, of any kind."""
     index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
     rows = [_pod_row(pod, index_of) for pod in snapshot.listed_pods() if pod.accelerators]
     rows += [_entry_row(c, index_of) for c in snapshot.containers

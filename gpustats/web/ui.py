@@ -14,7 +14,8 @@ from flask import Blueprint, Response, request
 
 from gpustats import __version__
 from gpustats.engine.store import SnapshotStore
-from gpustats.export.page import page_view
+from gpustats.export.page import chart_colours_json, page_view
+from gpustats.model.snapshot import Snapshot
 from gpustats.web.conditional import Body, respond
 from gpustats.web.errors import json_error
 
@@ -57,10 +58,11 @@ def ui_blueprint(store: SnapshotStore, *, housekeeping_interval: float,
         "interval": f"{housekeeping_interval:g}",
         "interval_text": _interval_text(housekeeping_interval),
         "history_seconds": int(history_seconds),
+        "colours": chart_colours_json(),
         "version": __version__,
     }
 
-    def build(snapshot) -> Body:
+    def build(snapshot: Snapshot) -> Body:
         html = template.render(page=page_view(snapshot), **static_context)
         return Body(html.encode(), "text/html; charset=utf-8")
 
@@ -70,7 +72,10 @@ def ui_blueprint(store: SnapshotStore, *, housekeeping_interval: float,
         if rendered is None:
             return Response(_WAITING, status=503, content_type="text/html; charset=utf-8",
                             headers=(("Retry-After", "2"), *PAGE_HEADERS))
-        return respond(request, rendered[1], headers=PAGE_HEADERS)
+        body = rendered[1]
+        if not isinstance(body, Body):       # the store keeps what ``build`` made: a Body
+            raise TypeError(f"the page rendered as {type(body).__name__}, not a Body")
+        return respond(request, body, headers=PAGE_HEADERS)
 
     @blueprint.route("/assets/<name>")
     def asset(name: str) -> Response:

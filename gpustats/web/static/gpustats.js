@@ -2,62 +2,272 @@
    No library, no outside request: every URL is relative to the page. */
 "use strict";
 (function () {
+  // ================================================================== the charts' data
+  // Pure functions of the history (no page): what each chart draws. The tests load this part
+  // alone (under Node, where there is no document) through module.exports.
+
+  const model = (function () {
+    function value(p, key) { return p[key] === undefined || p[key] === null ? null : p[key]; }
+
+    function podKey(c) {
+      if (c.pod) return (c.namespace || "") + "/" + c.pod;
+      return c.podUid || "container:" + c.id;
+    }
+
+    function podLabel(c) {
+      if (c.pod) return c.pod;
+      if (c.podUid) return c.podUid.slice(0, 8);
+      return c.name || c.id.slice(0, 12);
+    }
+
+    function instanceLabel(m) {
+      return "GI " + m.gpuInstanceId + (m.profile ? " · " + m.profile : "");
+    }
+
+    // Each MIG instance's size as a part of its GPU, by memory (as the daemon splits idle).
+    function instanceFractions(meta) {
+      const out = new Map();
+      if (!(meta.memoryTotal > 0)) return out;
+      for (const m of meta.migInstances || []) {
+        if (m.memoryTotal > 0) out.set(m.gpuInstanceId, m.memoryTotal / meta.memoryTotal);
+      }
+      return out;
+    }
+
+    // The power chart of one GPU, every figure of a point from that one tick: the tick's power
+    // (its energy over its length: idle + active), stacked as each tenant's attributed power
+    // plus its share of idle, the idle no tenant holds the GPU for, and the active power no
+    // tenant is billed for. A tick's stack adds up to its total, never above it.
+    //
+    // The history gives each tick's idle and active power, each holder's attributed power and
+    // idle share, and the idle no one held (as the daemon billed them: nothing is split here).
+    // Where the GPU has no idle known, all of its power is active. A tick with an idle but no
+    // unallocated idle recorded (its energy unread) shows the GPU's idle power, or its reading
+    // when no power above idle was drawn, with no one holding it.
+    // gpu: {meta, points: [{t, ...}]}; containers: [{meta, points}] (any GPU's).
+    function powerModel(gpu, containers) {
+      const meta = gpu.meta, points = gpu.points, n = points.length;
+      const times = points.map(p => p.t), index = new Map(times.map((t, i) => [t, i]));
+      const ticks = times.map(() => []);            // per tick: [container, point] on this GPU
+      for (const c of containers) {
+        if (c.meta.gpu !== meta.id) continue;
+        for (const p of c.points) {
+          const i = index.get(p.t);
+          if (i !== undefined) ticks[i].push([c, p]);
+        }
+      }
+      const total = new Array(n).fill(null);
+      const unallocated = new Array(n).fill(null), unattributed = new Array(n).fill(null);
+      const tenants = new Map();                    // pod key -> {key, label, values, idle, weight}
+      const tenant = c => {
+        const key = podKey(c.meta);
+        let t = tenants.get(key);
+        if (!t) {
+          t = {key, label: podLabel(c.meta), values: new Array(n).fill(null),
+               idle: new Array(n).fill(null), weight: 0};
+          tenants.set(key, t);
+        }
+        return t;
+      };
+      for (let i = 0; i < n; i++) {
+        const p = points[i], reading = value(p, "powerWatts");
+        const active = value(p, "activePowerWatts"), idleWatts = value(p, "idlePowerWatts");
+        if (active === null) { total[i] = reading; continue; }      // no split this tick
+        const held = ticks[i].filter(([, q]) => value(q, "attributedPowerWatts") !== null ||
+                                               value(q, "idleSharePowerWatts") !== null);
+        const shares = held.map(([, q]) => value(q, "idleSharePowerWatts") || 0);
+        const shared = shares.reduce((s, v) => s + v, 0);
+        const recorded = value(p, "unallocatedIdlePowerWatts");
+        let idle = 0;
+        if (recorded !== null) idle = shared + recorded;
+        else if (idleWatts !== null) {
+          idle = active > 0 || reading === null ? idleWatts : Math.min(idleWatts, reading);
+        }
+        total[i] = idle + active;
+        const rest = idle - shared;
+        let attributed = 0;
+        held.forEach(([c, q], k) => {
+          const t = tenant(c), w = value(q, "attributedPowerWatts") || 0;
+          t.values[i] = (t.values[i] || 0) + w + shares[k];
+          t.idle[i] = (t.idle[i] || 0) + shares[k];
+          t.weight += w + shares[k];
+          attributed += w;
+        });
+        unallocated[i] = Math.max(0, rest);
+        unattributed[i] = Math.max(0, active - attributed);
+      }
+      return {times, total, unallocated, unattributed,
+              tenants: [...tenants.values()].sort((a, b) => b.weight - a.weight)};
+    }
+
+    // The duty cycle of a GPU; on a MIG GPU (no duty cycle of its own) its instances'
+    // activity, one line each, and the GPU's as their mean weighted by size.
+    function activityModel(gpu) {
+      const meta = gpu.meta, points = gpu.points;
+      const times = points.map(p => p.t), index = new Map(times.map((t, i) => [t, i]));
+      const duty = points.map(p => value(p, "dutyCycle"));
+      const migs = [...(meta.migInstances || [])].sort((a, b) => a.gpuInstanceId - b.gpuInstanceId);
+      if (duty.some(v => v !== null) || !migs.length) return {kind: "duty", times, duty};
+      const fractions = instanceFractions(meta);
+      const instances = [];
+      for (const m of migs) {
+        const values = times.map(() => null);
+        for (const p of m.points) {
+          const i = index.get(p.t), r = value(p, "activityRatio");
+          if (i !== undefined && r !== null) values[i] = r * 100;
+        }
+        if (values.some(v => v !== null)) {
+          instances.push({id: m.gpuInstanceId, label: instanceLabel(m), values,
+                          fraction: fractions.get(m.gpuInstanceId) ?? null});
+        }
+      }
+      if (!instances.length) return {kind: "duty", times, duty};
+      const gpuActivity = times.map((_, i) => {
+        let sum = 0, weight = 0;
+        for (const inst of instances) {
+          const v = inst.values[i], f = inst.fraction ?? 1 / instances.length;
+          if (v !== null) { sum += v * f; weight += f; }
+        }
+        return weight > 0 ? sum / weight : null;
+      });
+      return {kind: "mig", times, duty, instances, gpu: gpuActivity};
+    }
+
+    // Energy each tenant was attributed since the window began: its counters' growth, kept
+    // after a container is gone. Returns {times, tenants: [{key, label, values, weight}]}.
+    function energyModel(containers) {
+      const all = new Set();
+      for (const c of containers) for (const p of c.points) all.add(p.t);
+      const times = [...all].sort((a, b) => a - b), n = times.length;
+      const index = new Map(times.map((t, i) => [t, i]));
+      const byPod = new Map();
+      for (const c of containers) {
+        const key = podKey(c.meta);
+        let pod = byPod.get(key);
+        if (!pod) {
+          pod = {key, label: podLabel(c.meta), values: new Array(n).fill(0), weight: 0};
+          byPod.set(key, pod);
+        }
+        let base = null, carried = 0, start = n;
+        for (const p of c.points) {
+          const e = value(p, "attributedEnergyJoules"), i = index.get(p.t);
+          if (e === null || i === undefined) continue;
+          if (base === null) { base = e; start = i; }
+          for (let k = start; k < i; k++) pod.values[k] += carried;
+          carried = e - base;
+          start = i;
+        }
+        for (let k = start; k < n; k++) pod.values[k] += carried;
+        pod.weight += carried;
+      }
+      return {times, tenants: [...byPod.values()].sort((a, b) => b.weight - a.weight)};
+    }
+
+    // A colour for each tenant shown (keys, in the order first seen): a tenant keeps its
+    // colour while it is shown; one newly shown takes the first palette colour no shown tenant
+    // has, so up to palette.length tenants never share a colour; past that, further hues.
+    // colours: Map key -> colour, kept between calls and updated in place.
+    function assignColours(colours, keys, palette) {
+      const shown = new Set(keys);
+      for (const key of [...colours.keys()]) if (!shown.has(key)) colours.delete(key);
+      const used = new Set(colours.values());
+      let next = 0, extra = 0;
+      for (const key of shown) {
+        if (colours.has(key)) continue;
+        while (next < palette.length && used.has(palette[next])) next++;
+        let colour = palette[next];
+        if (colour === undefined) {
+          do {
+            colour = "hsl(" + Math.round((extra * 137.508 + 20) % 360) + "," +
+                     (extra % 2 ? 45 : 65) + "%," + (extra % 3 === 1 ? 38 : 55) + "%)";
+            extra++;
+          } while (used.has(colour));
+        }
+        colours.set(key, colour);
+        used.add(colour);
+      }
+      return colours;
+    }
+
+    return {value, podKey, podLabel, instanceLabel, instanceFractions, powerModel,
+            activityModel, energyModel, assignColours};
+  })();
+
+  if (typeof document === "undefined") {           // loaded by the tests, not by a page
+    if (typeof module === "object") module.exports = model;
+    return;
+  }
+
+  // ================================================================== the page
+
+  const {value, podKey, powerModel, activityModel, energyModel, assignColours} = model;
   const body = document.body;
   const interval = Math.max(0.2, parseFloat(body.dataset.interval) || 5);
   const windowSeconds = parseInt(body.dataset.historySeconds, 10) || 0;
   const SVG = "http://www.w3.org/2000/svg";
-  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-                   "#b07aa1", "#ff9da7", "#9c755f", "#6b9ac4", "#d37295", "#8cd17d"];
-  const IDLE = "#9aa3ad", UNATTRIBUTED = "#cdd3db", OTHERS = "#7f7f7f", LINE = "#3760a8";
-  const MAX_LAYERS = 8;
+  let given = {};
+  try { given = JSON.parse(body.dataset.colours || "{}"); } catch (err) { /* the defaults */ }
+  const PALETTE = Array.isArray(given.tenants) ? given.tenants : [];
+  const UNALLOCATED = given.unallocated || "#9aa3ad", UNATTRIBUTED = given.unattributed || "#cdd3db";
+  const OTHERS = given.others || "#7f7f7f", LINE = "#3760a8", MEMORY = "#59a14f";
+  // MIG instances' activity lines (instances are no tenants: not the tenants' colours).
+  const INSTANCE_LINES = ["#3760a8", "#c0392b", "#1e8449", "#7d3c98", "#b9770e", "#117a8b", "#5d6d7e"];
+  const MAX_LAYERS = 20;        // tenants drawn apart in one chart; the rest as one layer
   const GIB = 1073741824;
 
   const gpus = new Map();        // uuid -> {meta, points}
   const containers = new Map();  // container|gpu|instance -> {meta, points}
-  const colors = new Map();      // pod key -> colour
+  const colours = new Map();     // pod key -> colour
   let latest = 0, lastFetched = 0;
 
   // ------------------------------------------------------------------ data
 
-  function podKey(c) {
-    if (c.pod) return (c.namespace || "") + "/" + c.pod;
-    return c.podUid || "container:" + c.id;
-  }
-
-  function podLabel(c) {
-    if (c.pod) return c.pod;
-    if (c.podUid) return c.podUid.slice(0, 8);
-    return c.name || c.id.slice(0, 12);
-  }
-
-  function colorOf(key) {
-    if (!colors.has(key)) colors.set(key, PALETTE[colors.size % PALETTE.length]);
-    return colors.get(key);
-  }
-
+  // Appends the entry's points newer than the series' last; returns the series.
   function append(table, key, entry) {
     let series = table.get(key);
     if (!series) { series = {points: []}; table.set(key, series); }
-    series.meta = entry;
     const last = series.points.length ? series.points[series.points.length - 1].t : -Infinity;
     for (const p of entry.points) {
       const t = Date.parse(p.time);
       if (t > last) { p.t = t; series.points.push(p); if (t > latest) latest = t; }
     }
+    return series;
   }
 
   function merge(doc) {
-    for (const g of doc.gpus) append(gpus, g.id, g);
+    for (const g of doc.gpus) {
+      // MIG instances' points are kept with their GPU's series, each instance's own.
+      const series = append(gpus, g.id, g);
+      const instances = new Map((series.meta && series.meta.migInstances || []).map(m => [m.gpuInstanceId, m]));
+      for (const m of g.migInstances || []) {
+        const before = instances.get(m.gpuInstanceId);
+        const points = before ? before.points : [];
+        const last = points.length ? points[points.length - 1].t : -Infinity;
+        for (const p of m.points) {
+          const t = Date.parse(p.time);
+          if (t > last) { p.t = t; points.push(p); }
+        }
+        instances.set(m.gpuInstanceId, Object.assign({}, m, {points}));
+      }
+      series.meta = Object.assign({}, g, {points: undefined, migInstances: [...instances.values()]});
+    }
     for (const c of doc.containers) {
-      append(containers, c.id + "|" + c.gpu + "|" + (c.gpuInstanceId ?? ""), c);
+      append(containers, c.id + "|" + c.gpu + "|" + (c.gpuInstanceId ?? ""), c).meta = c;
     }
     const cutoff = latest - windowSeconds * 1000;
+    const trim = points => {
+      let drop = 0;
+      while (drop < points.length && points[drop].t < cutoff) drop++;
+      if (drop) points.splice(0, drop);
+    };
     for (const table of [gpus, containers]) {
       for (const [key, series] of table) {
-        let drop = 0;
-        while (drop < series.points.length && series.points[drop].t < cutoff) drop++;
-        if (drop) series.points.splice(0, drop);
+        trim(series.points);
         if (!series.points.length) table.delete(key);
+        else if (series.meta.migInstances) {
+          for (const m of series.meta.migInstances) trim(m.points);
+          series.meta.migInstances = series.meta.migInstances.filter(m => m.points.length);
+        }
       }
     }
   }
@@ -124,7 +334,8 @@
     return fig;
   }
 
-  // spec: {title, now, format, times, layers: [{label, color, values}], stacked, total, ymax}
+  // spec: {title, now, format, times, layers: [{label, color, values, note, idle}], stacked,
+  // total: {label, values}, ymax}. A stacked chart never draws above its total.
   function draw(holder, key, spec) {
     const fig = figureFor(holder, key);
     fig.spec = spec;
@@ -152,16 +363,20 @@
       el("text", {class: "axis", x: m.l + w, y: height - 3, "text-anchor": "end"}, svg).textContent = clock(t1);
     }
     const base = new Array(n).fill(0);
+    const cap = spec.stacked && spec.total ? spec.total.values : null;
     for (const layer of spec.layers) {
       if (spec.stacked) {
-        const top = layer.values.map((v, i) => base[i] + (v > 0 ? v : 0));
+        const top = layer.values.map((v, i) => {
+          const up = base[i] + (v > 0 ? v : 0);
+          return cap && cap[i] !== null && cap[i] !== undefined ? Math.min(up, Math.max(base[i], cap[i])) : up;
+        });
         let d = "";
         for (let i = 0; i < n; i++) d += (i ? "L" : "M") + x(times[i]).toFixed(1) + "," + y(top[i]).toFixed(1);
         for (let i = n - 1; i >= 0; i--) d += "L" + x(times[i]).toFixed(1) + "," + y(base[i]).toFixed(1);
         if (n) el("path", {d: d + "Z", fill: layer.color, "fill-opacity": 0.85, stroke: "none"}, svg);
         top.forEach((v, i) => { base[i] = v; });
       } else {
-        line(svg, times, layer.values, x, y, layer.color, true);
+        line(svg, times, layer.values, x, y, layer.color, !spec.lines);
       }
     }
     if (spec.total) line(svg, times, spec.total.values, x, y, null, false);
@@ -173,7 +388,9 @@
       const item = document.createElement("span");
       const swatch = document.createElement("i");
       swatch.style.background = layer.color || "currentColor";
-      item.append(swatch, layer.label + (layer.note ? " " + layer.note : ""));
+      const text = layer.label + (layer.note ? " " + layer.note : "");
+      item.append(swatch, text);
+      item.title = text;
       legend.appendChild(item);
     }
   }
@@ -186,10 +403,9 @@
         if (fill) {
           el("path", {d: d + "L" + run[run.length - 1][0].toFixed(1) + "," + y(0).toFixed(1) + "L" +
                      run[0][0].toFixed(1) + "," + y(0).toFixed(1) + "Z", fill: color, "fill-opacity": 0.18}, svg);
-          el("path", {d: d, fill: "none", stroke: color, "stroke-width": 1.6}, svg);
-        } else {
-          el("path", {d: d, class: "total"}, svg);
         }
+        if (color) el("path", {d: d, fill: "none", stroke: color, "stroke-width": 1.6}, svg);
+        else el("path", {d: d, class: "total"}, svg);
       }
       run = [];
     };
@@ -220,7 +436,8 @@
       if (v === null || v === undefined || !layer.label) continue;
       const row = document.createElement("div"), name = document.createElement("bdi");
       name.textContent = layer.label;         // isolated: a right-to-left name keeps its place
-      row.append(name, ": " + spec.format(v));
+      const idle = layer.idle ? layer.idle[i] : null;
+      row.append(name, ": " + spec.format(v) + (idle ? " (" + spec.format(idle) + " of it idle share)" : ""));
       tip.appendChild(row);
     }
     tip.hidden = false;
@@ -230,101 +447,68 @@
 
   // ------------------------------------------------------------------ charts
 
-  function value(p, key) { return p[key] === undefined ? null : p[key]; }
-
   function last(values) {
     for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null && values[i] !== undefined) return values[i];
     return null;
   }
 
-  function capLayers(byPod, n) {
-    // The largest MAX_LAYERS tenants by mean; the rest summed as "other tenants".
-    const ranked = [...byPod.values()].sort((a, b) => b.weight - a.weight);
-    const layers = ranked.slice(0, MAX_LAYERS);
-    if (ranked.length > MAX_LAYERS) {
-      const rest = new Array(n).fill(0);
-      for (const p of ranked.slice(MAX_LAYERS)) p.values.forEach((v, i) => { rest[i] += v || 0; });
-      layers.push({label: (ranked.length - MAX_LAYERS) + " other tenants", color: OTHERS, values: rest});
+  function capLayers(tenants, n) {
+    // The largest MAX_LAYERS tenants (by weight), each in its colour; the rest summed as
+    // "other tenants".
+    const layers = tenants.slice(0, MAX_LAYERS).map(
+      t => ({label: t.label, color: colours.get(t.key) || OTHERS, values: t.values, idle: t.idle}));
+    if (tenants.length > MAX_LAYERS) {
+      const rest = new Array(n).fill(null);
+      for (const t of tenants.slice(MAX_LAYERS)) {
+        t.values.forEach((v, i) => { if (v !== null) rest[i] = (rest[i] || 0) + v; });
+      }
+      layers.push({label: (tenants.length - MAX_LAYERS) + " other tenants", color: OTHERS, values: rest});
     }
     return layers;
   }
 
   function gpuCharts(uuid, series, holder) {
-    const points = series.points, meta = series.meta;
-    const times = points.map(p => p.t), index = new Map(times.map((t, i) => [t, i]));
-    const n = times.length;
-    const byPod = new Map(), attributed = new Array(n).fill(0);
-    for (const c of containers.values()) {
-      if (c.meta.gpu !== uuid) continue;
-      const key = podKey(c.meta);
-      let pod = byPod.get(key);
-      if (!pod) {
-        pod = {label: podLabel(c.meta), color: colorOf(key), values: new Array(n).fill(0), weight: 0};
-        byPod.set(key, pod);
-      }
-      for (const p of c.points) {
-        const i = index.get(p.t), w = value(p, "attributedPowerWatts");
-        if (i === undefined || w === null) continue;
-        pod.values[i] += w;
-        pod.weight += w;
-        attributed[i] += w;
-      }
-    }
-    const idle = points.map(p => value(p, "idlePowerWatts"));
-    // Active watts less what the GPU's containers are billed: the GPU's unattributed power.
-    // Both are the tick's energy over its length, so the difference is never below 0 (the
-    // clamp only absorbs rounding).
-    const unattributed = points.map((p, i) => {
-      const active = value(p, "activePowerWatts");
-      return active === null ? null : Math.max(0, active - attributed[i]);
-    });
-    const total = points.map(p => value(p, "powerWatts"));
-    const peak = Math.max(0, ...total.filter(v => v !== null));
+    const meta = series.meta;
+    const power = powerModel(series, [...containers.values()]);
+    const n = power.times.length;
+    const peak = Math.max(0, ...power.total.filter(v => v !== null));
+    const now = last(power.total);
     draw(holder, "power", {
-      title: "power: idle, per tenant, unattributed", now: last(total) === null ? "–" : fmt.watts(last(total)),
-      format: fmt.watts, times, stacked: true, ymax: niceMax(Math.max(meta.powerLimitWatts || 0, peak)),
-      layers: [{label: "idle", color: IDLE, values: idle}, ...capLayers(byPod, n),
-               {label: "unattributed", color: UNATTRIBUTED, values: unattributed}],
-      total: {label: "total", values: total}});
+      title: "power over each tick: per tenant (its idle share included), unallocated idle, unattributed",
+      now: now === null ? "–" : fmt.watts(now), format: fmt.watts, times: power.times, stacked: true,
+      ymax: niceMax(Math.max(meta.powerLimitWatts || 0, peak)),
+      layers: [{label: "unallocated idle", color: UNALLOCATED, values: power.unallocated},
+               ...capLayers(power.tenants, n),
+               {label: "unattributed", color: UNATTRIBUTED, values: power.unattributed}],
+      total: {label: "total", values: power.total}});
 
-    const duty = points.map(p => value(p, "dutyCycle"));
-    draw(holder, "duty", {title: "duty cycle", now: last(duty) === null ? "–" : fmt.pct(last(duty)),
-      format: fmt.pct, times, ymax: 100, layers: [{color: LINE, values: duty}]});
+    const activity = activityModel(series);
+    if (activity.kind === "mig") {
+      const current = last(activity.gpu);
+      draw(holder, "duty", {title: "activity of the MIG instances", lines: true,
+        now: current === null ? "–" : fmt.pct(current), format: fmt.pct, times: activity.times, ymax: 100,
+        layers: activity.instances.map((inst, k) => ({
+          label: inst.label, color: INSTANCE_LINES[k % INSTANCE_LINES.length],
+          values: inst.values, note: last(inst.values) === null ? "–" : fmt.pct(last(inst.values))})),
+        total: {label: "GPU (by instance size)", values: activity.gpu}});
+    } else {
+      const duty = activity.duty;
+      draw(holder, "duty", {title: "duty cycle", now: last(duty) === null ? "–" : fmt.pct(last(duty)),
+        format: fmt.pct, times: activity.times, ymax: 100, layers: [{color: LINE, values: duty}]});
+    }
 
+    const points = series.points, times = power.times;
     const memory = points.map(p => { const v = value(p, "memoryUsed"); return v === null ? null : v / GIB; });
     const memoryTotal = meta.memoryTotal ? meta.memoryTotal / GIB : niceMax(Math.max(0, ...memory.filter(v => v !== null)));
     draw(holder, "memory", {title: "memory used", now: last(memory) === null ? "–" :
       fixed(last(memory), 1) + (meta.memoryTotal ? " / " + fmt.gib(memoryTotal) : " GiB"),
-      format: fmt.gib, times, ymax: memoryTotal, layers: [{color: "#59a14f", values: memory}]});
+      format: fmt.gib, times, ymax: memoryTotal, layers: [{color: MEMORY, values: memory}]});
   }
 
   function podEnergyChart(holder) {
-    const all = new Set();
-    for (const c of containers.values()) for (const p of c.points) all.add(p.t);
-    const times = [...all].sort((a, b) => a - b), n = times.length;
-    const index = new Map(times.map((t, i) => [t, i]));
-    const byPod = new Map();
-    for (const c of containers.values()) {
-      const key = podKey(c.meta);
-      let pod = byPod.get(key);
-      if (!pod) {
-        pod = {label: podLabel(c.meta), color: colorOf(key), values: new Array(n).fill(0), weight: 0};
-        byPod.set(key, pod);
-      }
-      // Energy since the window began: the counter's growth, kept after the container is gone.
-      let base = null, carried = 0, start = n;
-      for (const p of c.points) {
-        const e = value(p, "attributedEnergyJoules"), i = index.get(p.t);
-        if (e === null || i === undefined) continue;
-        if (base === null) { base = e; start = i; }
-        for (let k = start; k < i; k++) pod.values[k] += carried;
-        carried = e - base;
-        start = i;
-      }
-      for (let k = start; k < n; k++) pod.values[k] += carried;
-      pod.weight += carried;
-    }
-    const layers = capLayers(byPod, n);
+    const energy = energyModel([...containers.values()]);
+    const times = energy.times, n = times.length;
+    const layers = capLayers(energy.tenants, n);
     for (const layer of layers) layer.note = fmt.joules(layer.values[n - 1] || 0);
     const sum = times.map((_, i) => layers.reduce((s, l) => s + (l.values[i] || 0), 0));
     const seconds = n > 1 ? (times[n - 1] - times[0]) / 1000 : 0;
@@ -333,19 +517,40 @@
       ymax: niceMax(Math.max(0, ...sum)), layers});
   }
 
+  // A table wider than its card (long names, many columns) shows its rows as blocks instead
+  // (CSS "stacked"), so that no column is cut; measured in table form each time.
+  function fitTables() {
+    for (const table of document.querySelectorAll("table.rows")) {
+      table.classList.remove("stacked");
+      const room = table.parentElement.clientWidth;
+      if (table.getBoundingClientRect().width > room + 0.5) table.classList.add("stacked");
+    }
+  }
+
   function render() {
-    if (windowSeconds <= 0) return;       // history off: the tables only
+    if (windowSeconds > 0) drawCharts();  // history off: the tables only
+    fitTables();
+  }
+
+  function drawCharts() {
+    const cells = document.querySelectorAll("[data-pod]");
+    assignColours(colours, [...[...containers.values()].map(c => podKey(c.meta)),
+                            ...[...cells].map(cell => cell.dataset.pod)], PALETTE);
     for (const holder of document.querySelectorAll("[data-charts]")) {
       const key = holder.dataset.charts;
       if (key === "pods") podEnergyChart(holder);
       else if (gpus.has(key)) gpuCharts(key, gpus.get(key), holder);
     }
-    for (const cell of document.querySelectorAll("[data-pod]")) {
-      if (cell.querySelector("i.swatch") || !colors.has(cell.dataset.pod)) continue;
-      const swatch = document.createElement("i");
-      swatch.className = "swatch";
-      swatch.style.background = colors.get(cell.dataset.pod);
-      cell.prepend(swatch);
+    for (const cell of cells) {
+      const colour = colours.get(cell.dataset.pod);
+      let swatch = cell.querySelector("i.swatch");
+      if (!colour) { if (swatch) swatch.remove(); continue; }
+      if (!swatch) {
+        swatch = document.createElement("i");
+        swatch.className = "swatch";
+        cell.prepend(swatch);
+      }
+      swatch.style.background = colour;
     }
   }
 
@@ -394,8 +599,8 @@
   async function start() {
     if (windowSeconds > 0) {
       try { await fetchHistory(0); } catch (err) { /* charts come with the next tick */ }
-      render();
     }
+    render();
     let resizing = null;
     window.addEventListener("resize", () => { clearTimeout(resizing); resizing = setTimeout(render, 150); });
     setTimeout(tick, interval * 1000);
