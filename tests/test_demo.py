@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 
 from gpustats.demo.load import MIG_GPU, TENANTS, gpu_uuid, scenario_at
 from gpustats.simulator import parse_scenario
@@ -53,7 +52,7 @@ def test_demo_page_in_headless_chromium_shows_the_pods(start_daemon, tmp_path):
     binary = chromium()
     daemon = start_demo(start_daemon, tmp_path)
     daemon.wait_for(_all_billed)
-    time.sleep(1.5)                                   # a few ticks of history for the charts
+    daemon.wait_ticks(3)                              # a few ticks of history for the charts
     dom = subprocess.run([binary, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",
                           daemon.base + "/"], capture_output=True, text=True, timeout=120).stdout
     assert dom.count('class="model"') == 3

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 
 from gpustats.demo import bare_metal
 from gpustats.demo.bare_metal import DOCKER_ID, JOB_ID, TENANTS, gpu_uuid, scenario_at
@@ -75,7 +74,7 @@ def test_bare_metal_demo_page_in_headless_chromium_shows_every_tenant(start_daem
     binary = chromium()
     daemon = start_demo(start_daemon, tmp_path, "bare-metal")
     daemon.wait_for(_all_billed, timeout=30)
-    time.sleep(1.5)                                   # a few ticks of history for the charts
+    daemon.wait_ticks(3)                              # a few ticks of history for the charts
     dom = subprocess.run([binary, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom",
                           daemon.base + "/"], capture_output=True, text=True, timeout=120).stdout
     assert dom.count('class="model"') == 3

@@ -3,7 +3,6 @@ manager does), and idle instances' memory, in the summary and in dcgm-exporter's
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -69,9 +68,9 @@ def test_instances_destroyed_and_created_while_mig_stays_on(start_daemon, tmp_pa
     write_scenario(path, scenario([instance(1, "3g.40gb", 60), instance(5, "1g.10gb", 30)],
                                   [(101, 1), (103, 5)]))
     daemon.wait_for(lambda text: "103" in methods(text), path="/metrics")
-    time.sleep(1.0)                     # past the first ticks of instance 5 (GPM needs two)
+    daemon.wait_ticks(4)                # past the first ticks of instance 5 (GPM needs two)
     _, first = daemon.get("/metrics")
-    time.sleep(3.0)
+    daemon.wait_ticks(12)
     _, last = daemon.get("/metrics")
     # Over the ticks after the change, the instances account for all of the GPU's active energy.
     (mig0, active0), (mig1, active1) = joules(first), joules(last)

@@ -56,7 +56,7 @@ def test_hostile_kubelet_reply_is_refused_with_memory_bounded(start_daemon, tmp_
             "--pod-resources-socket", kubelet.socket_path)
         pid = daemon.proc.pid
         assert kubelet.wait_for_calls(1, FETCH_SECONDS)
-        time.sleep(1.0)                                    # a few ticks on the normal listing
+        daemon.wait_ticks(5)                               # a few ticks on the normal listing
         start = rss_mb(pid)
 
         kubelet.reply = hostile

@@ -109,6 +109,23 @@ class DaemonProcess:
             time.sleep(0.1)
         raise AssertionError(f"daemon not ready in {timeout}s:\n{self.log()}")
 
+    def sequence(self) -> int:
+        """The sequence of the snapshot served now (``/readyz`` says it)."""
+        status, body = self.get("/readyz")
+        assert status == 200 and isinstance(body, dict), (status, body)
+        return body["snapshotSequence"]
+
+    def wait_ticks(self, ticks: int, timeout: float = 30.0) -> int:
+        """Wait until ``ticks`` more snapshots were published (the daemon's own count, not a
+        guess of how long ticks take); returns the sequence then served."""
+        target = self.sequence() + ticks
+        deadline = time.monotonic() + timeout
+        while (now := self.sequence()) < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{ticks} ticks not published in {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
+        return now
+
     def wait_for(self, predicate, timeout: float = 20.0, path: str = "/stats/summary"):
         """Poll ``path`` until ``predicate(body)`` is truthy; return that body."""
         deadline = time.monotonic() + timeout
