@@ -115,13 +115,13 @@ def test_a_state_dir_that_fills_up_loses_nothing(start_daemon, tmp_path, small_s
     every counter is at least what was served."""
     args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
     daemon = start(start_daemon, tmp_path, *args)
-    time.sleep(1.0)
+    daemon.wait_ticks(10)
     wait_persistence(daemon, "ok")
     filler = fill(small_state_dir)
     failing = wait_persistence(daemon, "failing")
     assert failing["lastErrorReason"] == "journal_failed", failing
     assert failing_gauge(daemon) == 1
-    time.sleep(1.0)                                   # ticks go on failing to append
+    daemon.wait_ticks(10)                             # ticks go on failing to append
     journal = (small_state_dir / JOURNAL_FILE).read_bytes()
     assert journal.endswith(b"\n")                    # no half line left
     for line in journal.splitlines():
@@ -149,7 +149,7 @@ def test_a_sighup_compaction_on_a_slow_disk_never_erases_a_tick(start_daemon, tm
     env = {"PYTHONPATH": f"{SLOW_FSYNC}{os.pathsep}{REPO_ROOT}",
            "GPUSTATS_TEST_FSYNC_SECONDS": "1.0"}
     daemon = start(start_daemon, tmp_path, *args, env=env)
-    time.sleep(1.0)
+    daemon.wait_ticks(10)
     daemon.proc.send_signal(signal.SIGHUP)
     time.sleep(0.5)                                   # the compaction waits on its fsync
     write_scenario(tmp_path / "s.yaml", {**busy(), "processes": []})
@@ -157,7 +157,7 @@ def test_a_sighup_compaction_on_a_slow_disk_never_erases_a_tick(start_daemon, tm
     while "SIGHUP: counters" not in daemon.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "SIGHUP: counters persisted" in daemon.log()
-    time.sleep(1.0)
+    daemon.wait_ticks(10)
     last = scrape(daemon)
     assert any(name == "gpustats_pod_gpu_joules" for name, _ in last)
     daemon.stop(signal.SIGKILL)
@@ -239,7 +239,7 @@ def test_a_rollback_over_a_newer_state_refuses_it_and_leaves_it_whole(start_daem
     byte; ``--state-reset`` then starts over from zero, keeping the newer files aside."""
     args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
     daemon = start(start_daemon, tmp_path, *args)
-    time.sleep(1.0)
+    daemon.wait_ticks(10)
     served = scrape(daemon)
     assert any(name == "gpustats_pod_gpu_joules" and value > 0
                for (name, _), value in served.items()), served
@@ -313,7 +313,7 @@ def test_after_a_reboot_the_same_pid_and_start_time_is_another_process(start_dae
     (not keyed by the process) go on growing from where they were."""
     args = ("--housekeeping-interval", "0.1", "--persist-interval", "3600")
     daemon = start_in_boot(start_daemon, tmp_path, "4b0e8a52-1f3c-4d6e-9a7b-0c1d2e3f4a5b", *args)
-    time.sleep(1.5)
+    daemon.wait_ticks(15)
     before = scrape(daemon)
     old_process = process_joules(daemon)
     assert old_process is not None and old_process > 50.0, before
