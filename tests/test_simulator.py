@@ -309,6 +309,9 @@ def test_scenario_validation(tmp_path):
                            ({"watt": 90}, "unknown keys")):
         with pytest.raises(ValueError, match=message):
             parse_scenario({"devices": [{"uuid": A, "idle_cycle": cycle}]})
+    for infinite in ("INFINITY", float("inf"), float("nan")):   # found by test_parser_properties
+        with pytest.raises(ValueError, match="init_failures: expected a finite number"):
+            parse_scenario({"devices": [], "init_failures": infinite})
     with pytest.raises(ValueError, match=r"s\.yaml: cannot read"):
         load_scenario(str(tmp_path / "s.yaml"))
 

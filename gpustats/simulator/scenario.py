@@ -110,6 +110,7 @@ simulator was installed; default 0). Each is delivered once through ``nvmlEventS
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -315,6 +316,8 @@ def _number(data: dict, key: str, where: str, default: Any, *, integer: bool = F
             raise ValueError(f"{where}.{key}: expected a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
+    if not math.isfinite(value):                   # YAML's .inf and .nan, or "INFINITY"
+        raise ValueError(f"{where}.{key}: expected a finite number, got {value!r}")
     if value < minimum:
         raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value!r}")
     return int(value) if integer else float(value)
