@@ -404,8 +404,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of: {', '.join(EVENTS)}")
     parser.add_argument("--ignore", default="",
                         help=f"checks to turn off, comma-separated, of: {', '.join(CHECKS)}")
-    parser.add_argument("--keep", action="store_true", help="keep the work dir (daemon log, "
-                        "trace, scenario) and print where")
+    parser.add_argument("--keep", action="store_true", help="keep every seed's work dir "
+                        "(daemon log, trace, scenario) and print where; a failing seed's is "
+                        "always kept, since a failure that hangs on timing may not replay")
     parser.add_argument("--verbose", action="store_true", help="print the event log always")
     args = parser.parse_args(argv)
     events = [e for e in args.events.split(",") if e]
@@ -421,11 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     started = time.monotonic()
     for seed in seeds:
-        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep else None
+        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
         result = run_chaos(seed, args.seconds, events, workdir, ignored=ignored)
         print(result.report(args.verbose), flush=True)
-        if workdir is not None:
+        if args.keep or not result.ok:
             print(f"  work dir: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
         if not result.ok:
             failed.append(seed)
     print(f"{len(seeds)} seed(s) in {time.monotonic() - started:.0f} s; "
