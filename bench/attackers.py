@@ -126,8 +126,12 @@ class LargePosts(_Attacker):
                 reply = s.recv(64)
                 if reply.startswith(b"HTTP/1.1 413"):
                     self.refused_413 += 1
+                elif not reply:
+                    # Closed unanswered: refused at the connection limit (the idle and
+                    # trickling peers beside hold it), or the 413 lost as below. Refused.
+                    self.refused_reset += 1
                 else:
-                    self.other += 1
+                    self.other += 1               # answered, but not refused: a failure
             except (ConnectionResetError, BrokenPipeError):
                 # The server answered 413 and closed while this side was still sending: the
                 # kernel resets the connection and the 413 may be lost with it. Refused too.
