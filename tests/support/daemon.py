@@ -127,11 +127,16 @@ class DaemonProcess:
         return now
 
     def wait_for(self, predicate, timeout: float = 20.0, path: str = "/stats/summary"):
-        """Poll ``path`` until ``predicate(body)`` is truthy; return that body."""
+        """Poll ``path`` until ``predicate(body)`` is truthy; return that body. A connection
+        error is retried like a false predicate (a daemon just resumed from SIGSTOP may reset
+        one while it catches up) and named if the condition is never met."""
         deadline = time.monotonic() + timeout
-        body = None
+        body: object = None
         while time.monotonic() < deadline:
-            status, body = self.get(path)
+            try:
+                status, body = self.get(path)
+            except OSError as exc:
+                status, body = 0, repr(exc)
             if status == 200 and predicate(body):
                 return body
             time.sleep(0.1)
