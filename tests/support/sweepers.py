@@ -5,7 +5,7 @@ reverse order they were made."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from gpustats.simulator import SimulatedNvml
 from gpustats.sources.errors import CollectionErrors
@@ -28,13 +28,16 @@ class SimulatedSweepers:
         self._made: list[tuple[SimulatedNvml, NvmlSession, DeviceSweeper]] = []
 
     def start(self, scenario: dict, *, wall_epoch: float | None = None,
-              **sweeper_args) -> Swept:
+              wall: Callable[[], float] | None = None, **sweeper_args) -> Swept:
         """``wall_epoch``: the wall clock follows the hand-moved one from that epoch (sample
-        time stamps), else the simulator reads the real wall clock."""
+        time stamps); ``wall``: this wall clock, for the simulator and the sweep alike; else
+        the simulator reads the real wall clock."""
         path = self._directory / f"s{len(self._made)}.yaml"
         write_scenario(path, scenario)
         clock = Clock()
         walls = {} if wall_epoch is None else {"wall": lambda: wall_epoch + clock.now}
+        if wall is not None:
+            walls = {"wall": wall}
         sim = SimulatedNvml(str(path), monotonic=clock, **walls)
         sim.install()
         session = NvmlSession.open(CollectionErrors())

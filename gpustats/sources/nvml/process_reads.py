@@ -29,6 +29,7 @@ import pynvml
 from gpustats.model.device import AccountedRun, ProcessReading
 from gpustats.sources.errors import LogOnce
 from gpustats.sources.nvml.query import NOT_FOUND, Querier, handle_address
+from gpustats.sources.wall_clock import rebased_stamp_us
 
 log = logging.getLogger(__name__)
 
@@ -228,12 +229,16 @@ class _AccountingMemory:
     read: dict[tuple[int, int], None] = field(default_factory=dict)
     tails: list[_Run] = field(default_factory=list)    # runs that went on past their tick's end
 
-    def rebase(self, step_us: int) -> None:
-        """The wall clock stepped: the last tick's end and the runs carried move with it."""
+    def rebase(self, step_us: int, now_us: int) -> None:
+        """The wall clock stepped: the last tick's end and the runs carried move with it,
+        unless they were stamped on the new clock already (``rebased_stamp_us``)."""
         if self.end_us is not None:
-            self.end_us += step_us
-        self.tails = [replace(r, start_us=r.start_us + step_us, end_us=r.end_us + step_us)
-                      for r in self.tails]
+            self.end_us = rebased_stamp_us(self.end_us, step_us, now_us)
+        tails = []
+        for run in self.tails:
+            shift = rebased_stamp_us(run.end_us, step_us, now_us) - run.end_us
+            tails.append(replace(run, start_us=run.start_us + shift, end_us=run.end_us + shift))
+        self.tails = tails
 
 
 class EndedProcesses:
@@ -266,9 +271,9 @@ class EndedProcesses:
         """Start the GPU afresh (accounting turned off or on, MIG mode changed, GPU lost)."""
         self._memory.pop(uuid, None)
 
-    def rebase(self, step_us: int) -> None:
+    def rebase(self, step_us: int, now_us: int) -> None:
         for memory in self._memory.values():
-            memory.rebase(step_us)
+            memory.rebase(step_us, now_us)
 
     def ended(self, uuid: str, handle, end_us: int, listed: frozenset[int],
               covered: set[int]) -> tuple[ProcessReading, ...]:

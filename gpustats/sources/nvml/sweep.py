@@ -47,7 +47,7 @@ from gpustats.sources.nvml.mig_events import MigConfigEvents
 from gpustats.sources.nvml.process_reads import EndedProcesses, ProcessReads, process_readings
 from gpustats.sources.nvml.query import NOT_FOUND, DeviceLost, Querier
 from gpustats.sources.nvml.session import DeviceHandle, NvmlSession
-from gpustats.sources.wall_clock import WallClockSteps
+from gpustats.sources.wall_clock import WallClockSteps, rebased_stamp_us
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +92,17 @@ class _SweepMemory:
     # object tick after tick while neither changes, not a copy each tick.
     identity_with_total: tuple[DeviceIdentity, int, DeviceIdentity] | None = None
 
-    def rebase_samples(self, step_us: int) -> None:
-        """The wall clock stepped by ``step_us``: the sample times seen move with it, so the
-        next read asks from the same instant on the new clock (after a step back, samples
-        newer than a stamp on the old clock would not come for as long as the step)."""
+    def rebase_samples(self, step_us: int, now_us: int) -> None:
+        """The wall clock stepped by ``step_us`` (``now_us``: its reading since): the sample
+        times seen move with it, so the next read asks from the same instant on the new clock
+        (after a step back, samples newer than a stamp on the old clock would not come for as
+        long as the step); those taken on the new clock already stay (``rebased_stamp_us``)."""
         if self.last_sample_timestamp_us:
-            self.last_sample_timestamp_us = max(0, self.last_sample_timestamp_us + step_us)
+            self.last_sample_timestamp_us = max(0, rebased_stamp_us(
+                self.last_sample_timestamp_us, step_us, now_us))
         seen = self.sample_timestamp_by_pid
         for pid, stamp in seen.items():
-            seen[pid] = max(0, stamp + step_us)
+            seen[pid] = max(0, rebased_stamp_us(stamp, step_us, now_us))
 
 
 def _pstate(value) -> int | None:
@@ -163,9 +165,10 @@ class DeviceSweeper:
         if step_us:
             log.warning("the wall clock stepped %+.1f s; NVML sample times re-based",
                         step_us / 1e6)
+            now_us = int(self._wall() * 1e6)
             for memory in self._state.values():
-                memory.rebase_samples(step_us)
-            self._ended.rebase(step_us)
+                memory.rebase_samples(step_us, now_us)
+            self._ended.rebase(step_us, now_us)
         for device in self._session.devices:
             if device.identity is None:
                 continue  # lost before identification; logged at session open
