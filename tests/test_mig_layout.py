@@ -159,6 +159,25 @@ def test_a_lost_gpu_closes_the_event_set_and_the_cadence_takes_over(simulate):
     assert s.calls("nvmlEventSetWait_v2") == waits      # closed: the cadence from now on
 
 
+def test_a_gpu_back_from_lost_has_its_layout_re_read_at_once(simulate, caplog):
+    """While a GPU is lost no MIG event can tell of a change, and the event set is closed:
+    its first tick back re-reads the layout, so an instance made meanwhile (idle: no process
+    names it) is sampled from then on, not a cadence later."""
+    s = simulate(scenario([instance(1)], [(101, 1)]), slow_every=1000)
+    s.tick()
+    s.tick()
+    s.rewrite(scenario([instance(1)], [(101, 1)], lost=True))
+    assert s.tick().lost
+    s.rewrite(scenario([instance(1), instance(2)], [(101, 1)]))
+    back = s.tick()
+    assert [m.gpu_instance_id for m in back.mig_instances] == [1, 2]
+    s.rewrite(scenario([instance(1)], [(101, 1)], lost=True))
+    with caplog.at_level("ERROR"):
+        assert s.tick().lost
+    assert sum(r.name.endswith(".sweep") and "is lost" in r.getMessage()
+               for r in caplog.records) == 2                         # each loss told
+
+
 def test_an_instance_whose_memory_read_fails_prompts_a_re_read(simulate):
     """Without events, a destroyed instance's handle answers INVALID_ARGUMENT: gone a tick later,
     not at the next slow tick."""

@@ -176,8 +176,10 @@ class DeviceSweeper:
             if state is None:
                 state = self._state[device.index] = _SweepMemory()
             try:
+                # Back from lost: its MIG layout may have changed meanwhile, and no event told.
                 readings.append(self._read(device, device.identity, state,
-                                           device.identity.uuid in mig_changed))
+                                           device.identity.uuid in mig_changed or state.lost))
+                state.lost = False               # a later loss is logged again
             except DeviceLost as exc:
                 if not state.lost:
                     log.error("GPU %s (index %d) is lost: %s", device.identity.uuid,
