@@ -24,12 +24,16 @@ energy reads). An event this host cannot run (no libfaketime, no git history) is
 with a line in the log.
 
 A failure prints the seed, the event log and the command that replays it (same seed, same
-events: the same sequence of world edits).
+events: the same sequence of world edits), and keeps its work dir: the daemon's log, the
+simulator's trace (``host/trace.jsonl``) and what the oracle was given beside it
+(``oracle-input.pickle``: the world state of each trace tag), to walk the trace again
+(``oracles.energy.expected_energy``) where a failure does not replay.
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import random
 import shutil
 import signal
@@ -56,6 +60,7 @@ from gpustats.engine.state_files import FORMAT_VERSION
 TEMPERATURE = 40
 SCRAPE_EVERY = 0.25
 QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
+ORACLE_INPUT = "oracle-input.pickle"   # the world states and idle learners, in the work dir
 END_REL, END_ABS = 0.02, 2.0  # each pod's total against the oracle's range
 CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed",
           "attributed watts", "unknown served", "live pod not served",
@@ -317,8 +322,11 @@ class Run:
         for (name, labels), value in self.monotonic.highest.items():
             if name == checks.POD:
                 served[dict(labels)["pod_uid"]] += value
-        expected = expected_energy(read_trace(self.world.trace_path), self.states, frozenset(
-            g.uuid for g in self.world.gpus if g.learns_idle))
+        learns_idle = frozenset(g.uuid for g in self.world.gpus if g.learns_idle)
+        # What the oracle was given, beside the trace, to walk it again when a seed fails.
+        with open(self.workdir / ORACLE_INPUT, "wb") as f:
+            pickle.dump({"states": self.states, "learns_idle": learns_idle}, f)
+        expected = expected_energy(read_trace(self.world.trace_path), self.states, learns_idle)
         self.note(f"oracle: {expected.intervals} tick intervals, "
                   f"{expected.unbilled_intervals} unbillable (lost GPU)")
         for uid in sorted(set(served) | set(expected.high)):

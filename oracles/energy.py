@@ -14,8 +14,10 @@ Times are the trace lines' ``mono`` stamps where they have one (the monotonic cl
 step of the daemon's wall clock leaves alone), else their wall-clock ``t``.
 
 What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
-- a scenario edit that took effect just before or just after a read (the sweep reads the
-  energy counter and the process list a moment apart, so it may have seen either side);
+- a scenario edit that took effect just before a read, or after it and before the sweep's
+  last read of that GPU that decides who the energy goes to (the process list, utilization
+  samples, GPM metrics: ``read`` lines in the trace; under load they may come long after the
+  energy counter's read), so the sweep may have seen either side;
 - the last tick before a daemon dies (it may not have journaled it);
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
@@ -137,18 +139,34 @@ def _still_sampled(sampled: set[int], gpus: list[GpuState]) -> set[int]:
     return out | set.intersection(*(_busy(g) for g in gpus))
 
 
-def _next_reloads(trace: list[dict]) -> list[tuple[float, str] | None]:
-    """Per trace line: (time, tag) of the next scenario reload in the same daemon run."""
-    out: list[tuple[float, str] | None] = [None] * len(trace)
-    following = None
+def _sweep_ends(trace: list[dict]) -> list[float | None]:
+    """Per energy read: when the daemon's last read of that GPU before its next energy read
+    (its process list, samples, GPM metrics: the reads that decide who the energy goes to)
+    took place, in the same daemon run; None where it made none."""
+    out: list[float | None] = [None] * len(trace)
+    last: dict[str, float] = {}
     for index in range(len(trace) - 1, -1, -1):
-        out[index] = following
-        event = trace[index].get("event")
-        if event == "scenario":
-            following = (stamp(trace[index]), trace[index]["tag"])
+        line = trace[index]
+        event = line.get("event")
+        if event == "read":
+            last[line["uuid"]] = max(last.get(line["uuid"], 0.0), stamp(line))
+        elif event == "energy":
+            out[index] = last.pop(line["uuid"], None)
         elif event == "start":
-            following = None
+            last.clear()
     return out
+
+
+def _reloads_in_sweep(trace: list[dict], index: int, until: float) -> list[str]:
+    """The scenario versions that took effect after trace line ``index`` and by ``until``,
+    in the same daemon run."""
+    tags = []
+    for line in trace[index + 1:]:
+        if stamp(line) > until or line.get("event") == "start":
+            break
+        if line.get("event") == "scenario":
+            tags.append(line["tag"])
+    return tags
 
 
 def expected_energy(trace: list[dict], states: dict[str, WorldState],
@@ -173,7 +191,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             if g.lost:
                 lost_since.add(g.uuid)
 
-    upcoming = _next_reloads(trace)
+    sweep_ends = _sweep_ends(trace)
     for index, line in enumerate(trace):
         event = line.get("event")
         if event == "start":
@@ -204,9 +222,10 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         views = [states.get(tag)]
         if previous_tag is not None and 0 <= t - reloaded_at < SWEEP_SECONDS:
             views.append(states.get(previous_tag))
-        following = upcoming[index]
-        if following is not None and 0 <= following[0] - t < SWEEP_SECONDS:
-            views.append(states.get(following[1]))
+        # A version that took effect during the sweep's reads of this GPU (under load they
+        # may lie far apart) may be what its later reads saw.
+        until = max(t + SWEEP_SECONDS, sweep_ends[index] or t)
+        views.extend(states.get(later) for later in _reloads_in_sweep(trace, index, until))
         gpus = [s.gpu(uuid) for s in views if s is not None and s.gpu(uuid) is not None]
         for g in gpus:
             if "processes" in g.unsupported:

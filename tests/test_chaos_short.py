@@ -45,13 +45,15 @@ def test_the_simulator_traces_its_loads_and_energy_reads(tmp_path):
         write_scenario(path, dict(scenario, trace_tag="second"))
         assert sim.reload()
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         pynvml.nvmlShutdown()
     finally:
         sim.uninstall()
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [(x["event"], x["tag"]) for x in lines] == \
         [("start", "first"), ("energy", "first"), ("energy", "first"),
-         ("scenario", "second"), ("energy", "second")]
+         ("scenario", "second"), ("energy", "second"), ("read", "second")]
+    assert lines[-1]["uuid"] == GPU and lines[-1]["what"] == "processes"
     assert lines[2]["uuid"] == GPU and lines[2]["mj"] == field.value.ullVal
     assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"]
 
@@ -80,6 +82,23 @@ def test_the_oracle_lets_a_reload_just_after_a_read_count_for_it():
         got = expected_energy(trace, states)
         assert dict(got.low) == pytest.approx({A: 0.0, B: 250.0})
         assert dict(got.high) == pytest.approx({A: 150.0, B: 400.0})
+
+
+def test_the_oracle_lets_a_reload_count_until_the_sweeps_last_read_of_the_gpu():
+    """Under load the process list may be read long after the energy counter: a reload in
+    between may be what the tick saw (the trace's ``read`` lines say how long); one after
+    the GPU's last read of the tick may not."""
+    states = {"v1": state(), "v2": state(holders=((1001, B, 25),))}
+    start = [{"t": 0.0, "event": "start", "tag": "v1"}, energy(1.0, 0), energy(2.0, 300_000)]
+    reload = {"t": 2.4, "event": "scenario", "tag": "v2"}
+    listed = {"t": 2.6, "event": "read", "uuid": GPU, "what": "processes"}
+    end = [energy(3.0, 600_000)]                                # 200 J, all B's
+    within = expected_energy(start + [reload, listed] + end, states)
+    assert dict(within.low) == pytest.approx({A: 0.0, B: 250.0})
+    assert dict(within.high) == pytest.approx({A: 150.0, B: 400.0})
+    earlier = dict(listed, t=2.2)
+    after = expected_energy(start + [earlier, reload] + end, states)
+    assert dict(after.low) == dict(after.high) == pytest.approx({A: 150.0, B: 250.0})
 
 
 def test_the_oracle_bills_nothing_across_a_lost_gpu_and_marks_what_is_uncertain():

@@ -33,6 +33,7 @@ class GpmCalls:
         _scenario: Scenario
 
         def _new_id(self) -> int: ...
+        def _trace(self, event: str, **fields) -> None: ...
 
 
     def _gpm_config(self, device, instance):
@@ -91,6 +92,7 @@ class GpmCalls:
         device = self._scenario.device(first[0])
         if device is None:
             return INVALID_ARGUMENT
+        self._trace("read", uuid=device.uuid, what="gpm")
         config = device.gpm
         if first[1] is not None:
             config = next((m.gpm for m in device.mig_instances

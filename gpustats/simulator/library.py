@@ -651,6 +651,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         return SUCCESS
 
     def _processes(self, device, instance, count_ptr, infos) -> int:
+        self._trace("read", uuid=device.uuid, what="processes")
         return self._write_processes(device, self._process_list(device, instance), count_ptr, infos)
 
     def _mps_processes(self, device, instance, count_ptr, infos) -> int:
@@ -663,6 +664,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
     def _process_utilization(self, device, instance, samples, count_ptr, last_seen) -> int:
         if device.mig_instances:
             return NOT_SUPPORTED
+        self._trace("read", uuid=device.uuid, what="process_utilization")
         now_us = int(self._wall() * 1e6)
         busy = [p for p in self._process_list(device, None, between_ticks=True)
                 if p.sm_util_percent is not None]

@@ -1,4 +1,6 @@
-"""The simulator's ground-truth log: one JSON line per scenario (re)load and per energy read.
+"""The simulator's ground-truth log: one JSON line per scenario (re)load, per energy read, and
+per read that decides who the energy goes to (``read``: the process list, utilization samples,
+GPM metrics), so a checker knows which scenario versions one tick's reads may have seen.
 
 Off unless the scenario names ``trace_file``. A checker outside the daemon reads it to know
 exactly when each scenario version took effect and when the daemon read each energy counter
