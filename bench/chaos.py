@@ -33,6 +33,7 @@ simulator's trace (``host/trace.jsonl``) and what the oracle was given beside it
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import random
 import shutil
@@ -260,6 +261,13 @@ class Run:
 
     # ------------------------------------------------------------ checks
 
+    def mark_trace(self, event: str, phase: str) -> None:
+        """A line of the harness's own in the simulator's trace, on the clock its lines are."""
+        line = {"t": time.time(), "mono": time.monotonic(), "event": event, "tag": None,
+                "phase": phase}
+        with open(self.world.trace_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
     def scrape(self) -> None:
         if not self.daemon.running:
             if self.daemon.proc is not None:
@@ -369,7 +377,11 @@ class Run:
                 gpu.unsupported.clear()
             self.commit("quiet: every GPU at idle, nothing more to bill")
             self.hold(QUIET_SECONDS)
+            # A GPU that has no idle yet bills its idle power on: the oracle counts the ticks
+            # up to the last scrape, whose snapshot lies between these two marks.
+            self.mark_trace("final_scrape", "begin")
             self.scrape()
+            self.mark_trace("final_scrape", "end")
             code = self.daemon.stop(signal.SIGTERM)
             if code != 0:
                 self.violation("exit status", f"SIGTERM at the end: daemon exited {code}\n"

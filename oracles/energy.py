@@ -19,6 +19,9 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
   samples, GPM metrics: ``read`` lines in the trace; under load they may come long after the
   energy counter's read), so the sweep may have seen either side;
 - the last tick before a daemon dies (it may not have journaled it);
+- the ticks around the final scrape (``final_scrape`` lines, the harness's own, before and
+  after it): its snapshot may lack the last tick read before it began, and may hold one read
+  while it ran; nothing after it is counted;
 - a GPU whose process list the daemon could not read (unknown: nothing is owed, at most the
   whole share);
 - a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
@@ -185,6 +188,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
     learnt = {uuid: LearnedIdle() for uuid in learns_idle}
     last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
     sampled: dict[str, set[int]] = {}   # per MIG GPU: instances with a GPM sample in this run
+    scraping = False                     # within the final scrape: a tick may or may not count
 
     def note_lost(state: WorldState | None) -> None:
         for g in state.gpus if state else ():
@@ -215,6 +219,15 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             previous_tag, tag = tag, line["tag"]
             reloaded_at = stamp(line)
             note_lost(states.get(tag))
+            continue
+        if event == "final_scrape":
+            if line.get("phase") != "begin":
+                break                                  # served: nothing after counts
+            for gains in last_gain.values():           # its snapshot may lack the last tick
+                for uid, joules in gains.items():
+                    out.low[uid] -= joules
+            last_gain.clear()
+            scraping = True
             continue
         if event != "energy":
             continue
@@ -261,7 +274,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         gains: dict[str, float] = {}
         for uid in pods:
             values = [active * c.get(uid, 0.0) for c in options for active in actives]
-            low = 0.0 if uuid in unknown_processes else min(values)
+            low = 0.0 if uuid in unknown_processes or scraping else min(values)
             out.low[uid] += low
             out.high[uid] += max(values)
             gains[uid] = low

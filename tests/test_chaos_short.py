@@ -101,6 +101,21 @@ def test_the_oracle_lets_a_reload_count_until_the_sweeps_last_read_of_the_gpu():
     assert dict(after.low) == dict(after.high) == pytest.approx({A: 150.0, B: 250.0})
 
 
+def test_the_oracle_counts_up_to_the_final_scrape_and_no_further():
+    """The served totals are the final scrape's snapshot: it may lack the tick read just
+    before the scrape began and may hold one read while it ran; what follows is not in it."""
+    states = {"v1": state()}
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"},
+             energy(1.0, 0), energy(2.0, 300_000), energy(3.0, 600_000),   # 200 J each
+             {"t": 3.1, "event": "final_scrape", "tag": None, "phase": "begin"},
+             energy(3.2, 660_000),                                          # 40 J
+             {"t": 3.3, "event": "final_scrape", "tag": None, "phase": "end"},
+             energy(4.0, 960_000)]
+    got = expected_energy(trace, states)
+    assert dict(got.low) == pytest.approx({A: 150.0, B: 50.0})
+    assert dict(got.high) == pytest.approx({A: 330.0, B: 110.0})
+
+
 def test_the_oracle_bills_nothing_across_a_lost_gpu_and_marks_what_is_uncertain():
     states = {"v1": state(), "lost": state(lost=True), "v3": state(),
               "unknown": state(unsupported=("processes",))}
