@@ -212,3 +212,40 @@ def test_a_tenant_on_an_idle_instance_has_its_activity_on_its_first_busy_tick(si
     reading = s.tick()
     assert [p.pid for p in reading.mig_instances[1].processes] == [102]
     assert reading.mig_instances[1].gpm.graphics_active_percent == 20.0
+
+
+def test_a_tick_too_close_to_the_last_sample_carries_the_last_activity(simulate):
+    """GPM needs samples over 100 ms apart. A tick that comes sooner (a late tick, then one on
+    time) takes no sample and carries the metrics read last, so no instance's activity is
+    unknown for it (its share would be assumed); the next tick pairs with the kept sample."""
+    busy = [instance(1, gpm={"graphics_active_percent": 60}),
+            instance(2, gpm={"graphics_active_percent": 20})]
+    s = simulate(scenario(busy, [(101, 1), (102, 2)]))
+    s.tick()
+    s.tick()
+    samples = s.calls("nvmlGpmMigSampleGet")
+    s.clock.now += 0.05
+    (close,) = [r for r in s.sweeper.sweep() if r.identity.uuid == A]
+    assert [m.gpm.graphics_active_percent for m in close.mig_instances] == [60.0, 20.0]
+    assert s.calls("nvmlGpmMigSampleGet") == samples            # the base is kept
+    s.rewrite(scenario([instance(1, gpm={"graphics_active_percent": 10}),
+                        instance(2, gpm={"graphics_active_percent": 20})],
+                       [(101, 1), (102, 2)]))
+    later = s.tick()
+    assert [m.gpm.graphics_active_percent for m in later.mig_instances] == [10.0, 20.0]
+    assert s.calls("nvmlGpmMigSampleGet") == samples + 2
+
+
+def test_an_instance_idle_at_its_last_sample_carries_nothing(simulate):
+    """An idle instance is sampled without metrics: a too-close tick just after it became
+    busy has no activity of it to carry (absent, not 0)."""
+    busy = [instance(1, gpm={"graphics_active_percent": 60}),
+            instance(2, gpm={"graphics_active_percent": 20})]
+    s = simulate(scenario(busy, [(101, 1)]))
+    s.tick()
+    s.tick()
+    s.rewrite(scenario(busy, [(101, 1), (102, 2)]))
+    s.clock.now += 0.05
+    (close,) = [r for r in s.sweeper.sweep() if r.identity.uuid == A]
+    assert close.mig_instances[0].gpm.graphics_active_percent == 60.0
+    assert close.mig_instances[1].gpm is None

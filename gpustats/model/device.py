@@ -87,7 +87,8 @@ class MigInstanceReading:
 
 @record
 class GpmReading:
-    """GPM metrics (Hopper+) over the interval between two samples > 100 ms apart."""
+    """GPM metrics (Hopper+) over the interval between two samples > 100 ms apart (a tick
+    within 100 ms of the last sample carries the last metrics)."""
 
     sm_active_percent: float | None = None
     sm_occupancy_percent: float | None = None

@@ -1,11 +1,15 @@
 """GPM (Hopper+) metrics: one sample per device per tick, metrics over the previous interval.
 
 Two samples must be more than 100 ms apart (NVML API reference, nvmlGpmMetricsGet);
-ticks are seconds apart, so each
-tick's sample pairs with the previous tick's. MIG instances are sampled through the parent
-handle with ``nvmlGpmMigSampleGet``. Support is remembered per device and per MIG instance: an
-instance whose sample answers NOT_SUPPORTED loses GPM alone, the GPU and its other instances
-keep theirs; a metric a sample cannot give is absent from that reading only.
+ticks are seconds apart, so each tick's sample pairs with the previous tick's. A tick that
+comes within 100 ms of the last sample (a late tick followed by one on time, or a sweep held up
+between one instance's sample and the next tick's) takes no sample: the last sample stays the
+base for the next tick, and this tick carries the metrics read last (the activity of the
+interval just before, rather than none, which would have the instance's share assumed).
+MIG instances are sampled through the parent handle with ``nvmlGpmMigSampleGet``. Support is
+remembered per device and per MIG instance: an instance whose sample answers NOT_SUPPORTED
+loses GPM alone, the GPU and its other instances keep theirs; a metric a sample cannot give is
+absent from that reading only.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class GpmSampler:
         self._q = querier
         self._monotonic = monotonic
         self._supported: dict[str, bool] = {}
-        # key -> [previous sample, spare sample, previous taken_at or None]
+        # key -> [previous sample, spare sample, previous taken_at or None, last metrics]
         self._buffers: dict[tuple[str, int | None], list] = {}
 
     def device(self, uuid: str, handle: Any) -> GpmReading | None:
@@ -90,7 +94,7 @@ class GpmSampler:
         self._q.forget(uuid, (f"gpm_gi{gpu_instance_id}",))
 
     def close(self) -> None:
-        for previous, spare, _ in self._buffers.values():
+        for previous, spare, *_ in self._buffers.values():
             _free(previous)
             _free(spare)
         self._buffers.clear()
@@ -121,17 +125,19 @@ class GpmSampler:
                 if first is not None:
                     _free(first)
                 return None
-            buffers = self._buffers[key] = [first, second, None]
-        previous, spare, taken_at = buffers
+            buffers = self._buffers[key] = [first, second, None, None]
+        previous, spare, taken_at, last = buffers
         now = self._monotonic()
         if taken_at is not None and now - taken_at <= MIN_INTERVAL_SECONDS:
-            return None            # too close to the last sample: keep it as the base
+            return last if metrics else None   # too close: the last sample stays the base
+        buffers[3] = None
         if self._q.read(uuid, field, take, spare) is None:
             return None
         buffers[0], buffers[1], buffers[2] = spare, previous, now
         if taken_at is None or not metrics:
             return None
-        return self._metrics(uuid, field, previous, spare)
+        buffers[3] = self._metrics(uuid, field, previous, spare)
+        return buffers[3]
 
     def _metrics(self, uuid: str, field: str, first: Any, second: Any) -> GpmReading | None:
         request = _MetricsGet()
