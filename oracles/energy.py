@@ -26,6 +26,10 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
   whole share);
 - a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
 - a GPU that learns its idle, where a read's view is uncertain (each possible idle);
+- a MIG instance's activity at a tick whose sweep read no GPM metrics of it (the trace's
+  ``read`` lines say which instances' metrics each sweep read, and what they saw): a tick
+  within 100 ms of the instance's last sample carries the metrics read before, if any, else
+  the daemon assumes it, as below;
 - a MIG instance's first busy tick in a daemon run: its activity comes from GPM, which needs
   a sample at the start of the interval. An instance created with its tenant is learnt of at
   that tick, so the daemon cannot know its activity and assumes the mean of the known ones
@@ -160,6 +164,89 @@ def _sweep_ends(trace: list[dict]) -> list[float | None]:
     return out
 
 
+def _sweep_metrics(trace: list[dict]) -> list[dict[int, str] | None]:
+    """Per energy read of a MIG GPU: the instances whose GPM metrics its sweep read, each with
+    the scenario version the read saw; None where the sweep left no ``read`` line, or GPM
+    reads that do not name the instance (a release that does not trace them): nothing is
+    known of its metrics."""
+    out: list[dict[int, str] | None] = [None] * len(trace)
+    pending: dict[str, dict[int, str] | None] = {}
+    for index in range(len(trace) - 1, -1, -1):
+        line = trace[index]
+        event = line.get("event")
+        if event == "read":
+            found = pending.setdefault(line["uuid"], {})
+            if line.get("what") != "gpm" or found is None:
+                continue
+            if "gi" not in line:
+                pending[line["uuid"]] = None
+            elif line["gi"] is not None:
+                found[line["gi"]] = line["tag"]     # walking back: the sweep's first read wins
+        elif event == "energy":
+            out[index] = pending.pop(line["uuid"], None)
+        elif event == "start":
+            pending.clear()
+    return out
+
+
+def _metered(gpu: GpuState, uuid: str, states: dict[str, WorldState],
+             fresh: dict[int, str], carried: dict[int, str],
+             shaky: set[int]) -> list[dict[str, float]]:
+    """A MIG GPU's split as the daemon made it from the metrics it had: an instance's activity
+    as its metrics read this tick saw it; else the metrics it carried (read at a tick too close
+    to the last sample); else unknown, assumed. Where the oracle cannot tell whether it still
+    carried them (``shaky``: it may have had an idle tick, or re-read a changed layout), both."""
+    def activity_of(gi: int, tag: str | None) -> float | None:
+        seen = states.get(tag) if tag is not None else None
+        then = seen.gpu(uuid) if seen is not None else None
+        return dict(then.mig or ()).get(gi) if then is not None else None
+
+    busy = _busy(gpu)
+    layout = set(dict(gpu.mig or ()))
+    unsure = {gi for gi in busy - set(fresh) if gi in carried and (
+        gi in shaky or set(dict(_mig_of(states, carried[gi], uuid))) != layout)}
+    out = []
+    choices: set[frozenset[int]] = {frozenset(), frozenset(unsure)}
+    for dropped in choices:
+        activity: dict[int, float] = {}
+        unknown: set[int] = set()
+        for gi in busy:
+            tag = fresh.get(gi) or (carried.get(gi) if gi not in dropped else None)
+            value = activity_of(gi, tag)
+            if value is None:
+                unknown.add(gi)
+            activity[gi] = value or 0.0
+        out.append(shares(dataclasses.replace(gpu, mig=tuple(activity.items())), False,
+                          frozenset(unknown)))
+    return out
+
+
+def _mig_of(states: dict[str, WorldState], tag: str, uuid: str) -> tuple:
+    seen = states.get(tag)
+    then = seen.gpu(uuid) if seen is not None else None
+    return (then.mig or ()) if then is not None else ()
+
+
+def _carry(carried: dict[int, str], shaky: set[int], fresh: dict[int, str],
+           gpus: list[GpuState]) -> None:
+    """After a sweep: what the daemon carries into the next. An instance whose metrics were
+    read carries them; one idle in every view was only sampled and carries nothing; one busy
+    in some views only may or may not (``shaky``)."""
+    busy_everywhere = set.intersection(*(_busy(g) for g in gpus)) if gpus else set()
+    busy_somewhere = set.union(*(_busy(g) for g in gpus)) if gpus else set()
+    for gi, tag in fresh.items():
+        carried[gi] = tag
+        shaky.discard(gi)
+    for gi in list(carried):
+        if gi in fresh or gi in busy_everywhere:
+            continue
+        if gi in busy_somewhere:
+            shaky.add(gi)
+        else:
+            del carried[gi]
+            shaky.discard(gi)
+
+
 def _reloads_in_sweep(trace: list[dict], index: int, until: float) -> list[str]:
     """The scenario versions that took effect after trace line ``index`` and by ``until``,
     in the same daemon run."""
@@ -196,6 +283,9 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
                 lost_since.add(g.uuid)
 
     sweep_ends = _sweep_ends(trace)
+    sweep_metrics = _sweep_metrics(trace)
+    carried: dict[str, dict[int, str]] = defaultdict(dict)   # per MIG GPU: its last metrics
+    shaky: dict[str, set[int]] = defaultdict(set)             # ... those it may have dropped
     for index, line in enumerate(trace):
         event = line.get("event")
         if event == "start":
@@ -212,6 +302,8 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             for idle in learnt.values():
                 idle.restart()
             sampled.clear()
+            carried.clear()
+            shaky.clear()
             tag, previous_tag = line["tag"], None
             note_lost(states.get(tag))
             continue
@@ -249,6 +341,10 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
                 unknown_power.add(uuid)
         before = last_read.get(uuid)
         last_read[uuid] = (t, mj)
+        metrics = sweep_metrics[index]
+        carried_before, shaky_before = dict(carried[uuid]), set(shaky[uuid])
+        if metrics is not None:
+            _carry(carried[uuid], shaky[uuid], metrics, gpus)
         sampled_before = sampled.get(uuid, set())
         sampled[uuid] = _still_sampled(sampled_before, gpus)
         was_lost = uuid in lost_since
@@ -270,6 +366,10 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         out.intervals += 1
         options = [c for g in gpus
                    for c in _candidates(g, uuid in unknown_util, sampled_before)]
+        if metrics is not None:
+            options += [c for g in gpus if g.mig is not None
+                        for c in _metered(g, uuid, states, metrics, carried_before,
+                                          shaky_before)]
         pods = {uid for c in options for uid in c}
         gains: dict[str, float] = {}
         for uid in pods:

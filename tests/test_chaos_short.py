@@ -116,6 +116,31 @@ def test_the_oracle_counts_up_to_the_final_scrape_and_no_further():
     assert dict(got.high) == pytest.approx({A: 330.0, B: 110.0})
 
 
+def mig_state(first=60.0, second=20.0):
+    return WorldState((GpuState(GPU, 300.0, False, frozenset(), ((1, first), (2, second)), (
+        Holder(1000, A, f"{1000:064x}", 1, 0), Holder(1001, B, f"{1001:064x}", 2, 0))),))
+
+
+def gpm(t, gi, tag="v1"):
+    return {"t": t, "event": "read", "uuid": GPU, "what": "gpm", "gi": gi, "tag": tag}
+
+
+def test_the_oracle_follows_the_mig_metrics_each_sweep_read():
+    """A sweep that read no metrics of an instance (a tick too close to its last sample) had
+    the daemon carry what it read before, or assume the instance's activity without any: the
+    range spans what it had; with every instance's metrics read, only the true split."""
+    states = {"v1": mig_state()}
+    start = [{"t": 0.0, "event": "start", "tag": "v1"}, energy(1.0, 0), gpm(1.01, 1),
+             gpm(1.02, 2), energy(2.0, 300_000), gpm(2.01, 1), gpm(2.02, 2)]   # 200 J: 150/50
+    read_both = expected_energy(start, states)
+    assert dict(read_both.low) == dict(read_both.high) == pytest.approx({A: 150.0, B: 50.0})
+    carried = expected_energy(start + [energy(2.05, 315_000), gpm(2.06, 1)], states)
+    assert dict(carried.high) == pytest.approx({A: 157.5, B: 52.5})     # 10 J: as before
+    unread = expected_energy(start[:2] + [energy(2.0, 300_000), gpm(2.01, 1)], states)
+    assert dict(unread.low) == pytest.approx({A: 100.0, B: 50.0})       # assumed: 60 %, 60 %
+    assert dict(unread.high) == pytest.approx({A: 150.0, B: 100.0})
+
+
 def test_the_oracle_bills_nothing_across_a_lost_gpu_and_marks_what_is_uncertain():
     states = {"v1": state(), "lost": state(lost=True), "v3": state(),
               "unknown": state(unsupported=("processes",))}

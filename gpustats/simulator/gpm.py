@@ -92,7 +92,7 @@ class GpmCalls:
         device = self._scenario.device(first[0])
         if device is None:
             return INVALID_ARGUMENT
-        self._trace("read", uuid=device.uuid, what="gpm")
+        self._trace("read", uuid=device.uuid, what="gpm", gi=first[1])
         config = device.gpm
         if first[1] is not None:
             config = next((m.gpm for m in device.mig_instances
