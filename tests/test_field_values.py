@@ -232,6 +232,42 @@ def test_reading_stamped_at_the_energy_fields_own_time(tmp_path, late, shift):
     assert reading.monotonic_seconds == pytest.approx(clock.now - shift)
 
 
+def test_a_stall_after_the_driver_took_the_counter_keeps_its_time(tmp_path):
+    """The daemon stopped (SIGSTOP, a descheduled thread) between the driver taking the
+    energy field and the sweep going on: the reading keeps the field's own time, so the
+    counter delta and its interval stay together. Dated to after the stall, the next tick
+    would hold the stall's energy in a tick too short for it: taken for a counter reset and
+    dropped."""
+    sweepers = SimulatedSweepers(tmp_path)
+    try:
+        swept = sweepers.start({"devices": [{"uuid": A, "power_watts": 300}]}, wall_epoch=1.7e9)
+        querier, clock = swept.sweeper._q, swept.clock
+        ask = querier.field_values
+        stall = {"seconds": 0.0}
+
+        def stalled(*args, **kwargs):
+            values = ask(*args, **kwargs)
+            clock.now += stall.pop("seconds", 0.0)
+            return values
+
+        querier.field_values = stalled
+        clock.now += 1.0
+        (first,) = swept.sweeper.sweep()
+        clock.now += 1.0
+        taken_at = clock.now
+        stall["seconds"] = 2.0
+        (second,) = swept.sweeper.sweep()
+        assert second.monotonic_seconds == pytest.approx(taken_at)
+        assert (second.energy_counter_millijoules - first.energy_counter_millijoules) / 1000.0 / (
+            second.monotonic_seconds - first.monotonic_seconds) == pytest.approx(300.0)
+        clock.now += 0.2
+        (third,) = swept.sweeper.sweep()
+        assert (third.energy_counter_millijoules - second.energy_counter_millijoules) / 1000.0 / (
+            third.monotonic_seconds - second.monotonic_seconds) == pytest.approx(300.0)
+    finally:
+        sweepers.close()
+
+
 @pytest.mark.parametrize("key", ["sm_clock_mhz", "memory_clock_mhz", "pcie_replay_count",
                                  "memory_temperature_celsius", "encoder_utilization_percent",
                                  "decoder_utilization_percent", "memory_reserved_bytes",

@@ -199,9 +199,11 @@ class DeviceSweeper:
         tick = state.ticks
         slow = tick % self._slow_every == 0
         energy_due = self._energy.due(uuid, tick)
+        called = (self._wall(), self._monotonic())
         values = q.field_values(uuid, h, (*fields.EVERY_TICK, fields.ENERGY) if energy_due
                                 else fields.EVERY_TICK)
-        power_w, energy_mj, read_at = self._power_and_energy(uuid, h, values, energy_due)
+        power_w, energy_mj, read_at = self._power_and_energy(uuid, h, values, energy_due,
+                                                             called)
         memory = self._memory(uuid, h)
         util = q.read(uuid, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
         temperature = q.read(uuid, "temperature", pynvml.nvmlDeviceGetTemperature, h,
@@ -243,11 +245,13 @@ class DeviceSweeper:
                                  {s.pid for s in samples or ()})
 
     def _power_and_energy(self, uuid: str, h: Any, values: fields.FieldValues,
-                          energy_due: bool) -> tuple[float | None, float | None, float]:
+                          energy_due: bool, called: tuple[float, float],
+                          ) -> tuple[float | None, float | None, float]:
         """(power W, energy counter mJ, the counter's time): the counter read when due, else
-        estimated from power (the energy reads' schedule)."""
+        estimated from power (the energy reads' schedule). ``called``: (wall, monotonic) just
+        before the field values were asked for."""
         q = self._q
-        read_at = self._field_time(values, "energy")   # the counter's time: delta / dt exact
+        read_at = self._field_time(values, "energy", called)   # delta / dt exact
         power_mw = fields.value(values, "power")
         if power_mw is None:
             power_mw = q.read(uuid, "power", pynvml.nvmlDeviceGetPowerUsage, h)
@@ -314,19 +318,26 @@ class DeviceSweeper:
             frozenset(m.gpu_instance_id for m in mig if m.memory_used_bytes is None)
         return mig
 
-    def _field_time(self, values: fields.FieldValues, name: str) -> float:
+    def _field_time(self, values: fields.FieldValues, name: str,
+                    called: tuple[float, float]) -> float:
         """Monotonic time at which the driver took field ``name`` (its CPU timestamp), or now.
 
         A field may come from the driver's cache, and the call returns after the value was
         taken; the entry's own timestamp keeps counter deltas and their intervals together.
-        A timestamp more than a second off (clock step, cache this old) is not trusted.
+        It is placed on the monotonic clock from the clocks read just before the call
+        (``called``), so a stall after the driver took the value (SIGSTOP, a descheduled
+        thread) does not date it to when the daemon went on: the stall's energy would then fall
+        into the next tick, too much for its length, and be taken for a counter reset. A
+        timestamp from more than a second before the call, or after it returned (clock step,
+        cache this old), is not trusted.
         """
         now = self._monotonic()
         found = values.get(name)
         if found is None or not found[1]:
             return now
-        age = self._wall() - found[1] / 1e6
-        return now - age if 0.0 <= age <= 1.0 else now
+        wall_before, mono_before = called
+        taken = mono_before + (found[1] / 1e6 - wall_before)
+        return taken if mono_before - 1.0 <= taken <= now else now
 
     def _field_backed(self, uuid: str, h: Any, state: _SweepMemory, values: fields.FieldValues,
                       tick: int, slow: bool) -> None:
