@@ -90,8 +90,9 @@ os.open, os.write, os.replace, os.rename, os.unlink, os.fsync = (
 '''
 
 # Appended to the same ``sitecustomize``: each trace line of the simulated NVML (which runs
-# inside the daemon, on its wall clock) also carries ``mono``, the monotonic time it was
-# written at, for the oracle's intervals. The simulator looks ``write_trace`` up in its module
+# inside the daemon, on its wall clock) also carries ``mono``, the monotonic time, for the
+# oracle's intervals: this release's simulator stamps its lines itself (an energy read with
+# the moment its counter was brought up to date); the previous release's, when written. The simulator looks ``write_trace`` up in its module
 # at each call, so replacing it there is enough; loaded here, before the daemon imports it.
 TRACE_ON_MONOTONIC = '''
 try:
@@ -102,7 +103,8 @@ if _sim is not None:
     _write_trace = _sim.write_trace
 
     def _write_trace_mono(path, wall_seconds, event, tag, **fields):
-        _write_trace(path, wall_seconds, event, tag, mono=time.monotonic(), **fields)
+        fields.setdefault("mono", time.monotonic())      # the previous release stamps none
+        _write_trace(path, wall_seconds, event, tag, **fields)
 
     _sim.write_trace = _write_trace_mono
 '''

@@ -14,6 +14,9 @@ Times are the trace lines' ``mono`` stamps where they have one (the monotonic cl
 step of the daemon's wall clock leaves alone), else their wall-clock ``t``.
 
 What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
+- a process that appeared in the world (or came back to it) within the interval: the daemon
+  bills it for the part of the interval it lived (its start time, which the world states do
+  not give), after a stall maybe a small part;
 - a scenario edit that took effect just before a read, or after it and before the sweep's
   last read of that GPU that decides who the energy goes to (the process list, utilization
   samples, GPM metrics: ``read`` lines in the trace; under load they may come long after the
@@ -128,6 +131,24 @@ def _candidates(gpu: GpuState, util_unknown: bool,
         if unsampled:
             return [shares(gpu, False), shares(gpu, False, unsampled)]
     return [shares(gpu, False)]
+
+
+_KEY = "\0"
+
+
+def _by_process(gpu: GpuState) -> GpuState:
+    """The GPU with each holder's pod keyed with its PID as well, so a split comes per process."""
+    return dataclasses.replace(gpu, holders=tuple(
+        dataclasses.replace(h, pod_uid=f"{h.pod_uid}{_KEY}{h.pid}") for h in gpu.holders))
+
+
+def _per_pod(split: dict[str, float], leave_out: set[int] = frozenset()) -> dict[str, float]:
+    """A per-process split (``_by_process``) summed per pod, ``leave_out`` PIDs left out."""
+    out: dict[str, float] = defaultdict(float)
+    for key, share in split.items():
+        uid, pid = key.split(_KEY)
+        out[uid] += 0.0 if int(pid) in leave_out else share
+    return out
 
 
 def _busy(gpu: GpuState) -> set[int]:
@@ -276,6 +297,15 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
     last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
     sampled: dict[str, set[int]] = {}   # per MIG GPU: instances with a GPM sample in this run
     scraping = False                     # within the final scrape: a tick may or may not count
+    present: set[int] = set()            # the PIDs holding a GPU in the current version
+    appeared: dict[int, float] = {}      # when each was last absent from one and then not
+
+    def note_appeared(state: WorldState | None, at: float) -> None:
+        pids = {h.pid for g in state.gpus for h in g.holders} if state else set()
+        for pid in pids - present:
+            appeared[pid] = at
+        present.clear()
+        present.update(pids)
 
     def note_lost(state: WorldState | None) -> None:
         for g in state.gpus if state else ():
@@ -306,11 +336,13 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             shaky.clear()
             tag, previous_tag = line["tag"], None
             note_lost(states.get(tag))
+            note_appeared(states.get(tag), stamp(line))
             continue
         if event == "scenario":
             previous_tag, tag = tag, line["tag"]
             reloaded_at = stamp(line)
             note_lost(states.get(tag))
+            note_appeared(states.get(tag), reloaded_at)
             continue
         if event == "final_scrape":
             if line.get("phase") != "begin":
@@ -364,19 +396,26 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         actives = [max(0.0, (mj - before[1]) / 1000.0 - (idle if idle is not None else 0.0) * dt)
                    for idle in idles]             # no idle learnt yet: the whole energy
         out.intervals += 1
-        options = [c for g in gpus
+        by_process = [_by_process(g) for g in gpus]
+        options = [c for g in by_process
                    for c in _candidates(g, uuid in unknown_util, sampled_before)]
         if metrics is not None:
-            options += [c for g in gpus if g.mig is not None
+            options += [c for g in by_process if g.mig is not None
                         for c in _metered(g, uuid, states, metrics, carried_before,
                                           shaky_before)]
-        pods = {uid for c in options for uid in c}
+        # A process that appeared in the world during the interval (its start time, a
+        # moment before) may have lived only part of it: the daemon bills it that part, the
+        # rest stays unattributed. Appeared in a later version than the walk has reached: new.
+        new = {h.pid for g in gpus for h in g.holders
+               if appeared.get(h.pid, t) > before[0] - SWEEP_SECONDS}
+        full = [_per_pod(c) for c in options]
+        lived = [_per_pod(c, new) for c in options]
         gains: dict[str, float] = {}
-        for uid in pods:
-            values = [active * c.get(uid, 0.0) for c in options for active in actives]
-            low = 0.0 if uuid in unknown_processes or scraping else min(values)
+        for uid in {uid for c in full for uid in c}:
+            low = 0.0 if uuid in unknown_processes or scraping else min(
+                active * c.get(uid, 0.0) for c in lived for active in actives)
             out.low[uid] += low
-            out.high[uid] += max(values)
+            out.high[uid] += max(active * c.get(uid, 0.0) for c in full for active in actives)
             gains[uid] = low
         last_gain[uuid] = gains
     return out

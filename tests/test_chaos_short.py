@@ -125,6 +125,20 @@ def gpm(t, gi, tag="v1"):
     return {"t": t, "event": "read", "uuid": GPU, "what": "gpm", "gi": gi, "tag": tag}
 
 
+def test_the_oracle_bills_a_process_at_its_first_read_only_the_part_it_may_have_lived():
+    """A tenant created during a stall is listed at the first tick after it, which covers the
+    whole stall; the daemon bills it the part it lived (its start time), the rest is
+    unattributed: the oracle's low counts none of that tick for it, its high all."""
+    states = {"v1": state(holders=((1000, A, 75),)), "v2": state()}
+    trace = [{"t": 0.0, "event": "start", "tag": "v1"}, energy(1.0, 0),
+             {"t": 1.5, "event": "scenario", "tag": "v2"},
+             energy(4.0, 900_000),                       # 3 s stall: 600 J active, 450/150
+             energy(5.0, 1_200_000)]                     # 200 J: 150/50
+    got = expected_energy(trace, states)
+    assert dict(got.low) == pytest.approx({A: 600.0, B: 50.0})
+    assert dict(got.high) == pytest.approx({A: 600.0, B: 200.0})
+
+
 def test_the_oracle_follows_the_mig_metrics_each_sweep_read():
     """A sweep that read no metrics of an instance (a tick too close to its last sample) had
     the daemon carry what it read before, or assume the instance's activity without any: the
@@ -202,10 +216,11 @@ def test_the_oracle_bills_a_gpu_with_no_idle_in_full_until_it_learns_one():
              {"t": 7.5, "event": "scenario", "tag": "busy"},
              energy(8.0, 1_950_000)]                              # 300 W, 50 J active
     got = expected_energy(trace, states, learns_idle=frozenset({GPU}))
-    assert dict(got.low) == pytest.approx({A: 300.0 + 50.0})
+    # A's process is back in the last tick: it may have lived part of it only (low: none).
+    assert dict(got.low) == pytest.approx({A: 300.0 + 0.0})
     assert dict(got.high) == pytest.approx({A: 300.0 + 50.0})
     configured = expected_energy(trace, states)                   # 100 W configured
-    assert dict(configured.low) == pytest.approx({A: 200.0 + 200.0})
+    assert dict(configured.high) == pytest.approx({A: 200.0 + 200.0})
 
 
 def test_no_idle_bills_the_whole_energy():
@@ -376,7 +391,8 @@ def test_the_oracle_allows_the_assumed_split_of_a_mig_instance_first_busy_tick()
              energy(3.0, 600_000),                            # 7's first busy tick: 90/10
              energy(4.0, 900_000)]                            # or 50/50; then 90/10
     got = expected_energy(trace, states)
-    assert dict(got.low) == pytest.approx({A: 200.0 + 100.0 + 180.0, B: 20.0 + 20.0})
+    # B's process is new at that tick: it may have lived a part of it only (nothing, low).
+    assert dict(got.low) == pytest.approx({A: 200.0 + 100.0 + 180.0, B: 0.0 + 20.0})
     assert dict(got.high) == pytest.approx({A: 200.0 + 180.0 + 180.0, B: 100.0 + 20.0})
     restarted = trace[:4] + [{"t": 3.5, "event": "start", "tag": "v2"},
                              energy(4.0, 900_000), energy(5.0, 1_200_000)]

@@ -64,7 +64,7 @@ class FieldCalls:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
         array = struct_at(values, _FieldValue * count)
-        self._advance(device)
+        advanced_to = self._advance(device)
         stamp_us = int(self._wall() * 1e6)
         for i in range(count):
             entry = array[i]
@@ -88,7 +88,7 @@ class FieldCalls:
                 entry.value.ullVal = value
             entry.nvmlReturn = SUCCESS
             if reading == "energy":
-                self._trace("energy", uuid=device.uuid, mj=value)
+                self._trace("energy", uuid=device.uuid, mj=value, mono=advanced_to)
         return SUCCESS
 
     def _field(self, device, field_id: int) -> tuple[str | None, tuple[int, int] | None]:

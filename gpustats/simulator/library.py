@@ -180,11 +180,15 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         self._note_mig_changes(self._scenario, scenario)
         self._scenario = scenario
         log.info("simulator: scenario %s reloaded", self._path)
-        self._trace("scenario")
+        self._trace("scenario", mono=now)
         self._wake.notify_all()              # a lost GPU or a queued MIG change for event waits
         return True
 
     def _trace(self, event: str, **fields) -> None:
+        """One trace line, stamped on this simulator's monotonic clock (``mono``): when the
+        line is written, or, for an energy read, when the counter was brought up to date (the
+        caller may stop between the two)."""
+        fields.setdefault("mono", self._monotonic())
         if self._scenario.trace_file is not None:
             write_trace(self._scenario.trace_file, self._wall(), event, self._scenario.trace_tag,
                         **fields)
@@ -576,9 +580,10 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         return SUCCESS
 
     def _energy(self, device, instance, out) -> int:
-        self._advance(device)
+        advanced_to = self._advance(device)
         set_out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
-        self._trace("energy", uuid=device.uuid, mj=int(self._energy_mj.get(device.uuid, 0.0)))
+        self._trace("energy", uuid=device.uuid, mj=int(self._energy_mj.get(device.uuid, 0.0)),
+                    mono=advanced_to)
         return SUCCESS
 
     def _power_limit(self, device, instance, out) -> int:
