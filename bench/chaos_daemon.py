@@ -92,8 +92,9 @@ os.open, os.write, os.replace, os.rename, os.unlink, os.fsync = (
 # Appended to the same ``sitecustomize``: each trace line of the simulated NVML (which runs
 # inside the daemon, on its wall clock) also carries ``mono``, the monotonic time, for the
 # oracle's intervals: this release's simulator stamps its lines itself (an energy read with
-# the moment its counter was brought up to date); the previous release's, when written. The simulator looks ``write_trace`` up in its module
-# at each call, so replacing it there is enough; loaded here, before the daemon imports it.
+# the moment its counter was brought up to date); the previous release's, when written. The
+# simulator looks ``write_trace`` up in its module at each call, so replacing it there is
+# enough; loaded here, before the daemon imports it.
 TRACE_ON_MONOTONIC = '''
 try:
     from gpustats.simulator import library as _sim
