@@ -30,16 +30,14 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a GPU whose per-process utilization the daemon could not read (equal split or SM shares);
 - a GPU that learns its idle, where a read's view is uncertain (each possible idle);
 - a MIG instance's activity at a tick whose sweep read no GPM metrics of it (the trace's
-  ``read`` lines say which instances' metrics each sweep read, and what they saw): a tick
-  within 100 ms of the instance's last sample carries the metrics read before, if any, else
-  the daemon assumes it, as below;
-- a MIG instance's first busy tick in a daemon run: its activity comes from GPM, which needs
-  a sample at the start of the interval. An instance created with its tenant is learnt of at
-  that tick, so the daemon cannot know its activity and assumes the mean of the known ones
-  (equal shares when none is known), as it serves in ``gpustats_process_gpu_share_method``.
-  (It samples idle instances too, from when it learns of them, by event or at a cadence the
-  oracle cannot time: an instance counts as sampled here only after a read at which it was
-  busy.) The range spans that split and the true one.
+  ``read`` lines say which instances' metrics each sweep read, and what they saw): its first
+  busy tick in a daemon run (no sample yet at the start of the interval: an instance created
+  with its tenant is learnt of at that tick), or a tick within 100 ms of its last sample,
+  which carries the metrics read before, if any. Without metrics the daemon assumes the mean
+  of the known instances (equal shares when none is known), as it serves in
+  ``gpustats_process_gpu_share_method``; the range spans that split and the true one. Where
+  a sweep left no such lines (the previous release, which neither traces them nor carries),
+  any busy instance may have been assumed.
 """
 
 from __future__ import annotations
@@ -116,8 +114,7 @@ def shares(gpu: GpuState, equal_split: bool,
     return out
 
 
-def _candidates(gpu: GpuState, util_unknown: bool,
-                sampled: set[int]) -> list[dict[str, float]]:
+def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
     if gpu.mig is None and util_unknown:
         # Samples not supported at some point of this daemon run: it does not ask again
         # until it restarts, so a process that works between ticks may stay invisible though
@@ -126,10 +123,6 @@ def _candidates(gpu: GpuState, util_unknown: bool,
         hidden = [] if len(unseen) == len(gpu.holders) else \
             [shares(dataclasses.replace(gpu, holders=unseen), split) for split in (False, True)]
         return [shares(gpu, False), shares(gpu, True), *hidden]
-    if gpu.mig is not None:
-        unsampled = frozenset(_busy(gpu) - sampled)
-        if unsampled:
-            return [shares(gpu, False), shares(gpu, False, unsampled)]
     return [shares(gpu, False)]
 
 
@@ -153,18 +146,6 @@ def _per_pod(split: dict[str, float], leave_out: set[int] = frozenset()) -> dict
 
 def _busy(gpu: GpuState) -> set[int]:
     return {h.gpu_instance for h in gpu.holders if h.gpu_instance in dict(gpu.mig or ())}
-
-
-def _still_sampled(sampled: set[int], gpus: list[GpuState]) -> set[int]:
-    """The instances whose GPM sample the daemon surely holds after a read that saw one of
-    ``gpus``: those sampled before that still exist, and those busy now (in every view)."""
-    migs = [g.mig for g in gpus]
-    if not migs or any(m is None for m in migs):
-        return set()
-    out = set(sampled)
-    for gpu in gpus:
-        out &= set(dict(gpu.mig))
-    return out | set.intersection(*(_busy(g) for g in gpus))
 
 
 def _sweep_ends(trace: list[dict]) -> list[float | None]:
@@ -248,6 +229,14 @@ def _mig_of(states: dict[str, WorldState], tag: str, uuid: str) -> tuple:
     return (then.mig or ()) if then is not None else ()
 
 
+def _any_unmetered(gpu: GpuState) -> list[frozenset[int]]:
+    """The sets of busy instances a sweep with no trace of its GPM reads may have lacked the
+    metrics of (a tick too close to a sample, in a release that did not carry them): each
+    one alone, and all."""
+    busy = sorted(_busy(gpu))
+    return [frozenset({gi}) for gi in busy] + ([frozenset(busy)] if len(busy) > 1 else [])
+
+
 def _carry(carried: dict[int, str], shaky: set[int], fresh: dict[int, str],
            gpus: list[GpuState]) -> None:
     """After a sweep: what the daemon carries into the next. An instance whose metrics were
@@ -295,7 +284,6 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
     unknown_power: set[str] = set()
     learnt = {uuid: LearnedIdle() for uuid in learns_idle}
     last_gain: dict[str, dict[str, float]] = {}      # per GPU: the last interval's low gains
-    sampled: dict[str, set[int]] = {}   # per MIG GPU: instances with a GPM sample in this run
     scraping = False                     # within the final scrape: a tick may or may not count
     present: set[int] = set()            # the PIDs holding a GPU in the current version
     appeared: dict[int, float] = {}      # when each was last absent from one and then not
@@ -331,7 +319,6 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             unknown_power.clear()
             for idle in learnt.values():
                 idle.restart()
-            sampled.clear()
             carried.clear()
             shaky.clear()
             tag, previous_tag = line["tag"], None
@@ -377,8 +364,6 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         carried_before, shaky_before = dict(carried[uuid]), set(shaky[uuid])
         if metrics is not None:
             _carry(carried[uuid], shaky[uuid], metrics, gpus)
-        sampled_before = sampled.get(uuid, set())
-        sampled[uuid] = _still_sampled(sampled_before, gpus)
         was_lost = uuid in lost_since
         if uuid in learnt:
             _learn(learnt[uuid], gpus, uuid in unknown_processes,
@@ -388,7 +373,6 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             continue
         if was_lost:
             lost_since.discard(uuid)
-            sampled[uuid] = set()
             out.unbilled_intervals += 1
             continue
         dt = t - before[0]
@@ -398,11 +382,14 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         out.intervals += 1
         by_process = [_by_process(g) for g in gpus]
         options = [c for g in by_process
-                   for c in _candidates(g, uuid in unknown_util, sampled_before)]
+                   for c in _candidates(g, uuid in unknown_util)]
         if metrics is not None:
             options += [c for g in by_process if g.mig is not None
                         for c in _metered(g, uuid, states, metrics, carried_before,
                                           shaky_before)]
+        else:        # a sweep that says nothing of its metrics: any instance may be assumed
+            options += [shares(g, False, unsure) for g in by_process if g.mig is not None
+                        for unsure in _any_unmetered(g)]
         # A process that appeared in the world during the interval (its start time, a
         # moment before) may have lived only part of it: the daemon bills it that part, the
         # rest stays unattributed. Appeared in a later version than the walk has reached: new.
