@@ -148,46 +148,37 @@ def _busy(gpu: GpuState) -> set[int]:
     return {h.gpu_instance for h in gpu.holders if h.gpu_instance in dict(gpu.mig or ())}
 
 
-def _sweep_ends(trace: list[dict]) -> list[float | None]:
-    """Per energy read: when the daemon's last read of that GPU before its next energy read
-    (its process list, samples, GPM metrics: the reads that decide who the energy goes to)
-    took place, in the same daemon run; None where it made none."""
-    out: list[float | None] = [None] * len(trace)
+def _sweeps(trace: list[dict]) -> list[tuple[float | None, dict[int, str] | None]]:
+    """Per energy read, what its sweep's later reads of that GPU (``read`` lines, before its
+    next energy read, in the same daemon run) say:
+
+    - when the last of them took place (its process list, samples, GPM metrics: the reads
+      that decide who the energy goes to); None where it made none;
+    - on a MIG GPU, the instances whose GPM metrics it read, each with the scenario version
+      the read saw; None where it left no ``read`` line, or GPM reads that do not name the
+      instance (a release that does not trace them): nothing is known of its metrics.
+    """
+    out: list[tuple[float | None, dict[int, str] | None]] = [(None, None)] * len(trace)
     last: dict[str, float] = {}
+    metrics: dict[str, dict[int, str] | None] = {}
     for index in range(len(trace) - 1, -1, -1):
         line = trace[index]
         event = line.get("event")
         if event == "read":
-            last[line["uuid"]] = max(last.get(line["uuid"], 0.0), stamp(line))
-        elif event == "energy":
-            out[index] = last.pop(line["uuid"], None)
-        elif event == "start":
-            last.clear()
-    return out
-
-
-def _sweep_metrics(trace: list[dict]) -> list[dict[int, str] | None]:
-    """Per energy read of a MIG GPU: the instances whose GPM metrics its sweep read, each with
-    the scenario version the read saw; None where the sweep left no ``read`` line, or GPM
-    reads that do not name the instance (a release that does not trace them): nothing is
-    known of its metrics."""
-    out: list[dict[int, str] | None] = [None] * len(trace)
-    pending: dict[str, dict[int, str] | None] = {}
-    for index in range(len(trace) - 1, -1, -1):
-        line = trace[index]
-        event = line.get("event")
-        if event == "read":
-            found = pending.setdefault(line["uuid"], {})
+            uuid = line["uuid"]
+            last[uuid] = max(last.get(uuid, 0.0), stamp(line))
+            found = metrics.setdefault(uuid, {})
             if line.get("what") != "gpm" or found is None:
                 continue
             if "gi" not in line:
-                pending[line["uuid"]] = None
+                metrics[uuid] = None
             elif line["gi"] is not None:
                 found[line["gi"]] = line["tag"]     # walking back: the sweep's first read wins
         elif event == "energy":
-            out[index] = pending.pop(line["uuid"], None)
+            out[index] = (last.pop(line["uuid"], None), metrics.pop(line["uuid"], None))
         elif event == "start":
-            pending.clear()
+            last.clear()
+            metrics.clear()
     return out
 
 
@@ -198,15 +189,10 @@ def _metered(gpu: GpuState, uuid: str, states: dict[str, WorldState],
     as its metrics read this tick saw it; else the metrics it carried (read at a tick too close
     to the last sample); else unknown, assumed. Where the oracle cannot tell whether it still
     carried them (``shaky``: it may have had an idle tick, or re-read a changed layout), both."""
-    def activity_of(gi: int, tag: str | None) -> float | None:
-        seen = states.get(tag) if tag is not None else None
-        then = seen.gpu(uuid) if seen is not None else None
-        return dict(then.mig or ()).get(gi) if then is not None else None
-
     busy = _busy(gpu)
     layout = set(dict(gpu.mig or ()))
     unsure = {gi for gi in busy - set(fresh) if gi in carried and (
-        gi in shaky or set(dict(_mig_of(states, carried[gi], uuid))) != layout)}
+        gi in shaky or set(_mig_of(states, carried[gi], uuid)) != layout)}
     out = []
     choices: set[frozenset[int]] = {frozenset(), frozenset(unsure)}
     for dropped in choices:
@@ -214,7 +200,7 @@ def _metered(gpu: GpuState, uuid: str, states: dict[str, WorldState],
         unknown: set[int] = set()
         for gi in busy:
             tag = fresh.get(gi) or (carried.get(gi) if gi not in dropped else None)
-            value = activity_of(gi, tag)
+            value = _mig_of(states, tag, uuid).get(gi)
             if value is None:
                 unknown.add(gi)
             activity[gi] = value or 0.0
@@ -223,10 +209,11 @@ def _metered(gpu: GpuState, uuid: str, states: dict[str, WorldState],
     return out
 
 
-def _mig_of(states: dict[str, WorldState], tag: str, uuid: str) -> tuple:
-    seen = states.get(tag)
+def _mig_of(states: dict[str, WorldState], tag: str | None, uuid: str) -> dict[int, float]:
+    """The MIG instances' activity of GPU ``uuid`` in scenario version ``tag`` ({}: none)."""
+    seen = states.get(tag) if tag is not None else None
     then = seen.gpu(uuid) if seen is not None else None
-    return (then.mig or ()) if then is not None else ()
+    return dict(then.mig or ()) if then is not None else {}
 
 
 def _any_unmetered(gpu: GpuState) -> list[frozenset[int]]:
@@ -295,23 +282,25 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         present.clear()
         present.update(pids)
 
+    def drop_last_gains() -> None:
+        """Each GPU's last interval may be missing from what was served: out of ``low``."""
+        for gains in last_gain.values():
+            for uid, joules in gains.items():
+                out.low[uid] -= joules
+        last_gain.clear()
+
     def note_lost(state: WorldState | None) -> None:
         for g in state.gpus if state else ():
             if g.lost:
                 lost_since.add(g.uuid)
 
-    sweep_ends = _sweep_ends(trace)
-    sweep_metrics = _sweep_metrics(trace)
+    sweeps = _sweeps(trace)
     carried: dict[str, dict[int, str]] = defaultdict(dict)   # per MIG GPU: its last metrics
     shaky: dict[str, set[int]] = defaultdict(set)             # ... those it may have dropped
     for index, line in enumerate(trace):
         event = line.get("event")
         if event == "start":
-            # A new daemon run: its last tick before dying may not have been journaled.
-            for gains in last_gain.values():
-                for uid, joules in gains.items():
-                    out.low[uid] -= joules
-            last_gain.clear()
+            drop_last_gains()    # a new daemon run: its last tick may not have been journaled
             last_read.clear()
             lost_since.clear()
             unknown_processes.clear()
@@ -334,10 +323,7 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         if event == "final_scrape":
             if line.get("phase") != "begin":
                 break                                  # served: nothing after counts
-            for gains in last_gain.values():           # its snapshot may lack the last tick
-                for uid, joules in gains.items():
-                    out.low[uid] -= joules
-            last_gain.clear()
+            drop_last_gains()                          # its snapshot may lack the last tick
             scraping = True
             continue
         if event != "energy":
@@ -348,7 +334,8 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
             views.append(states.get(previous_tag))
         # A version that took effect during the sweep's reads of this GPU (under load they
         # may lie far apart) may be what its later reads saw.
-        until = max(t + SWEEP_SECONDS, sweep_ends[index] or t)
+        sweep_end, metrics = sweeps[index]
+        until = max(t + SWEEP_SECONDS, sweep_end or t)
         views.extend(states.get(later) for later in _reloads_in_sweep(trace, index, until))
         gpus = [s.gpu(uuid) for s in views if s is not None and s.gpu(uuid) is not None]
         for g in gpus:
@@ -360,7 +347,6 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
                 unknown_power.add(uuid)
         before = last_read.get(uuid)
         last_read[uuid] = (t, mj)
-        metrics = sweep_metrics[index]
         carried_before, shaky_before = dict(carried[uuid]), set(shaky[uuid])
         if metrics is not None:
             _carry(carried[uuid], shaky[uuid], metrics, gpus)

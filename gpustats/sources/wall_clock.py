@@ -52,5 +52,4 @@ def rebased_stamp_us(stamp_us: int, step_us: int, now_us: int) -> int:
     """
     limit = now_us + STAMP_SLACK_US
     moved = stamp_us + step_us
-    taken = [s for s in (stamp_us, moved) if s <= limit]
-    return max(taken) if taken else min(stamp_us, moved, now_us)
+    return max((s for s in (stamp_us, moved) if s <= limit), default=now_us)
