@@ -69,6 +69,7 @@ class DeviceHealth:
     critical_xid_count: int = 0        # XIDs not on the ignore list, since NVML was initialised
     last_critical_xid: int | None = None
     lost: bool = False                 # GPU_IS_LOST at the last sweep or event
+    recommended_action: str | None = None    # a provider's suggestion (the device API)
 
     @property
     def healthy(self) -> bool:
