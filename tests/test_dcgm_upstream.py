@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -121,3 +122,70 @@ def test_openmetrics_body_parses_in_every_vocabulary(vocabulary, snapshot):
         # dcgm-exporter's counters keep their bare names: typed unknown in OpenMetrics.
         assert energy.type == "unknown"
         assert {s.name for s in energy.samples} == {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}
+
+
+# ------------------------------------------------- the default counters against the simulator
+
+GIB, MIB = 1 << 30, 1 << 20
+TRUTH = {
+    "uuid": "GPU-5f2e7c9a-0000-1111-2222-333344445555", "minor": 0,
+    "memory_total_bytes": 80 * GIB, "memory_used_bytes": 20 * GIB,
+    "memory_reserved_bytes": 512 * MIB, "utilization_percent": 87,
+    "memory_utilization_percent": 41, "encoder_utilization_percent": 3,
+    "decoder_utilization_percent": 9, "power_watts": 612.5, "temperature_celsius": 64,
+    "memory_temperature_celsius": 71, "sm_clock_mhz": 1755, "memory_clock_mhz": 2619,
+    "pcie_replay_count": 4,
+    "remapped_rows": {"correctable": 2, "uncorrectable": 1, "pending": False, "failure": True},
+    "violations": {"power_percent": 20, "thermal_percent": 10},
+}
+# The scenario's figure of each default counter served, in dcgm-exporter's unit; the counters
+# the simulator runs (energy, violations) are checked against the driver's own counters.
+EXPECTED = {
+    "DCGM_FI_DEV_SM_CLOCK": 1755, "DCGM_FI_DEV_MEM_CLOCK": 2619, "DCGM_FI_DEV_MEMORY_TEMP": 71,
+    "DCGM_FI_DEV_GPU_TEMP": 64, "DCGM_FI_DEV_POWER_USAGE": 612.5,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 4, "DCGM_FI_DEV_GPU_UTIL": 87,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": 41, "DCGM_FI_DEV_ENC_UTIL": 3, "DCGM_FI_DEV_DEC_UTIL": 9,
+    "DCGM_FI_DEV_XID_ERRORS": 0, "DCGM_FI_DEV_FB_USED": 20 * 1024,
+    "DCGM_FI_DEV_FB_FREE": 80 * 1024 - 20 * 1024 - 512,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 2,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1,
+}
+COUNTED = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_counter_millijoules",
+           "DCGM_FI_DEV_POWER_VIOLATION": "violations.power_ns",
+           "DCGM_FI_DEV_THERMAL_VIOLATION": "violations.thermal_ns",
+           "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "violations.sync_boost_ns",
+           "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": "violations.board_limit_ns"}
+
+
+def test_every_served_default_counter_is_the_simulated_truth_in_its_unit(tmp_path,
+                                                                         in_process_daemon):
+    from tests.support.fakehost import build, write_scenario
+    write_scenario(tmp_path / "s.yaml", {"devices": [TRUTH]})
+    started = time.time()
+    cgroup, proc = build(tmp_path / "host", {})
+    daemon = in_process_daemon("--simulate", str(tmp_path / "s.yaml"), "--cgroup-root",
+                               str(cgroup), "--proc-root", str(proc), "--dcgm-exporter-url",
+                               "none")
+    daemon.housekeeper.tick()
+    snapshot = daemon.housekeeper.tick()
+    reading = snapshot.devices[0].reading
+    text = render(snapshot, None, dcgm_compat=True)[0].decode()
+    served = [c for c in DEFAULT_COUNTERS if c.not_served is None]
+    assert {c.name for c in served} == set(EXPECTED) | set(COUNTED)
+    for c in served:
+        got = one_sample(text, c.name, gpu="0")[1]
+        if c.name in EXPECTED:
+            assert got == pytest.approx(EXPECTED[c.name]), c.name
+        else:
+            raw = reading
+            for part in COUNTED[c.name].split("."):
+                raw = getattr(raw, part)
+            assert got == raw, c.name              # the driver's counter, its unit unchanged
+    # ns, not µs: 20 % and 10 % of the time the simulator ran, one twice the other.
+    assert reading.violations.power_ns == pytest.approx(2 * reading.violations.thermal_ns,
+                                                        rel=0.05)
+    # At most 20 % of the time since the scenario was written, in ns; in µs it would be
+    # 1,000 times less than the simulator's own count.
+    served_ns = one_sample(text, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0")[1]
+    assert served_ns == reading.violations.power_ns
+    assert 0 < served_ns <= 0.2 * (time.time() - started) * 1e9 * 1.05

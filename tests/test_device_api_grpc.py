@@ -231,6 +231,20 @@ def test_watches_are_capped(tmp_path):
         server.stop(0)
 
 
+def test_the_socket_gets_its_group(tmp_path):
+    store, events = ProvidedHealthStore(), GpuEventLog()
+    store.publish(sample_snapshot(1))
+    path = tmp_path / "gs.sock"
+    server = DeviceApiServer(store, events, str(path), socket_group=str(os.getgid()))
+    assert server.start()
+    try:
+        info = os.stat(path)
+        assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o660, os.getgid())
+    finally:
+        server.stop(0)
+    assert not path.exists()
+
+
 def test_a_stale_socket_is_replaced_and_another_file_left_alone(tmp_path):
     store, events = ProvidedHealthStore(), GpuEventLog()
     path = tmp_path / "gs.sock"
@@ -300,6 +314,8 @@ def test_a_provider_condition_reaches_a_watcher_within_a_second_and_every_output
     assert conditions["example.com/DcgmHealth"]["source"] == "device-api"
     assert conditions["Ready"]["status"] == "False"
     assert item["health"]["recommendedAction"] == "DRAIN"
+    _, page = daemon.get("/")
+    assert "example.com/DcgmHealth: PcieReplays" in page
     _, metrics = daemon.get("/metrics")
     assert 'type="example.com/DcgmHealth"' in metrics and 'reason="PcieReplays"' in metrics
     # A tick later the condition is still there (merged into every snapshot).
