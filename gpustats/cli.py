@@ -222,6 +222,7 @@ class Daemon:
     def _tick(self) -> None:
         """One collection tick; the history records the snapshot it published."""
         snapshot = self.housekeeper.tick()
+        snapshot = self.store.latest() or snapshot     # as published: providers' conditions in
         if self.history is not None:
             self.history.record(snapshot)
         self.gpu_events.observe(snapshot)

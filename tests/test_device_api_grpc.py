@@ -231,6 +231,19 @@ def test_watches_are_capped(tmp_path):
         server.stop(0)
 
 
+def test_tcp_beside_the_socket(tmp_path):
+    store, events = ProvidedHealthStore(), GpuEventLog()
+    store.publish(sample_snapshot(1))
+    server = DeviceApiServer(store, events, None, listen=("127.0.0.1", 0))
+    assert server.start() and server.port
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            listed = pb_grpc.GpuServiceStub(channel).ListGpus(pb.ListGpusRequest(), timeout=5)
+            assert A in {g.spec.uuid for g in listed.gpu_list.items}
+    finally:
+        server.stop(0)
+
+
 def test_the_socket_gets_its_group(tmp_path):
     store, events = ProvidedHealthStore(), GpuEventLog()
     store.publish(sample_snapshot(1))
