@@ -101,9 +101,13 @@ def holders(snapshot: Snapshot) -> Holders:
             continue
         for a in c.accelerators:
             owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
+            # No process of its own seen on the GPU (memory read: 0): 0 %, as dcgm-exporter
+            # gives a holder without processes.
+            util = a.compute_utilization_percent
+            if util is None and a.process_memory_used_bytes == 0:
+                util = 0.0
             for labels in _kubernetes_labels(pod, c, a, mig_uuids):
-                owners[labels] = (labels, a.compute_utilization_percent,
-                                  a.process_memory_used_bytes)
+                owners[labels] = (labels, util, a.process_memory_used_bytes)
     return {key: tuple(owners[k] for k in sorted(owners)) for key, owners in seen.items()
             if owners}
 
