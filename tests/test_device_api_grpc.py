@@ -266,6 +266,19 @@ def test_a_stale_socket_is_replaced_and_another_file_left_alone(tmp_path):
     assert path.read_text() == "not a socket"
 
 
+def test_an_expired_line_is_an_error_event_and_bad_types_are_refused():
+    from gpustats.deviceapi.service import _Refused, event_message, provided_conditions
+    from gpustats.export.gpu_events import expired_line
+    assert event_message(expired_line(5)).type == "ERROR"
+    for bad in ("has space", "-lead", "x" * 400, ""):
+        with pytest.raises(_Refused):
+            provided_conditions(pb.GpuStatus(conditions=[_provider_condition(type_=bad)]))
+    with pytest.raises(_Refused):
+        provided_conditions(pb.GpuStatus(conditions=[_provider_condition(reason="not camel")]))
+    with pytest.raises(_Refused):
+        provided_conditions(pb.GpuStatus(conditions=[_provider_condition(), _provider_condition()]))
+
+
 def test_transition_times_are_kept_while_the_status_holds():
     old = (Condition("example.com/X", "False", "A", "m", 100.0, "device-api"),)
     same = merge_conditions(old, (Condition("example.com/X", "False", "B", "n", 0.0,
