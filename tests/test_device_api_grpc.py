@@ -226,6 +226,8 @@ def test_watches_are_capped(tmp_path):
             with pytest.raises(grpc.RpcError) as err:
                 next(stub.WatchGpus(pb.WatchGpusRequest()))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            # A watcher that reads no further holds its slot, never the other requests.
+            assert stub.ListGpus(pb.ListGpusRequest(), timeout=5).gpu_list.items
             first.cancel()
     finally:
         server.stop(0)
