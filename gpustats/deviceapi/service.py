@@ -262,7 +262,7 @@ class GpuService(pb_grpc.GpuServiceServicer):
                 updated = self._store.provide(device.identity.uuid, conditions, action)
             except ValueError as exc:
                 raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
-        log.info("device API: a provider set %s on %s",
+        log.debug("device API: a provider set %s on %s",
                  ", ".join(f"{c.type}={c.status}" for c in conditions) or "no condition",
                  device.identity.uuid)
         snapshot = updated or snapshot

@@ -77,9 +77,6 @@ class ProvidedHealthStore(SnapshotStore):
             self._base = snapshot
             self._publish_locked()
 
-    def provided(self, uuid: str) -> Provided | None:
-        return self._provided.get(uuid)
-
     def provide(self, uuid: str, conditions: tuple[Condition, ...],
                 recommended_action: str | None) -> Snapshot | None:
         """A provider's conditions on GPU ``uuid`` merged by type into those set before, its
