@@ -30,7 +30,8 @@ from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
 from gpustats.engine.statedir import StateDirError, choose_state_dir
-from gpustats.engine.store import SnapshotStore
+from gpustats.deviceapi.server import start_device_api
+from gpustats.engine.provider_health import ProvidedHealthStore
 from gpustats.export.gpu_events import GpuEventLog
 from gpustats.export.prometheus import MetricsBodies
 from gpustats.export.summary import summary_dict
@@ -39,6 +40,7 @@ from gpustats.hostfs import HostRoots, read_boot_id
 from gpustats.malloc_arenas import cap_malloc_arenas
 from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.cdi import CdiSpecs
+from gpustats.sources.dcgm_discovery import activity_source
 from gpustats.sources.cgroups import CgroupReader
 from gpustats.sources.mig_caps import MigCapabilities
 from gpustats.sources.kubelet_logs import KubeletLogNames
@@ -124,13 +126,6 @@ class _ReportedDrmSweeper:
         return readings
 
 
-def _dcgm_client(url: str, errors: CollectionErrors):
-    """The dcgm-exporter scrape, imported only where one is configured: its HTTP client
-    (requests and what it loads) is about 5 MB of resident memory a daemon without it keeps."""
-    from gpustats.sources.dcgm import DcgmExporterClient
-    return DcgmExporterClient(url, errors=errors)
-
-
 class Daemon:
     """Everything one running gpustats holds, built from a Config."""
 
@@ -144,7 +139,7 @@ class Daemon:
                                cgroup=config.cgroup_root, host=config.host_root)
         use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
         self.errors = CollectionErrors()
-        self.store = SnapshotStore()
+        self.store = ProvidedHealthStore()    # the device API's providers' conditions merged
         self.simulator = self.simulated_drm = None
         scanner: PciScan
         if config.simulate:
@@ -194,8 +189,7 @@ class Daemon:
         self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
                                         kept_files=kept_proc_files)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
-        self.dcgm = _dcgm_client(config.dcgm_exporter_url, self.errors) \
-            if config.dcgm_exporter_url else None
+        self.dcgm = activity_source(config.dcgm_exporter_url, self.errors)
         self.housekeeper = Housekeeper(
             node_name=self.node_name, node=NodeReader(self.roots, errors=self.errors),
             gpus=self.gpus,
@@ -220,6 +214,7 @@ class Daemon:
         self.history = History(config.history_duration) if config.history_duration else None
         # The device API's events: each snapshot diffed on the tick, so watches hear of it.
         self.gpu_events = GpuEventLog()
+        self.store.on_republish(self.gpu_events.observe)
         self.housekeeping = Housekeeping(self._tick, config.housekeeping_interval,
                                          on_tick_done=self._after_tick)
         self._announced_ready = False
@@ -227,6 +222,7 @@ class Daemon:
     def _tick(self) -> None:
         """One collection tick; the history records the snapshot it published."""
         snapshot = self.housekeeper.tick()
+        snapshot = self.store.latest() or snapshot     # as published: providers' conditions in
         if self.history is not None:
             self.history.record(snapshot)
         self.gpu_events.observe(snapshot)
@@ -399,6 +395,7 @@ def serve(daemon: Daemon, listeners: Listeners, watches: WatchStreams, args=None
     signal.signal(signal.SIGHUP, _on_hup)
     daemon.gpu_events.listen(watches.notify)
     daemon.start()
+    device_api = start_device_api(config, daemon.store, daemon.gpu_events)
     host, port = config.listen
     log.info("gpustats %s serving on http://%s:%s (node %s)%s", __version__, host,
              Listeners.port_of(listeners.data), daemon.node_name,
@@ -415,6 +412,8 @@ def serve(daemon: Daemon, listeners: Listeners, watches: WatchStreams, args=None
         stopper = threading.Thread(target=daemon.close, daemon=True)
         stopper.start()
         listeners.close()
+        if device_api is not None:
+            device_api.stop()
         stopper.join(SHUTDOWN_BUDGET_SECONDS)
     return 0
 

@@ -68,6 +68,16 @@ class Config:
         parsers.optional_listen, None,
         "also serve /healthz and /readyz on this address, apart from the data port "
         "(empty: off)", "HOST:PORT")
+    device_api_socket: str | None = _option(
+        parsers.optional_text, None,
+        "serve NVSentinel's GpuService (gRPC) on this unix socket, mode 0660 (empty: off)",
+        "PATH")
+    device_api_socket_group: str | None = _option(
+        parsers.group_name, None, "the device API socket's group (empty: the daemon's)",
+        "GROUP")
+    device_api_listen: tuple[str, int] | None = _option(
+        parsers.optional_listen, None,
+        "also serve GpuService over TCP here, without TLS (empty: off)", "HOST:PORT")
     tick_watchdog_intervals: float = _option(
         parsers.intervals, 12.0,
         "/healthz answers 503 when no snapshot was published for this many intervals",
@@ -119,8 +129,9 @@ class Config:
         "CDI spec directories, for GPUs allocated through DRA claims (empty: off)",
         "DIR,...")
     dcgm_exporter_url: str | None = _option(
-        parsers.url, None,
-        "dcgm-exporter /metrics URL for MIG instance activity (empty: off)", "URL")
+        parsers.dcgm_exporter_url, None,
+        "dcgm-exporter /metrics URL for MIG instance activity (empty: find the node-local "
+        "one, http://localhost:9400/metrics; none: off)", "URL")
     node_name: str | None = _option(
         parsers.optional_text, None,
         "node name reported in the summary and on every metric (default: hostname)", "NAME")

@@ -3,6 +3,7 @@ value into what the daemon runs with, or raises ``ValueError`` saying why it can
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -111,6 +112,23 @@ def url(value: Any) -> str | None:
     if not text.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {brief(text)}")
     return text
+
+
+DCGM_EXPORTER_OFF = "none"
+
+
+def dcgm_exporter_url(value: Any) -> str | None:
+    """A URL; ``none`` turns dcgm-exporter off; empty (None) finds the node-local one."""
+    text = _scalar(value)
+    return DCGM_EXPORTER_OFF if text.lower() == DCGM_EXPORTER_OFF else url(text)
+
+
+def group_name(value: Any) -> str | None:
+    """A group's name or number (empty: the daemon's own group)."""
+    text = _scalar(value)
+    if text and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]{1,10}", text):
+        raise ValueError(f"expected a group name or number, got {brief(text)}")
+    return text or None
 
 
 def path_list(value: Any) -> tuple[str, ...]:

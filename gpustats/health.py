@@ -28,8 +28,9 @@ from dataclasses import replace
 
 from gpustats.model.device import RemappedRowsReading
 from gpustats.model.health import (
-    CONDITION_ECC, CONDITION_NVML_READY, CONDITION_READY, CONDITION_ROW_REMAP, STATUS_FALSE,
-    STATUS_TRUE, STATUS_UNKNOWN, XID_DESCRIPTIONS, Condition, DeviceHealth, HealthEvent,
+    CONDITION_ECC, CONDITION_NVML_READY, CONDITION_READY, CONDITION_ROW_REMAP,
+    RECENT_XIDS_CAP, STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN, XID_DESCRIPTIONS, XID_OTHER,
+    XID_SERIES_CAP, XID_WINDOW_SECONDS, Condition, DeviceHealth, HealthEvent,
 )
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -150,12 +151,27 @@ def watch_ecc(health: DeviceHealth, now: float, source: str = "nvml-events") -> 
     return _ecc(health, now, source)
 
 
+def count_xid(health: DeviceHealth, code: int | None, time: float) -> DeviceHealth:
+    """``health`` with one more XID ``code`` at ``time``: counted by code (the first
+    ``XID_SERIES_CAP`` - 1 codes seen, the rest under ``XID_OTHER``) and kept among the
+    window's events (those older than ``XID_WINDOW_SECONDS`` before it dropped)."""
+    counts = dict(health.xid_counts)
+    code_or_unknown = 999 if code is None else code      # the catalog's "unknown XID"
+    key = str(code_or_unknown)
+    if key not in counts and len(counts) >= XID_SERIES_CAP - 1:
+        key = XID_OTHER
+    counts[key] = counts.get(key, 0) + 1
+    recent = tuple(e for e in health.recent_xids if e[1] >= time - XID_WINDOW_SECONDS)
+    recent = (*recent, (code_or_unknown, time))[-RECENT_XIDS_CAP:]
+    return replace(health, xid_error_count=health.xid_error_count + 1, last_xid=code,
+                   xid_counts=tuple(counts.items()), recent_xids=recent)
+
+
 def apply_event(health: DeviceHealth, event: HealthEvent,
                 ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS) -> DeviceHealth:
     """The health after one event. Every XID is counted, ignored ones included."""
     if event.kind == "xid":
-        health = replace(health, xid_error_count=health.xid_error_count + 1,
-                         last_xid=event.code)
+        health = count_xid(health, event.code, event.time)
         if event.code in ignored_xids:
             return health
         health = replace(health, critical_xid_count=health.critical_xid_count + 1,

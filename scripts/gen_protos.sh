@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for proto in gpustats/sources/podresources/podresources_api.proto \
-             gpustats/sources/runtime/cri_api.proto; do
+             gpustats/sources/runtime/cri_api.proto \
+             gpustats/deviceapi/nvsentinel_gpu.proto; do
     dir=$(dirname "$proto")
     name=$(basename "$proto" .proto)
     python -m grpc_tools.protoc -I"$dir" --python_out="$dir" --grpc_python_out="$dir" \

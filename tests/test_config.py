@@ -105,6 +105,12 @@ def test_design_flags_exist():
     (["--simulate", "s.yaml"], {"GPUSTATS_DEMO": "true"}, "--demo runs its own simulated node"),
     (["--disable-metrics", "process,bogus"], {}, "--disable-metrics"),
     ([], {"GPUSTATS_DISABLE_METRICS": "gpus"}, "unknown metric group 'gpus'"),
+    (["--dcgm-exporter-url", "localhost:9400"], {}, "--dcgm-exporter-url"),
+    ([], {"GPUSTATS_DCGM_EXPORTER_URL": "off"}, "http:// or https://"),
+    (["--device-api-socket-group", "gpu users"], {}, "--device-api-socket-group"),
+    ([], {"GPUSTATS_DEVICE_API_SOCKET_GROUP": "-x"}, "group name or number"),
+    (["--device-api-listen", "9480"], {}, "--device-api-listen"),
+    ([], {"GPUSTATS_DEVICE_API_LISTEN": "localhost:port"}, "GPUSTATS_DEVICE_API_LISTEN"),
     (["--nvml-driver-root", "run/nvidia/driver"], {}, "--nvml-driver-root"),
     ([], {"GPUSTATS_NVML_DRIVER_ROOT": "driver"}, "absolute directory"),
 ])

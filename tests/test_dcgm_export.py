@@ -48,8 +48,8 @@ def test_values_in_dcgm_units_with_dcgm_types():
         "DCGM_FI_DEV_FB_FREE": 59 * 1024 + 512, "DCGM_FI_DEV_FB_USED": 20 * 1024,
         "DCGM_FI_DEV_FB_RESERVED": 512, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 2,
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1, "DCGM_FI_DEV_POWER_VIOLATION": 2_000_000,
-        "DCGM_FI_DEV_THERMAL_VIOLATION": 7, "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1, "DCGM_FI_DEV_POWER_VIOLATION": 2_000_000_123,
+        "DCGM_FI_DEV_THERMAL_VIOLATION": 7_000, "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x24, "DCGM_FI_DEV_XID_ERRORS": 48,
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.915, "DCGM_FI_PROF_SM_ACTIVE": 0.8,
         "DCGM_FI_PROF_SM_OCCUPANCY": 0.4, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.55,
@@ -121,32 +121,51 @@ def test_unknown_labels_are_left_out():
     assert '=""' not in text
 
 
+GIB = 1 << 30
+
+
 def _shared(snap):
-    """GPU A time-sliced by a second pod, MIG instance 7 by a third (two replicas each)."""
-    web = ContainerStats("5" * 64, "web", pod_uid="u3", accelerators=(ContainerAccelerator(A),))
-    embed = ContainerStats("6" * 64, "server", pod_uid="u4",
-                           accelerators=(ContainerAccelerator(M, gpu_instance_id=7),))
-    return replace(snap, pods=snap.pods + (PodStats("u3", "web-0", "shop", containers=(web,)),
-                                           PodStats("u4", "embed-1", "serving",
-                                                    containers=(embed,))))
+    """GPU A time-sliced by a second pod, MIG instance 7 by a third (two replicas each), each
+    holder with its own processes' SM utilization and memory."""
+    web = ContainerStats("5" * 64, "web", pod_uid="u3", accelerators=(ContainerAccelerator(
+        A, compute_utilization_percent=30.0, process_memory_used_bytes=4 * GIB),))
+    embed = ContainerStats("6" * 64, "server", pod_uid="u4", accelerators=(ContainerAccelerator(
+        M, gpu_instance_id=7, process_memory_used_bytes=1 * GIB),))
+    train, serve = snap.pods
+    trainer = replace(train.containers[0], accelerators=(ContainerAccelerator(
+        A, compute_utilization_percent=50.0, process_memory_used_bytes=8 * GIB),))
+    server = replace(serve.containers[0], accelerators=(ContainerAccelerator(
+        M, gpu_instance_id=7, process_memory_used_bytes=2 * GIB),))
+    return replace(snap, pods=(replace(train, containers=(trainer,)),
+                               replace(serve, containers=(server,)),
+                               PodStats("u3", "web-0", "shop", containers=(web,)),
+                               PodStats("u4", "embed-1", "serving", containers=(embed,))))
 
 
 def test_shared_gpu_gives_each_holder_a_copy_of_its_series():
     text = render_dcgm(_shared(dcgm_snapshot())).decode()
-    for name, value in (("DCGM_FI_DEV_GPU_UTIL", 87), ("DCGM_FI_DEV_FB_USED", 20 * 1024),
-                        ("DCGM_FI_DEV_POWER_USAGE", 612.457),
+    for name, value in (("DCGM_FI_DEV_POWER_USAGE", 612.457),
                         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.915)):
         found = {(lab["namespace"], lab["pod"], lab["container"], lab["pod_uid"]): v
                  for lab, v in samples(text, name) if lab["gpu"] == "0"}
         # One copy per holder, none without pod labels: sum by (pod) keeps the shared GPU.
         assert found == {("ml", "train-0", "trainer", "u1"): pytest.approx(value),
                          ("shop", "web-0", "web", "u3"): pytest.approx(value)}, name
+    # GPU_UTIL and FB_USED: each holder its own processes' figure (dcgm-exporter's per-process
+    # metrics), beside the device's series without pod labels.
+    for name, device, trainer, web in (("DCGM_FI_DEV_GPU_UTIL", 87, 50, 30),
+                                       ("DCGM_FI_DEV_FB_USED", 20 * 1024, 8 * 1024, 4 * 1024)):
+        found = {lab.get("pod"): v for lab, v in samples(text, name) if lab["gpu"] == "0"}
+        assert found == {None: device, "train-0": trainer, "web-0": web}, name
     xids = [lab for lab, _ in samples(text, "DCGM_FI_DEV_XID_ERRORS") if lab["gpu"] == "0"]
     assert sorted(lab["pod"] for lab in xids) == ["train-0", "web-0"]
     assert all(lab["err_code"] == "48" for lab in xids)
     instance = {lab["pod"]: v for lab, v in samples(text, "DCGM_FI_DEV_FB_USED")
-                if lab.get("GPU_I_ID") == "7"}
-    assert instance == {"embed-0": 3 * 1024, "embed-1": 3 * 1024}
+                if lab.get("GPU_I_ID") == "7" and "pod" in lab}
+    assert instance == {"embed-0": 2 * 1024, "embed-1": 1024}
+    (device,) = [v for lab, v in samples(text, "DCGM_FI_DEV_FB_USED")
+                 if lab.get("GPU_I_ID") == "7" and "pod" not in lab]
+    assert device == 3 * 1024
     assert {lab["pod"] for lab, _ in samples(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
             if lab.get("GPU_I_ID") == "7"} == {"embed-0", "embed-1"}
     # The idle instance nobody holds keeps its one series, memory included.
@@ -164,12 +183,12 @@ def test_device_plugin_replicas_carry_vgpu():
     snap = replace(snap, pods=(replace(first, containers=(trainer,)), snap.pods[1],
                                replace(web, containers=(webc,)), snap.pods[3]))
     text = render_dcgm(snap).decode()
-    found = sorted((lab["pod"], lab["vgpu"]) for lab, _ in samples(text, "DCGM_FI_DEV_GPU_UTIL")
+    found = sorted((lab["pod"], lab["vgpu"]) for lab, _ in samples(text, "DCGM_FI_DEV_GPU_TEMP")
                    if lab["gpu"] == "0")
     assert found == [("train-0", "0"), ("web-0", "1"), ("web-0", "2")]
     line = next(ln for ln in text.splitlines()
-                if ln.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'vgpu="0"' in ln)
-    assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 87')
+                if ln.startswith("DCGM_FI_DEV_GPU_TEMP{") and 'vgpu="0"' in ln)
+    assert line.endswith(',pod="train-0",pod_uid="u1",vgpu="0"} 64')
     # No replica known (a MIG instance here): no vgpu label.
     assert all("vgpu" not in lab for lab, _ in samples(text, "DCGM_FI_DEV_FB_USED")
                if lab.get("GPU_I_ID") == "7")

@@ -26,6 +26,8 @@ RULES = {
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model"},
+    # NVSentinel's GpuService over gRPC: the web layer's peer, with the providers' store
+    "deviceapi": {"export", "engine.store", "engine.provider_health", "model"},
     "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
     "watch_streams": {"fdlimit"},   # GPU watch streams, off the request workers
     "fakehost": set(),    # fake host trees, for the demo and the tests
@@ -34,7 +36,8 @@ RULES = {
     "__main__": None,
     "__init__": set(),
 }
-THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": "sources.", "flask": "web",
+THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": ("sources.", "deviceapi"),
+                      "flask": "web",
                       "waitress": ("cli", "serving"),
                       "prometheus_client": ("export", "sources.dcgm"),
                       "requests": "sources.dcgm", "urllib3": "sources.dcgm",

@@ -1,13 +1,16 @@
-"""Kepler's GPU vocabulary (``--kepler-compat``): EP-003's families and those Kepler's
-implementation adds, with their names, types and label sets exactly (the union where the two
-differ), read from one snapshot; ``state`` running, then terminated while a counter is kept;
-and end to end through the real daemon, an owner's series going from running to terminated."""
+"""Kepler's GPU vocabulary (``--kepler-compat``) against the label table read from Kepler's
+collector (kept with its origin in ``tests/peers``): names, types and label sets exactly, a
+workload's series summed over its GPUs and served only while above zero, a per-pod panel that
+draws one line per pod; ``state`` running, then terminated while a counter is kept; and end to
+end through the real daemon, an owner's series going from running to terminated."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from prometheus_client.openmetrics.parser import \
@@ -28,31 +31,11 @@ from tests.support.gpus import GPU_A as GPU, device
 from tests.support.simulated import start_simulated
 from tests.support.snapshots import A, B, C3, M, sample_snapshot
 
-NODE_GPU = {"gpu", "gpu_uuid", "gpu_name", "vendor"}
-PROCESS = {"pid", "comm", "exe", "type", "gpu", "vendor", "state", "container_id", "vm_id"}
-CONTAINER = {"container_id", "container_name", "runtime", "gpu", "vendor", "state", "pod_id"}
-POD = {"pod_id", "pod_name", "pod_namespace", "gpu", "vendor", "state"}
-
-# EP-003's families and Kepler's implementation's (power_collector.go), written out here, not
-# read from the table: exposed name -> (TYPE, labels besides node_name). EP-003 gives node
-# series gpu, gpu_uuid, vendor and the implementation gpu_name too; EP-003 gives process
-# series gpu and vendor, the implementation exe, type and vm_id: each carries the union.
-KEPLER = {
-    "kepler_node_gpu_info": ("gauge", NODE_GPU),
-    "kepler_node_gpu_joules_total": ("counter", NODE_GPU),
-    "kepler_node_gpu_watts": ("gauge", NODE_GPU),
-    "kepler_node_gpu_idle_watts": ("gauge", NODE_GPU),
-    "kepler_node_gpu_active_watts": ("gauge", NODE_GPU),
-    "kepler_node_gpu_active_joules_total": ("counter", NODE_GPU),
-    "kepler_node_gpu_idle_joules_total": ("counter", NODE_GPU),
-    "kepler_process_gpu_joules_total": ("counter", PROCESS),
-    "kepler_process_gpu_watts": ("gauge", PROCESS),
-    "kepler_process_gpu_compute_utilization": ("gauge", PROCESS),
-    "kepler_container_gpu_joules_total": ("counter", CONTAINER),
-    "kepler_container_gpu_watts": ("gauge", CONTAINER),
-    "kepler_pod_gpu_joules_total": ("counter", POD),
-    "kepler_pod_gpu_watts": ("gauge", POD),
-}
+# Kepler's collector's GPU families (power_collector.go, gpuinfo.go), as test data naming
+# where they were read: exposed name -> (TYPE, labels besides node_name, only while > 0).
+TABLE = json.loads((Path(__file__).parent / "peers" / "kepler_gpu_families.json").read_text())
+KEPLER = {name: (kind, set(labels), positive)
+          for name, (kind, labels, positive) in TABLE["families"].items()}
 
 GONE = "4" * 64                      # a Docker container that ended, its counter kept
 
@@ -108,11 +91,17 @@ def one(samples: list, **labels: str):
 
 # ------------------------------------------------------------------------ the vocabulary
 
+def test_the_label_table_names_its_origin():
+    origin = TABLE["origin"]
+    assert origin["repository"] == "sustainable-computing-io/kepler" and origin["commit"]
+    assert any(p.endswith("power_collector.go") for p in origin["paths"])
+
+
 def test_every_family_has_keplers_name_type_and_labels():
     text = text_of(kepler_snapshot())
     samples = kepler_samples(text)
     assert set(samples) == set(KEPLER)
-    for name, (kind, labels) in KEPLER.items():
+    for name, (kind, labels, _) in KEPLER.items():
         assert f"# TYPE {name} {kind}\n" in text, name
         for s in samples[name]:
             assert set(s.labels) == labels | {"node_name"}, (name, s.labels)
@@ -163,8 +152,7 @@ def test_process_series():
     assert trainer.value == 600.0
     assert trainer.labels == {
         "node_name": "node-1", "pid": "4242", "comm": "train.py", "exe": "", "type": "container",
-        "gpu": "0", "vendor": "nvidia", "state": "running", "container_id": "1" * 64,
-        "vm_id": ""}
+        "state": "running", "container_id": "1" * 64, "vm_id": ""}
     # A service's process is in no container: Kepler's "regular", no container_id.
     ollama = one(joules, pid="6000")
     assert (ollama.labels["type"], ollama.labels["container_id"], ollama.value) == \
@@ -172,11 +160,6 @@ def test_process_series():
     # One process on two MIG instances of one GPU: one series, their sum.
     assert one(joules, pid="5000").value == 60.0
     assert one(samples["kepler_process_gpu_watts"], pid="5000").value == 120.0
-    assert one(samples["kepler_process_gpu_compute_utilization"], pid="5000").value == 0.3
-    assert one(samples["kepler_process_gpu_compute_utilization"], pid="4242").value == 0.75
-    # NVML gave 4243 no SM share: no sample.
-    assert not [s for s in samples["kepler_process_gpu_compute_utilization"]
-                if s.labels["pid"] == "4243"]
 
 
 def test_container_series_and_their_state():
@@ -186,8 +169,7 @@ def test_container_series_and_their_state():
     trainer = one(joules, container_id="1" * 64)
     assert trainer.labels == {
         "node_name": "node-1", "container_id": "1" * 64, "container_name": "trainer",
-        "runtime": "containerd", "gpu": "0", "vendor": "nvidia", "state": "running",
-        "pod_id": "u1"}
+        "runtime": "containerd", "state": "running", "pod_id": "u1"}
     assert one(joules, container_id=C3).labels["pod_id"] == ""
     # The sidecar on two instances of M: one series, their sum.
     assert one(joules, container_id="2" * 64).value == 60.0
@@ -204,35 +186,58 @@ def test_container_series_and_their_state():
 def test_pod_series_and_their_state():
     samples = kepler_samples(text_of(kepler_snapshot()))
     joules, watts = samples["kepler_pod_gpu_joules_total"], samples["kepler_pod_gpu_watts"]
-    live = one(joules, pod_id="u1", gpu="0")
+    live = one(joules, pod_id="u1")
     assert live.labels == {"node_name": "node-1", "pod_id": "u1", "pod_name": "trainer-0",
-                           "pod_namespace": "ml", "gpu": "0", "vendor": "nvidia",
-                           "state": "running"}
-    assert live.value == 600.0
+                           "pod_namespace": "ml", "state": "running"}
+    # Its GPUs summed: the trainer's 600 J on A and the sidecar's on M's instances.
+    pod = kepler_snapshot().pods[0]
+    assert live.value == sum(a.attributed_energy_joules for a in pod.accelerators)
     ended = one(joules, pod_id="u2")
     assert (ended.labels["state"], ended.value) == ("terminated", 40.0)
     assert not [s for s in watts if s.labels["pod_id"] == "u2"]
 
 
-def test_workloads_on_a_gpu_the_snapshot_does_not_list_are_left_out():
+def test_a_workload_series_exists_only_while_above_zero():
     s = kepler_snapshot()
-    s = dataclasses.replace(s, devices=tuple(d for d in s.devices if d.identity.uuid != M))
-    samples = kepler_samples(text_of(s))
-    for name in ("kepler_process_gpu_joules_total", "kepler_container_gpu_joules_total",
-                 "kepler_pod_gpu_joules_total"):
-        assert {x.labels["gpu"] for x in samples[name]} == {"0"}, name
+    idle = ProcessStats(7000, A, attributed_power_watts=0.0, attributed_energy_joules=0.0)
+    warm = ProcessStats(7001, A, attributed_power_watts=0.0, attributed_energy_joules=3.0)
+    samples = kepler_samples(text_of(dataclasses.replace(
+        s, processes=s.processes + (idle, warm))))
+    assert not [x for name in ("kepler_process_gpu_joules_total", "kepler_process_gpu_watts")
+                for x in samples[name] if x.labels["pid"] == "7000"]
+    assert one(samples["kepler_process_gpu_joules_total"], pid="7001").value == 3.0
+    assert not [x for x in samples["kepler_process_gpu_watts"] if x.labels["pid"] == "7001"]
+    for name, (_, _, positive) in KEPLER.items():
+        if positive:
+            assert all(x.value > 0 for x in samples[name]), name
 
 
-def test_a_gpu_of_another_vendor_is_told_apart_by_vendor():
+def test_a_process_on_gpus_of_two_vendors_is_one_series():
     s = sample_snapshot()
     amd = DeviceStats(DeviceIdentity(0, "amd-0000:03:00.0", "AMD Instinct MI300X",
                                      vendor="amd"), power_watts=200.0)
-    proc = ProcessStats(77, "amd-0000:03:00.0", attributed_power_watts=3.0,
-                        attributed_energy_joules=4.0)
+    on_a = dataclasses.replace(s.processes[0], attributed_power_watts=1.0,
+                               attributed_energy_joules=2.0)
+    on_amd = dataclasses.replace(on_a, device_uuid="amd-0000:03:00.0",
+                                 attributed_power_watts=3.0, attributed_energy_joules=4.0)
     samples = kepler_samples(text_of(dataclasses.replace(
-        s, devices=s.devices + (amd,), processes=s.processes + (proc,))))
+        s, devices=s.devices + (amd,), processes=(on_a, on_amd))))
     assert one(samples["kepler_node_gpu_watts"], gpu="0", vendor="amd").value == 200.0
-    assert one(samples["kepler_process_gpu_joules_total"], pid="77").labels["vendor"] == "amd"
+    assert one(samples["kepler_process_gpu_joules_total"], pid=str(on_a.pid)).value == 6.0
+    assert one(samples["kepler_process_gpu_watts"], pid=str(on_a.pid)).value == 4.0
+
+
+def test_a_per_pod_panel_draws_one_line_per_pod():
+    """Kepler's per-pod GPU panel plots ``kepler_pod_gpu_watts`` (and the rate of its joules)
+    without aggregating, legend ``{{pod_namespace}}/{{pod_name}}``: one series per pod, a pod
+    on several GPUs and MIG instances included."""
+    s = kepler_snapshot()
+    samples = kepler_samples(text_of(s))
+    for name in ("kepler_pod_gpu_watts", "kepler_pod_gpu_joules_total"):
+        legends = [f'{x.labels["pod_namespace"]}/{x.labels["pod_name"]}' for x in samples[name]
+                   if x.labels["state"] == "running"]
+        assert sorted(legends) == sorted(set(legends)), name
+        assert "ml/trainer-0" in legends, name
 
 
 # ------------------------------------------------------------------------ switching it
@@ -362,8 +367,8 @@ def test_state_goes_from_running_to_terminated_through_the_daemon(start_daemon, 
     text = daemon.wait_for(running, path="/metrics", timeout=40)
     _promtool_clean(text)
     pod = _series(text, "kepler_pod_gpu_joules_total", pod_id=POD_UID)[0]
-    assert (pod.labels["pod_name"], pod.labels["pod_namespace"], pod.labels["gpu"],
-            pod.labels["vendor"]) == ("trainer-0", "ml", "0", "nvidia")
+    assert (pod.labels["pod_name"], pod.labels["pod_namespace"]) == ("trainer-0", "ml")
+    assert "gpu" not in pod.labels and "vendor" not in pod.labels
     web = _series(text, "kepler_container_gpu_joules_total", container_id=WEB)[0]
     assert (web.labels["container_name"], web.labels["runtime"], web.labels["pod_id"]) == \
         ("web", "docker", "")

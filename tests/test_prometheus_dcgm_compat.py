@@ -257,14 +257,21 @@ def test_values_equal_the_scenario_in_dcgm_units(node):
     xid = _one(prometheus.query("DCGM_FI_DEV_XID_ERRORS"), **g0)["metric"]
     assert xid["err_code"] == "48" and "ECC" in xid["err_msg"]
     # Counters: the energy counter moves with gpustats' own joules (read in the same tick) and
-    # both grow at the power draw; violation time grows at its share of real time (µs/s).
+    # both grow at the power draw; violation time grows at its share of real time (ns/s, as
+    # DCGM's field reference gives the violation counters).
     energy = _samples(prometheus, 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"}')
     joules = dict(_samples(prometheus, 'gpustats_node_gpu_joules_total{gpu="0"}'))
     offsets = {round(mj - 1000 * joules[t]) for t, mj in energy if t in joules}
     assert len(offsets) == 1, offsets
     assert 0.6 * 612.5e3 < _slope(energy) < 1.4 * 612.5e3
     violation = _slope(_samples(prometheus, 'DCGM_FI_DEV_POWER_VIOLATION{gpu="0"}'))
-    assert 0.6 * 0.2e6 < violation < 1.4 * 0.2e6
+    assert 0.6 * 0.2e9 < violation < 1.4 * 0.2e9
+    # dcgm-exporter's count per XID over its window, and gpustats' own counter by XID.
+    counted = _one(prometheus.query("DCGM_EXP_XID_ERRORS_COUNT"), **g0)
+    assert counted["metric"]["xid"] == "48" and _value(counted) == 1
+    assert counted["metric"]["window_size_in_ms"] == "300000"
+    assert _value(_one(prometheus.query("gpustats_node_gpu_xid_errors_total"), xid="48",
+                       **g0)) == 1
     # A MIG instance: its framebuffer share and the pod that holds it.
     used = _one(prometheus.query("DCGM_FI_DEV_FB_USED"), gpu="1", GPU_I_ID="7")
     assert _value(used) == 3 * 1024

@@ -150,21 +150,26 @@ def _metrics(prometheus: PrometheusServer, expr: str) -> list[dict]:
 
 def test_shared_gpu_series_per_pod(node):
     _, prometheus = node
-    for name, value in (("DCGM_FI_DEV_GPU_UTIL", 87.0), ("DCGM_FI_DEV_FB_USED", 20 * 1024.0),
-                        ("DCGM_FI_DEV_POWER_USAGE", 400.0)):
+    for name, device, a, b in (("DCGM_FI_DEV_GPU_UTIL", 87.0, 50.0, 30.0),
+                               ("DCGM_FI_DEV_FB_USED", 20 * 1024.0, 4 * 1024.0, 2 * 1024.0),
+                               ("DCGM_FI_DEV_POWER_USAGE", None, 400.0, 400.0)):
         series = prometheus.query(f'{name}{{job="shipped",gpu="0"}}')
         found = {(s["metric"].get("namespace"), s["metric"].get("pod"),
                   s["metric"].get("container"), s["metric"].get("vgpu")): float(s["value"][1])
                  for s in series}
-        # Each pod on the time-sliced GPU has its copy, with the replica it was given as vgpu;
-        # none is left without pod labels.
-        assert found == {("ml", "infer-a", "a", "0"): value,
-                         ("web", "infer-b", "b", "1"): value}, name
-    by_pod = prometheus.query('sum by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{job="shipped"})')
+        # Each pod on the time-sliced GPU has its series, with the replica it was given as
+        # vgpu: its own processes' SM utilization and memory (dcgm-exporter's per-process
+        # metrics) beside the device's series without pod labels; the device's power copied.
+        expected = {("ml", "infer-a", "a", "0"): a, ("web", "infer-b", "b", "1"): b}
+        if device is not None:
+            expected[(None, None, None, None)] = device
+        assert found == expected, name
+    by_pod = prometheus.query(
+        'sum by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{job="shipped",pod!=""})')
     assert {(s["metric"]["namespace"], s["metric"]["pod"]) for s in by_pod} == {
         ("ml", "infer-a"), ("web", "infer-b")}
     uids = {m["pod"]: m["pod_uid"] for m in _metrics(
-        prometheus, 'DCGM_FI_DEV_GPU_UTIL{job="shipped",gpu="0"}')}
+        prometheus, 'DCGM_FI_DEV_GPU_UTIL{job="shipped",gpu="0",pod!=""}')}
     assert uids == {"infer-a": pod_uid(1), "infer-b": pod_uid(2)}
     # A per-GPU figure is still one value with max by (gpu).
     (power,) = prometheus.query('max by (gpu) (DCGM_FI_DEV_POWER_USAGE{job="shipped",gpu="0"})')
@@ -189,7 +194,8 @@ def test_idle_mig_instance_memory(node):
 
 def test_component_gives_dcgm_exporter_chart_label_names(node):
     _, prometheus = node
-    series = _metrics(prometheus, 'DCGM_FI_DEV_GPU_UTIL{job="dcgm-labels",gpu="0"}')
+    series = _metrics(prometheus,
+                      'DCGM_FI_DEV_GPU_UTIL{job="dcgm-labels",gpu="0",exported_pod!=""}')
     assert {(m["exported_namespace"], m["exported_pod"], m["exported_container"])
             for m in series} == {("ml", "infer-a", "a"), ("web", "infer-b", "b")}
     # The target's own labels win: the scraping pod's, as under dcgm-exporter's chart.

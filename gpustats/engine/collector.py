@@ -175,6 +175,7 @@ class Housekeeper:
                 sources=self._errors.states(),
                 vendors=tuple(VendorStatus(v.vendor, v.gpus_on_pci_bus, v.loaded)
                               for v in gpu_status.vendors or (gpu_status,)),
+                dcgm_exporter_url=getattr(self._mig_activity_source, "url", None),
             ),
         )
         if self._persister is not None:

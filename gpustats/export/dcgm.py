@@ -8,9 +8,13 @@ the MIG instance), with the ``dra_*`` labels of the DRA claim it holds it by and
 the device plugin's replica (``<uuid>::N``). A GPU that several pod containers share
 (time-slicing, MPS) gives each of them (each replica) a copy of its series, as dcgm-exporter's
 Kubernetes mapping does with ``--kubernetes-virtual-gpus``, so ``sum by (pod)`` keeps shared
-GPUs. A label whose value is unknown is left out, never empty. Rendered here rather than through
-prometheus-client because dcgm-exporter's counters carry no ``_total`` suffix, which
-prometheus-client's text format adds.
+GPUs; there ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_FB_USED`` (``dcgm_table.PER_HOLDER``)
+give each holder its own processes' SM utilization and memory, beside the device's series
+without pod labels, as dcgm-exporter's per-process metrics do. A label whose value is unknown is
+left out, never empty. Rendered here rather than through prometheus-client because
+dcgm-exporter's counters carry no ``_total`` suffix, which prometheus-client's text format adds;
+in OpenMetrics those families are typed ``unknown``, the one type whose sample keeps the
+family's bare name, so the body parses and the names are dcgm-exporter's.
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ import math
 from typing import Iterator
 
 from gpustats.export.dcgm_table import (
-    DEVICE_FIELDS, INSTANCE_MEMORY_FIELDS, PROF_FIELDS, XID, DcgmField,
+    COUNTER, DEVICE_FIELDS, INSTANCE_MEMORY_FIELDS, PER_HOLDER, PROF_FIELDS, XID, XID_COUNT,
+    DcgmField,
 )
 from gpustats.export.text import shown
 from gpustats.model.device import MigInstanceReading
-from gpustats.model.health import XID_DESCRIPTIONS
+from gpustats.model.health import XID_DESCRIPTIONS, XID_WINDOW_SECONDS, DeviceHealth
 from gpustats.model.snapshot import (
     ContainerAccelerator, ContainerStats, DeviceStats, PodStats, Snapshot,
 )
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, float | int]              # (rendered label set, value)
+# A holder's label set and its own figures on the GPU: SM utilization (%) and memory (bytes).
+Holder = tuple[Labels, float | None, int | None]
+Holders = dict[tuple[str, int | None], tuple[Holder, ...]]
 
 NO_XID_MESSAGE = "No Error"
 # dcgm-exporter's node label: ``Hostname`` up to its latest release, ``hostname`` on its main
@@ -37,6 +45,9 @@ NO_XID_MESSAGE = "No Error"
 HOSTNAME_LABELS = ("Hostname", "hostname")
 _FB_FREE, _FB_USED = (next(f for f in DEVICE_FIELDS if f.name == name)
                       for name in INSTANCE_MEMORY_FIELDS)
+_UTIL = next(f for f in DEVICE_FIELDS if f.name == "DCGM_FI_DEV_GPU_UTIL")
+_WINDOW = (("window_size_in_ms", str(int(XID_WINDOW_SECONDS * 1000))),)
+_NO_POD: tuple[Holder, ...] = (((), None, None),)
 
 
 def _get(obj: object, path: str) -> object:
@@ -76,12 +87,12 @@ def _kubernetes_labels(pod: PodStats, container: ContainerStats, acc: ContainerA
     return tuple(tuple(sorted(labels + (("vgpu", str(r)),))) for r in acc.replicas)
 
 
-def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ...]]:
+def holders(snapshot: Snapshot) -> Holders:
     """(GPU UUID, GPU instance id) → the Kubernetes labels of each named pod container that
-    holds it, one label set per holder and replica (a shared GPU has several). Containers
-    outside pods and unnamed pods hold GPUs too, without labels: a GPU only they hold has one
-    unlabelled series."""
-    seen: dict[tuple[str, int | None], dict[Labels, None]] = {}
+    holds it, one label set per holder and replica (a shared GPU has several), with the
+    holder's own figures there. Containers outside pods and unnamed pods hold GPUs too,
+    without labels: a GPU only they hold has one unlabelled series."""
+    seen: dict[tuple[str, int | None], dict[Labels, Holder]] = {}
     mig_uuids = {(d.identity.uuid, m.gpu_instance_id): m.uuid for d in snapshot.devices
                  for m in (d.mig_instances or (d.reading.mig_instances if d.reading else ()))
                  if m.uuid}
@@ -90,9 +101,20 @@ def holders(snapshot: Snapshot) -> dict[tuple[str, int | None], tuple[Labels, ..
             continue
         for a in c.accelerators:
             owners = seen.setdefault((a.device_uuid, a.gpu_instance_id), {})
+            # No process of its own seen on the GPU (memory read: 0): 0 %, as dcgm-exporter
+            # gives a holder without processes.
+            util = a.compute_utilization_percent
+            if util is None and a.process_memory_used_bytes == 0:
+                util = 0.0
             for labels in _kubernetes_labels(pod, c, a, mig_uuids):
-                owners[labels] = None
-    return {key: tuple(sorted(owners)) for key, owners in seen.items() if owners}
+                owners[labels] = (labels, util, a.process_memory_used_bytes)
+    return {key: tuple(owners[k] for k in sorted(owners)) for key, owners in seen.items()
+            if owners}
+
+
+def _shared(owners: tuple[Holder, ...]) -> bool:
+    """Several holders, or a device plugin replica: each gets its own PER_HOLDER figures."""
+    return len(owners) > 1 or any(k == "vgpu" for labels, _, _ in owners for k, _ in labels)
 
 
 def _escape_label(value: str) -> str:
@@ -119,43 +141,68 @@ class _Families:
         self.samples.setdefault(field.name, []).append((labels, value))
 
 
-def _device_samples(out: _Families, d: DeviceStats, tail: Labels,
-                    kubernetes: dict[tuple[str, int | None], tuple[Labels, ...]]) -> None:
+def _device_samples(out: _Families, d: DeviceStats, tail: Labels, kubernetes: Holders,
+                    now: float) -> None:
     ident = d.identity
     base = _labels(("gpu", ident.index), ("UUID", ident.uuid), ("pci_bus_id", ident.pci_bus_id),
                    ("device", f"nvidia{ident.minor_number}"
                     if ident.minor_number is not None else None),
                    ("modelName", ident.name))
-    owners = kubernetes.get((ident.uuid, None)) or ((),)
+    owners = kubernetes.get((ident.uuid, None)) or _NO_POD
     reading = d.reading
     if reading is not None and not reading.lost:
-        for k8s in owners:
+        shared = _shared(owners)
+        if shared:              # the device's own figures, without pod labels
+            device = _render_labels(base + tail)
+            out.add(_UTIL, device, reading.utilization_percent)
+            out.add(_FB_USED, device, reading.memory_used_bytes)
+        for k8s, util, memory in owners:
             labels = _render_labels(base + tail + k8s)
             for field in DEVICE_FIELDS:
-                out.add(field, labels, _get(reading, field.path))
+                if not shared or field.name not in PER_HOLDER:
+                    out.add(field, labels, _get(reading, field.path))
+            if shared:
+                out.add(_UTIL, labels, util)
+                out.add(_FB_USED, labels, memory)
             for field in PROF_FIELDS:
                 out.add(field, labels, _get(reading.gpm, field.path))
         for inst in reading.mig_instances:
             _instance_samples(out, inst, base, tail,
-                              kubernetes.get((ident.uuid, inst.gpu_instance_id)) or ((),))
+                              kubernetes.get((ident.uuid, inst.gpu_instance_id)) or _NO_POD)
     if d.health is not None:
-        code = d.health.last_xid
-        message = NO_XID_MESSAGE if code is None else \
-            XID_DESCRIPTIONS.get(code, "Unknown XID error")
-        extra = (("err_code", str(code or 0)), ("err_msg", message))
-        for k8s in owners:
-            out.add(XID, _render_labels(base + tail + tuple(sorted(k8s + extra))), code or 0)
+        _xid_samples(out, d.health, base + tail, owners, now)
+
+
+def _xid_samples(out: _Families, health: DeviceHealth, base: Labels,
+                 owners: tuple[Holder, ...], now: float) -> None:
+    """The last XID (``err_code``, ``err_msg``), and the count of each XID over the window."""
+    code = health.last_xid
+    message = NO_XID_MESSAGE if code is None else XID_DESCRIPTIONS.get(code, "Unknown XID error")
+    extra = (("err_code", str(code or 0)), ("err_msg", message))
+    counts: dict[int, int] = {}
+    for xid, when in health.recent_xids:
+        if when >= now - XID_WINDOW_SECONDS:
+            counts[xid] = counts.get(xid, 0) + 1
+    for k8s, _, _ in owners:
+        out.add(XID, _render_labels(base + tuple(sorted(k8s + extra))), code or 0)
+        for xid, count in counts.items():
+            out.add(XID_COUNT, _render_labels(base + k8s + (("xid", str(xid)),) + _WINDOW),
+                    count)
 
 
 def _instance_samples(out: _Families, inst: MigInstanceReading, base: Labels, tail: Labels,
-                      owners: tuple[Labels, ...]) -> None:
+                      owners: tuple[Holder, ...]) -> None:
     used, total = inst.memory_used_bytes, inst.memory_total_bytes
-    for k8s in owners:
-        labels = _render_labels(base + _labels(("GPU_I_PROFILE", inst.profile),
-                                               ("GPU_I_ID", inst.gpu_instance_id)) + tail + k8s)
+    shared = _shared(owners)
+    instance = base + _labels(("GPU_I_PROFILE", inst.profile),
+                              ("GPU_I_ID", inst.gpu_instance_id)) + tail
+    if shared:
+        out.add(_FB_USED, _render_labels(instance), used)
+    for k8s, _, memory in owners:
+        labels = _render_labels(instance + k8s)
         for field in PROF_FIELDS:
             out.add(field, labels, _get(inst.gpm, field.path))
-        out.add(_FB_USED, labels, used)
+        out.add(_FB_USED, labels, memory if shared else used)
         if used is not None and total is not None and total >= used:
             out.add(_FB_FREE, labels, total - used)
 
@@ -164,20 +211,22 @@ def _format(value: float | int) -> str:
     return str(value) if isinstance(value, int) else repr(float(value))
 
 
-def _lines(families: _Families) -> Iterator[str]:
-    for field in (*DEVICE_FIELDS, *PROF_FIELDS, XID):
+def _lines(families: _Families, openmetrics: bool) -> Iterator[str]:
+    for field in (*DEVICE_FIELDS, *PROF_FIELDS, XID, XID_COUNT):
         samples = families.samples.get(field.name)
         if not samples:
             continue
-        yield f"# HELP {field.name} {field.help}\n# TYPE {field.name} {field.kind}\n"
+        kind = "unknown" if openmetrics and field.kind == COUNTER else field.kind
+        yield f"# HELP {field.name} {field.help}\n# TYPE {field.name} {kind}\n"
         for labels, value in samples:
             yield f"{field.name}{labels} {_format(value)}\n"
 
 
 def render_dcgm(snapshot: Snapshot, node_name: str | None = None,
-                hostname_label: str = HOSTNAME_LABELS[0]) -> bytes:
-    """Every dcgm-exporter family NVML gave this tick, as Prometheus text (OpenMetrics-safe);
-    ``hostname_label`` names the node label (one of ``HOSTNAME_LABELS``)."""
+                hostname_label: str = HOSTNAME_LABELS[0], openmetrics: bool = False) -> bytes:
+    """Every dcgm-exporter family NVML gave this tick, as Prometheus text, or as the families
+    of an OpenMetrics body (counters typed ``unknown``); ``hostname_label`` names the node
+    label (one of ``HOSTNAME_LABELS``)."""
     if hostname_label not in HOSTNAME_LABELS:
         raise ValueError(f"hostname label must be one of {HOSTNAME_LABELS}")
     tail = _labels((hostname_label, node_name or snapshot.node.node_name),
@@ -185,5 +234,5 @@ def render_dcgm(snapshot: Snapshot, node_name: str | None = None,
     kubernetes = holders(snapshot)
     out = _Families()
     for d in snapshot.devices:
-        _device_samples(out, d, tail, kubernetes)
-    return "".join(_lines(out)).encode()
+        _device_samples(out, d, tail, kubernetes, snapshot.taken_at)
+    return "".join(_lines(out, openmetrics)).encode()

@@ -1,7 +1,8 @@
 """dcgm-exporter's metric vocabulary, declared once: name, type, help, and where NVML gives it.
 
-Names, types and units are dcgm-exporter's (its default counters plus the throttle fields the
-saturation design reads): MHz, C, W, mJ, %, MiB, µs, ratios 0..1 and bytes per second. Each
+Names, types and units are dcgm-exporter's (its default counters, ``export.dcgm_counters``, plus
+the throttle fields the saturation design reads): MHz, C, W, mJ, %, MiB, ns (the violation
+counters, as DCGM's field reference gives them), ratios 0..1 and bytes per second. Each
 field names the reading it comes from as an attribute path and a conversion; a reading that is
 ``None`` gives no sample. Profiling (``DCGM_FI_PROF_*``) fields come from NVML GPM only, per
 GPU and per MIG instance, and are absent where GPM is: never derived from the duty cycle.
@@ -27,10 +28,6 @@ def _int(value) -> int:
 
 def _mib(value) -> int:
     return int(value) // MIB
-
-
-def _ns_to_us(value) -> int:
-    return int(value) // 1000
 
 
 def _percent_to_ratio(value) -> float:
@@ -88,17 +85,17 @@ DEVICE_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_ROW_REMAP_FAILURE", GAUGE, "Whether remapping of rows has failed.",
               "remapped_rows.failure", _int),
     DcgmField("DCGM_FI_DEV_POWER_VIOLATION", COUNTER,
-              "Throttling duration due to power constraints (in us).", "violations.power_ns",
-              _ns_to_us),
+              "Throttling duration due to power constraints (in ns).", "violations.power_ns",
+              _int),
     DcgmField("DCGM_FI_DEV_THERMAL_VIOLATION", COUNTER,
-              "Throttling duration due to thermal constraints (in us).", "violations.thermal_ns",
-              _ns_to_us),
+              "Throttling duration due to thermal constraints (in ns).", "violations.thermal_ns",
+              _int),
     DcgmField("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", COUNTER,
-              "Throttling duration due to sync-boost constraints (in us).",
-              "violations.sync_boost_ns", _ns_to_us),
+              "Throttling duration due to sync-boost constraints (in ns).",
+              "violations.sync_boost_ns", _int),
     DcgmField("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", COUNTER,
-              "Throttling duration due to board limit constraints (in us).",
-              "violations.board_limit_ns", _ns_to_us),
+              "Throttling duration due to board limit constraints (in ns).",
+              "violations.board_limit_ns", _int),
     DcgmField("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", GAUGE,
               "Current clocks event reasons (bitmask of NVML clocks event reasons).",
               "clocks_event_reasons", _int),
@@ -141,5 +138,13 @@ INSTANCE_MEMORY_FIELDS = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED")
 # From the health monitor: the last XID, with ``err_code`` and ``err_msg`` labels.
 XID = DcgmField("DCGM_FI_DEV_XID_ERRORS", GAUGE, "Value of the last XID error encountered.",
                 "health.last_xid", _int)
+# dcgm-exporter's own count per XID (``xid`` label) over its window (``window_size_in_ms``).
+XID_COUNT = DcgmField("DCGM_EXP_XID_ERRORS_COUNT", GAUGE,
+                      "Count of XID errors within the time window, per XID.",
+                      "health.recent_xids", _int)
 
-NAMES = frozenset(f.name for f in (*DEVICE_FIELDS, *PROF_FIELDS, XID))
+# On a shared GPU, the fields each holder gets its own processes' figure of (dcgm-exporter's
+# per-process metrics), beside the device's series without pod labels.
+PER_HOLDER = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
+
+NAMES = frozenset(f.name for f in (*DEVICE_FIELDS, *PROF_FIELDS, XID, XID_COUNT))

@@ -1,11 +1,9 @@
 """The rows of Kepler's GPU families (``--kepler-compat``, ``export.kepler_table``) in one
-snapshot: one per GPU, and one per label set of a process, container or pod on a GPU.
+snapshot: one per GPU, and one per label set of a process, container or pod.
 
-Kepler's workload labels name a GPU by its index and vendor only, so what gpustats keeps per
-GPU instance (a process or container on several MIG instances of one GPU) is summed into the
-one series of that GPU; a GPU the snapshot does not list has no index to label it by, and its
-workload rows are left out (the ``gpustats_*`` families carry it by UUID). Label values are
-raw here; ``export.prometheus`` shows them by the one rule and adds ``node_name``.
+Kepler's workload series name no GPU: what gpustats keeps per GPU and GPU instance (a process
+or container on several GPUs or MIG instances) is summed into the workload's one series. Label
+values are raw here; ``export.prometheus`` shows them by the one rule and adds ``node_name``.
 """
 
 from __future__ import annotations
@@ -28,32 +26,25 @@ RawRow = tuple[object, Labels]                          # (what the getters read
 
 @dataclass(frozen=True)
 class Usage:
-    """A workload's figures on one GPU: active energy (cumulative) and power attributed, and
-    (processes) the compute utilization as a ratio 0..1; ``None`` where unknown."""
+    """A workload's figures over its GPUs: active energy (cumulative) and power attributed;
+    ``None`` where unknown."""
 
     joules: float | None = None
     watts: float | None = None
-    utilization: float | None = None
 
 
 class _Sums:
     """Figures summed per label set, in first-seen order."""
 
     def __init__(self) -> None:
-        self._parts: dict[Labels, list[tuple[float | None, float | None, float | None]]] = {}
+        self._parts: dict[Labels, list[tuple[float | None, float | None]]] = {}
 
-    def add(self, labels: Labels, joules: float | None, watts: float | None,
-            utilization: float | None = None) -> None:
-        self._parts.setdefault(labels, []).append((joules, watts, utilization))
+    def add(self, labels: Labels, joules: float | None, watts: float | None) -> None:
+        self._parts.setdefault(labels, []).append((joules, watts))
 
     def rows(self) -> list[RawRow]:
-        out: list[RawRow] = []
-        for labels, parts in self._parts.items():
-            utilization = present_sum(p[2] for p in parts)
-            out.append((Usage(present_sum(p[0] for p in parts), present_sum(p[1] for p in parts),
-                              min(1.0, utilization) if utilization is not None else None),
-                        labels))
-        return out
+        return [(Usage(present_sum(p[0] for p in parts), present_sum(p[1] for p in parts)),
+                 labels) for labels, parts in self._parts.items()]
 
 
 def _state(ended: bool) -> str:
@@ -72,27 +63,23 @@ def gpu_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
 
 
 def process_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
-    """Every GPU process, per GPU. Its ``container_id`` is its container's where it runs in
-    one (``type`` container), else empty (``type`` regular: a service, session, job or loose
-    process); ``terminated`` once it ended, while its counter is kept."""
+    """Every GPU process, its GPUs summed. Its ``container_id`` is its container's where it
+    runs in one (``type`` container), else empty (``type`` regular: a service, session, job
+    or loose process); ``terminated`` once it ended, while its counter is kept."""
     sums = _Sums()
     for p in snapshot.processes:
-        gpu = gpus.get(p.device_uuid)
-        if gpu is None:
-            continue
         # A container's key is its ID; another tenant's names its kind (``service:…``).
         cid = p.container_id if p.container_id and tenant_from_key(p.container_id) is None \
             else None
-        percent = p.compute_utilization_percent
-        sums.add((p.pid, p.comm, None, CONTAINER_PROCESS if cid else REGULAR, gpu[0], gpu[2],
-                  _state(p.ended), cid, None),
-                 p.attributed_energy_joules, p.attributed_power_watts,
-                 percent / 100.0 if percent is not None else None)
+        sums.add((p.pid, p.comm, None, CONTAINER_PROCESS if cid else REGULAR, _state(p.ended),
+                  cid, None),
+                 p.attributed_energy_joules, p.attributed_power_watts)
     return sums.rows()
 
 
 def container_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
-    """Every container (of a pod or not; not the other tenants) per GPU it holds or held:
+    """Every container (of a pod or not; not the other tenants), the GPUs it holds or held
+    summed:
     ``terminated`` once it, or its pod, ended while its counters are kept."""
     sums = _Sums()
     for pod, c in snapshot.containers_with_pods():
@@ -101,25 +88,19 @@ def container_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
         ended = c.ended or (pod is not None and pod.ended)
         pod_id = pod.uid if pod is not None else c.pod_uid
         for a in c.accelerators:
-            gpu = gpus.get(a.device_uuid)
-            if gpu is None:
-                continue
-            sums.add((c.container_id, c.name, c.runtime or UNKNOWN_RUNTIME, gpu[0], gpu[2],
-                      _state(ended), pod_id),
+            sums.add((c.container_id, c.name, c.runtime or UNKNOWN_RUNTIME, _state(ended),
+                      pod_id),
                      a.attributed_energy_joules, _live(a.attributed_power_watts, ended))
     return sums.rows()
 
 
 def pod_rows(snapshot: Snapshot, gpus: GpuLabels) -> list[RawRow]:
-    """Every pod whose counters are served (ended and re-created ones included) per GPU:
-    ``terminated`` once it ended."""
+    """Every pod whose counters are served (ended and re-created ones included), its GPUs
+    summed: ``terminated`` once it ended."""
     sums = _Sums()
     for pod in snapshot.pods:
         for a in pod.accelerators:
-            gpu = gpus.get(a.device_uuid)
-            if gpu is None:
-                continue
-            sums.add((pod.uid, pod.name, pod.namespace, gpu[0], gpu[2], _state(pod.ended)),
+            sums.add((pod.uid, pod.name, pod.namespace, _state(pod.ended)),
                      a.attributed_energy_joules, _live(a.attributed_power_watts, pod.ended))
     return sums.rows()
 

@@ -1,11 +1,12 @@
 """Kepler's GPU metric vocabulary (``--kepler-compat``), declared once as ``metric_table`` rows.
 
-Names, types and labels are those of Kepler's EP-003 (GPU power monitoring) and of what its
-implementation exports (``internal/exporter/prometheus/collector/power_collector.go``); where
-the two differ, a family carries the union of their labels, so a query written against either
-works: node series carry ``gpu_name`` (the implementation's) beside ``gpu, gpu_uuid, vendor``,
-and process series ``exe, type, vm_id`` (the implementation's) beside the design's ``gpu,
-vendor``. Every series also carries ``node_name`` (added by ``export.prometheus``).
+Names, types, labels and when a series exists are those of Kepler's collector
+(``internal/exporter/prometheus/collector/power_collector.go`` and ``gpuinfo.go``): node series
+carry ``gpu, gpu_uuid, gpu_name, vendor``; process, container and pod series carry no GPU label
+(one series per workload, summed over its GPUs) and exist only while their value is above zero.
+No Kepler release has EP-003's ``kepler_process_gpu_compute_utilization``: it is not served
+(``gpustats_process_gpu_sm_utilization`` has the figure). Every series also carries
+``node_name`` (added by ``export.prometheus``).
 
 What the figures mean in gpustats' terms (the README says where they differ from Kepler's):
 
@@ -33,9 +34,9 @@ KEPLER_CONTAINER = "kepler_container"  # kepler.Usage of a container on a GPU; C
 KEPLER_POD = "kepler_pod"              # kepler.Usage of a pod on a GPU; POD
 
 NODE_GPU = ("gpu", "gpu_uuid", "gpu_name", "vendor")
-PROCESS = ("pid", "comm", "exe", "type", "gpu", "vendor", "state", "container_id", "vm_id")
-CONTAINER = ("container_id", "container_name", "runtime", "gpu", "vendor", "state", "pod_id")
-POD = ("pod_id", "pod_name", "pod_namespace", "gpu", "vendor", "state")
+PROCESS = ("pid", "comm", "exe", "type", "state", "container_id", "vm_id")
+CONTAINER = ("container_id", "container_name", "runtime", "state", "pod_id")
+POD = ("pod_id", "pod_name", "pod_namespace", "state")
 
 # Kepler's literals
 RUNNING, TERMINATED = "running", "terminated"
@@ -43,6 +44,16 @@ REGULAR, CONTAINER_PROCESS = "regular", "container"      # a process's ``type``
 UNKNOWN_RUNTIME = "unknown"                              # a container's ``runtime``
 
 _at = attrgetter
+
+
+def _positive(name: str):
+    """A workload's figure, served only while above zero (Kepler's ``if … > 0``)."""
+    get = attrgetter(name)
+
+    def value(row):
+        v = get(row)
+        return v if v is not None and v > 0 else None
+    return value
 
 
 def _node(name: str, kind: str, help: str, unit: str, value) -> Family:
@@ -70,26 +81,28 @@ FAMILIES: tuple[Family, ...] = (
           "Energy consumption of GPU at idle at node level in joules (total - active).",
           "joules", _at("idle_energy_joules")),
     Family("kepler_process_gpu_joules", COUNTER,
-           "Total energy consumption attributed to process on GPU in joules (active energy).",
-           PROCESS, "joules", group=KEPLER, scope=KEPLER_PROCESS, value=_at("joules")),
+           "Energy consumption of gpu at process level in joules (active energy, its GPUs "
+           "summed).", PROCESS, "joules", group=KEPLER, scope=KEPLER_PROCESS,
+           value=_positive("joules")),
     Family("kepler_process_gpu_watts", GAUGE,
-           "Power attributed to process on GPU in watts (active power).", PROCESS, "watts",
-           group=KEPLER, scope=KEPLER_PROCESS, value=_at("watts")),
-    Family("kepler_process_gpu_compute_utilization", GAUGE,
-           "Process GPU compute utilization (0.0-1.0, SM% for NVIDIA).", PROCESS,
-           group=KEPLER, scope=KEPLER_PROCESS, value=_at("utilization")),
+           "Power consumption of gpu at process level in watts (active power, its GPUs "
+           "summed).", PROCESS, "watts", group=KEPLER, scope=KEPLER_PROCESS,
+           value=_positive("watts")),
     Family("kepler_container_gpu_joules", COUNTER,
-           "Total energy consumption of container on GPU in joules (active energy).",
-           CONTAINER, "joules", group=KEPLER, scope=KEPLER_CONTAINER, value=_at("joules")),
+           "Energy consumption of gpu at container level in joules (active energy, its GPUs "
+           "summed).", CONTAINER, "joules", group=KEPLER, scope=KEPLER_CONTAINER,
+           value=_positive("joules")),
     Family("kepler_container_gpu_watts", GAUGE,
-           "Power consumption of container on GPU in watts (active power).", CONTAINER,
-           "watts", group=KEPLER, scope=KEPLER_CONTAINER, value=_at("watts")),
+           "Power consumption of gpu at container level in watts (active power, its GPUs "
+           "summed).", CONTAINER, "watts", group=KEPLER, scope=KEPLER_CONTAINER,
+           value=_positive("watts")),
     Family("kepler_pod_gpu_joules", COUNTER,
-           "Total energy consumption of pod on GPU in joules (active energy).", POD, "joules",
-           group=KEPLER, scope=KEPLER_POD, value=_at("joules")),
+           "Energy consumption of gpu at pod level in joules (active energy, its GPUs "
+           "summed).", POD, "joules", group=KEPLER, scope=KEPLER_POD,
+           value=_positive("joules")),
     Family("kepler_pod_gpu_watts", GAUGE,
-           "Power consumption of pod on GPU in watts (active power).", POD, "watts",
-           group=KEPLER, scope=KEPLER_POD, value=_at("watts")),
+           "Power consumption of gpu at pod level in watts (active power, its GPUs summed).",
+           POD, "watts", group=KEPLER, scope=KEPLER_POD, value=_positive("watts")),
 )
 
 NAMES = frozenset(f.name for f in FAMILIES)

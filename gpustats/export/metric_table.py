@@ -192,8 +192,9 @@ FAMILIES: tuple[Family, ...] = (
            GPU + ("type", "status", "reason"), group="health", scope=HEALTH,
            samples=_conditions),
     Family("gpustats_node_gpu_xid_errors", COUNTER,
-           "XID error events, every event counted (ignored application XIDs included).", GPU,
-           group="health", scope=HEALTH, value=_at("xid_error_count")),
+           "XID error events by XID, every event counted (ignored application XIDs included; "
+           "at most 64 series per GPU, further XIDs under xid=\"other\").", GPU + ("xid",),
+           group="health", scope=HEALTH, samples=_pairs("xid_counts")),
     Family("gpustats_node_gpu_throttle_violation_ratio", GAUGE,
            "Share of the saturation window spent throttled, by violation counter.",
            GPU + ("reason",), "ratio", group="saturation", scope=SATURATION,

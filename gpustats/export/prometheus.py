@@ -279,8 +279,9 @@ def render(snapshot: Snapshot, accept: str | None, dcgm_compat: bool = False,
     registry.register(PrometheusView(lambda: snapshot, table=table))
     body = encoder(registry)
     if dcgm_compat and metric_table.DCGM not in disabled:
-        dcgm = render_dcgm(snapshot, hostname_label=dcgm_hostname_label)
-        if body.endswith(_OPENMETRICS_EOF):
+        openmetrics = body.endswith(_OPENMETRICS_EOF)
+        dcgm = render_dcgm(snapshot, hostname_label=dcgm_hostname_label, openmetrics=openmetrics)
+        if openmetrics:
             body = body[:-len(_OPENMETRICS_EOF)] + dcgm + _OPENMETRICS_EOF
         else:
             body += dcgm

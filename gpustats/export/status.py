@@ -43,4 +43,6 @@ def status_json(snapshot: Snapshot) -> bytes:
         body["tickDurationSeconds"] = round(status.tick_duration_seconds, 6)
     if status.driver_version is not None:
         body["driverVersion"] = status.driver_version
+    if status.dcgm_exporter_url is not None:
+        body["dcgmExporterUrl"] = status.dcgm_exporter_url
     return json_bytes(body)

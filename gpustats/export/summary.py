@@ -92,7 +92,7 @@ def _kubelet_keys(device: DeviceStats) -> dict[str, Any]:
 
 
 def health_dict(health: DeviceHealth) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "healthy": health.healthy,
         "conditions": [
             {"type": c.type, "status": c.status, "reason": shown_or_none(c.reason),
@@ -101,6 +101,9 @@ def health_dict(health: DeviceHealth) -> dict[str, Any]:
             for c in health.conditions
         ],
     }
+    if health.recommended_action:
+        out["recommendedAction"] = health.recommended_action
+    return out
 
 
 def saturation_dict(saturation: Saturation) -> dict[str, Any]:

@@ -16,6 +16,14 @@ CONDITION_ROW_REMAP = "RowRemapHealth"      # row remapping pending or failed (t
 CONDITION_READY = "Ready"                   # aggregated: every other condition True
 CONDITION_TYPES = (CONDITION_NVML_READY, CONDITION_ECC, CONDITION_ROW_REMAP, CONDITION_READY)
 
+# Per-XID counts: at most this many series per GPU (the XIDs seen; any further code is counted
+# under ``XID_OTHER``), and the events of the last window dcgm-exporter counts over (its
+# ``--xid-count-window-size`` default), at most RECENT_XIDS_CAP of them.
+XID_SERIES_CAP = 64
+XID_OTHER = "other"
+XID_WINDOW_SECONDS = 300.0
+RECENT_XIDS_CAP = 1024
+
 # Well-known XIDs (NVIDIA's XID catalog); others are reported by number alone.
 XID_DESCRIPTIONS = {
     13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
@@ -54,11 +62,14 @@ class DeviceHealth:
     conditions: tuple[Condition, ...]
     xid_error_count: int = 0
     last_xid: int | None = None        # the most recent XID code (None: none since start)
+    xid_counts: tuple[tuple[str, int], ...] = ()    # (XID, events) since start, first seen first
+    recent_xids: tuple[tuple[int, float], ...] = ()  # (XID, epoch s) of the last window
     single_bit_ecc_count: int = 0
     double_bit_ecc_count: int = 0      # since NVML was initialised (volatile)
     critical_xid_count: int = 0        # XIDs not on the ignore list, since NVML was initialised
     last_critical_xid: int | None = None
     lost: bool = False                 # GPU_IS_LOST at the last sweep or event
+    recommended_action: str | None = None    # a provider's suggestion (the device API)
 
     @property
     def healthy(self) -> bool:

@@ -177,6 +177,7 @@ class DaemonStatus:
     collection_errors: tuple[tuple[str, str, int], ...] = ()
     sources: tuple[SourceState, ...] = ()       # each data source's state, by name
     vendors: tuple[VendorStatus, ...] = ()      # every vendor's, NVIDIA's included
+    dcgm_exporter_url: str | None = None        # the exporter read (configured or found)
 
 
 @record

@@ -249,6 +249,10 @@ class DcgmExporterClient:
         self._log_once = LogOnce(log, every_seconds=300.0)
         self.requests = 0
 
+    @property
+    def url(self) -> str:
+        return self._url
+
     def activity(self) -> Activity | None:
         """The latest activity map, or ``None`` while the exporter cannot be used."""
         if not self._lock.acquire(blocking=False):

@@ -42,12 +42,15 @@ _CONDITION = {
                    "lastTransitionTime": {**_TIME, "description": "when the status last "
                                           "changed"},
                    "source": {"type": "string", "description": "who set the condition: "
-                              "nvml-events, nvml-sweep, nvml or gpustats (Ready)"}},
+                              "nvml-events, nvml-sweep, nvml, gpustats (Ready) or device-api "
+                              "(a provider, over the gRPC device API)"}},
 }
 _HEALTH = {
     "type": "object", "required": ["healthy", "conditions"],
     "properties": {"healthy": {"type": "boolean", "description": "every condition is True"},
-                   "conditions": {"type": "array", "items": _CONDITION}},
+                   "conditions": {"type": "array", "items": _CONDITION},
+                   "recommendedAction": {"type": "string",
+                                         "description": "a provider's suggestion"}},
 }
 _RATIOS = {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}}
 _SATURATION = {
@@ -275,6 +278,8 @@ _STATUS = {
                                        "gpusOnPciBus": _U64,
                                        "interfaceOpen": {"type": "boolean"}}}},
         "driverVersion": {"type": "string"}, "tickDurationSeconds": _NUM,
+        "dcgmExporterUrl": {"type": "string", "description": "the dcgm-exporter read for MIG "
+                            "activity: configured, or found on the node"},
         "sources": {"type": "array", "items": _SOURCE},
         "collectionErrors": {"type": "array", "items": {
             "type": "object", "required": ["source", "reason", "count"],

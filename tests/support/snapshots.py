@@ -28,7 +28,7 @@ def sample_snapshot(sequence: int = 7, energy_scale: float = 1.0) -> Snapshot:
             unattributed_energy_joules=100.0 * e, power_limit_watts=700.0, temperature_celsius=51,
             sharing_mode="time-slicing",
             health=DeviceHealth((Condition("NVMLReady", "True", "NVMLReady", "ok", T, "nvml"),),
-                                xid_error_count=1),
+                                xid_error_count=1, xid_counts=(("79", 1),)),
             saturation=Saturation(window_seconds=60, throttle_violation_ratios=(("power", 0.2),),
                                   throttle_reason_ratios=(("sw_power_cap", 0.5),),
                                   memory_used_ratio_avg=0.4, memory_used_ratio_max=0.6,

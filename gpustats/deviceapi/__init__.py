@@ -1,0 +1,1 @@
+"""NVSentinel's GpuService messages and stubs, generated from ``nvsentinel_gpu.proto``."""
