@@ -309,14 +309,15 @@ def test_promtool_check_metrics(node):
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                             timeout=60)
     problems = result.stdout.decode().splitlines() + result.stderr.decode().splitlines()
-    # dcgm-exporter's own names and labels are what clients query: its counters carry no
-    # "_total" (and one is named ..._COUNTER) and its "modelName" label is camelCase. promtool
-    # reports exactly those, nothing about gpustats' families and no parse error.
+    # dcgm-exporter's own names and labels are what clients query (its DCGM_FI_ fields and its
+    # own DCGM_EXP_ families): its counters carry no "_total" (and one is named ..._COUNTER)
+    # and its "modelName" label is camelCase. promtool reports exactly those, nothing about
+    # gpustats' families and no parse error.
     inherent = ("label names should be written in 'snake_case' not 'camelCase'",
                 'counter metrics should have "_total" suffix',
                 "metric name should not include type 'counter'")
     unexpected = [p for p in problems
-                  if not (p.startswith("DCGM_FI_") and p.split(" ", 1)[1] in inherent)]
+                  if not (p.startswith(("DCGM_FI_", "DCGM_EXP_")) and p.split(" ", 1)[1] in inherent)]
     assert unexpected == [], unexpected
     gpustats_only = b"".join(line for line in body.splitlines(keepends=True)
                              if b"DCGM_" not in line)

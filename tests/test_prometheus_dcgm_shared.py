@@ -201,12 +201,13 @@ def test_component_gives_dcgm_exporter_chart_label_names(node):
     # The target's own labels win: the scraping pod's, as under dcgm-exporter's chart.
     assert {(m["pod"], m["namespace"], m["container"]) for m in series} == {
         (TARGET_LABELS["pod"], TARGET_LABELS["namespace"], TARGET_LABELS["container"])}
-    # A query written for dcgm-exporter, per pod across every GPU and MIG instance.
+    # A query written for dcgm-exporter, per pod across every GPU and MIG instance: on the
+    # shared GPU each holder's own memory, as dcgm-exporter gives it per pod.
     by_pod = prometheus.query('sum by (exported_namespace, exported_pod) '
                               '(DCGM_FI_DEV_FB_USED{job="dcgm-labels",exported_pod!=""})')
     assert {(s["metric"]["exported_namespace"], s["metric"]["exported_pod"]): float(
-        s["value"][1]) for s in by_pod} == {("ml", "infer-a"): 20 * 1024.0,
-                                           ("web", "infer-b"): 20 * 1024.0,
+        s["value"][1]) for s in by_pod} == {("ml", "infer-a"): 4 * 1024.0,
+                                           ("web", "infer-b"): 2 * 1024.0,
                                            ("serving", "embed-0"): 3 * 1024.0}
     # The shipped job keeps the names gpustats gives.
     assert not prometheus.query('{job="shipped",exported_pod!=""}')
