@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Sequence
 MAX_METRICS_BYTES = 32 << 20
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_WANTED = ("gpustats_node_gpu_", "gpustats_tenant_gpu_", "gpustats_snapshot_sequence")
+_WANTED = ("gpustats_node_gpu_", "gpustats_tenant_gpu_", "gpustats_last_tick_timestamp_seconds")
 
 
 def _unescape(value: str) -> str:
@@ -65,7 +66,7 @@ class TenantRow:
 
 @dataclass
 class View:
-    sequence: int | None
+    tick: float | None                # when the tick shown ended (epoch seconds)
     gpus: list[GpuRow]
     tenants: list[TenantRow]
 
@@ -73,10 +74,10 @@ class View:
 def build_view(samples: list[tuple[str, dict[str, str], float]]) -> View:
     gpus: dict[str, GpuRow] = {}
     tenants: dict[tuple[str, str, str], TenantRow] = {}
-    sequence = None
+    tick = None
     for name, labels, value in samples:
-        if name == "gpustats_snapshot_sequence":
-            sequence = int(value)
+        if name == "gpustats_last_tick_timestamp_seconds":
+            tick = value
         elif name.startswith("gpustats_node_gpu_") and "gpu_uuid" in labels and \
                 "gpu_instance_id" not in labels and "condition" not in labels:
             uuid = labels["gpu_uuid"]
@@ -90,7 +91,7 @@ def build_view(samples: list[tuple[str, dict[str, str], float]]) -> View:
             else:
                 tenant.idle_watts = value
     ordered = sorted(gpus.values(), key=lambda g: (len(g.index), g.index))
-    return View(sequence, ordered,
+    return View(tick, ordered,
                 sorted(tenants.values(), key=lambda t: (-t.total, t.name)))
 
 
@@ -105,8 +106,8 @@ def _gib(value: float | None) -> str:
 
 def render(view: View, width: int = 80, height: int = 24, source: str = "") -> list[str]:
     """The frame's lines, each cut to ``width`` (pure)."""
-    lines = [f"gpustats top  {source}  tick {view.sequence if view.sequence is not None else '-'}"
-             "  (q quits)", ""]
+    shown = "-" if view.tick is None else time.strftime("%H:%M:%S", time.localtime(view.tick))
+    lines = [f"gpustats top  {source}  tick {shown}  (q quits)", ""]
     lines.append(f"{'GPU':<4}{'POWER':>7}{'IDLE':>7}{'TENANTS':>9}{'UNALLOC':>9}{'UNATTR':>8}"
                  f"{'DUTY':>6}  {'MEMORY GiB':<13}{'HEALTH':<7}")
     tenant_watts: dict[str, float] = {}
@@ -150,8 +151,8 @@ def _loop(screen, url: str, poll: float) -> None:     # pragma: no cover - needs
             view, error = fetch(url), None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             error = f"{url}: {exc}"
-        if view is not None and (view.sequence, error) != shown:
-            shown = (view.sequence, error)
+        if view is not None and (view.tick, error) != shown:
+            shown = (view.tick, error)
             height, width = screen.getmaxyx()
             screen.erase()
             lines = render(view, width - 1, height - 1, url)
