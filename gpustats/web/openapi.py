@@ -356,8 +356,11 @@ _USAGE = {
         "totals": {"type": "object", "required": ["energyJoules", "energyKwh"],
                    "properties": _USAGE_FIGURES}},
 }
-_PERIOD_TEXT = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}(-[0-9]{2}(T[0-9]{2}:[0-9]{2}:"
-                                             r"[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))?)?$"}
+_MONTH_TEXT = r"(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])"
+_PERIOD_TEXT = {"type": "string", "pattern": f"^{_MONTH_TEXT}(-(0[1-9]|1[0-9]|2[0-8])"
+                                             r"(T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+                                             r"(\.[0-9]+)?(Z|[+-]0[0-9]:[0-5][0-9]))?)?$",
+                "description": "days 29 to 31 are taken too where the month has them"}
 _GROUP_FIELDS = "(tenant|kind|namespace|pod|container|service|user|job|node|gpu)"
 
 
@@ -372,7 +375,7 @@ def _usage_path() -> dict:
                                     "YYYY-MM (UTC); default this month's start"),
         query("to", _PERIOD_TEXT, "period end (exclusive); a day or month means its end; "
                                   "default now"),
-        query("month", {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}$"},
+        query("month", {"type": "string", "pattern": f"^{_MONTH_TEXT}$"},
               "the period: one month (instead of from and to)"),
         query("by", {"type": "string", "pattern": f"^{_GROUP_FIELDS}(,{_GROUP_FIELDS})*$"},
               "fields to group by, comma-separated (default tenant)"),
