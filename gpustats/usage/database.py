@@ -10,11 +10,14 @@ keeps the file whole.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
+from itertools import chain
 from gpustats.usage.tariff import CarbonIntensity, Price
 from gpustats.usage.ticks import Gains, Totals, UsageTenant
 
 FILE_NAME = "usage.sqlite"
+CHUNK_ROWS = 256            # rows a statement (SQLite allows 32,766 values in one)
 SCHEMA_VERSION = 1
 HOUR = 3600
 DAY = 86400
@@ -36,20 +39,35 @@ CREATE TABLE IF NOT EXISTS daily(
     PRIMARY KEY(day, tenant, gpu)) WITHOUT ROWID;
 """
 
-_UPSERT = """
-INSERT INTO hourly(hour, tenant, gpu, attributed, idle, cost, co2e, last_attributed, last_idle)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT(hour, tenant, gpu) DO UPDATE SET
-    attributed = attributed + excluded.attributed, idle = idle + excluded.idle,
-    cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE coalesce(cost, 0) + excluded.cost END,
-    co2e = CASE WHEN excluded.co2e IS NULL THEN co2e ELSE coalesce(co2e, 0) + excluded.co2e END,
-    last_attributed = excluded.last_attributed, last_idle = excluded.last_idle
-"""
+@functools.lru_cache(maxsize=2 * CHUNK_ROWS)
+def _upsert(cost: bool, co2e: bool, rows: int) -> str:
+    """The statement adding ``rows`` of one tick's gains into their hours' rows; cost and
+    CO2e only where this hour has a price and an intensity (a column never touched stays as
+    it was: absent where no tick of the hour had them). Many rows in one statement: SQLite
+    runs it in one call, leaving the interpreter's lock once, where a statement a row takes
+    it back a thousand times from the tick."""
+    columns = ["hour", "tenant", "gpu", "attributed", "idle", "last_attributed", "last_idle",
+               *(["cost"] if cost else []), *(["co2e"] if co2e else [])]
+    updates = ["attributed = attributed + excluded.attributed",
+               "idle = idle + excluded.idle", "last_attributed = excluded.last_attributed",
+               "last_idle = excluded.last_idle",
+               *(["cost = coalesce(cost, 0) + excluded.cost"] if cost else []),
+               *(["co2e = coalesce(co2e, 0) + excluded.co2e"] if co2e else [])]
+    row = f"({', '.join('?' * len(columns))})"
+    return (f"INSERT INTO hourly({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
+            "ON CONFLICT(hour, tenant, gpu) DO UPDATE SET " + ", ".join(updates))
 
 _ROLL = """
 INSERT INTO daily(day, tenant, gpu, attributed, idle, cost, co2e)
 SELECT hour - hour % 86400, tenant, gpu, sum(attributed), sum(idle), sum(cost), sum(co2e)
-FROM hourly WHERE hour < ? GROUP BY hour - hour % 86400, tenant, gpu
+FROM hourly WHERE hour >= ? AND hour < ? GROUP BY hour - hour % 86400, tenant, gpu
+ON CONFLICT(day, tenant, gpu) DO UPDATE SET
+    attributed = attributed + excluded.attributed, idle = idle + excluded.idle,
+    cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE coalesce(cost, 0) + excluded.cost END,
+    co2e = CASE WHEN excluded.co2e IS NULL THEN co2e ELSE coalesce(co2e, 0) + excluded.co2e END
+"""
+_LATE = """
+INSERT INTO daily(day, tenant, gpu, attributed, idle, cost, co2e) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(day, tenant, gpu) DO UPDATE SET
     attributed = attributed + excluded.attributed, idle = idle + excluded.idle,
     cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE coalesce(cost, 0) + excluded.cost END,
@@ -57,6 +75,11 @@ ON CONFLICT(day, tenant, gpu) DO UPDATE SET
 """
 
 JOULES_PER_KWH = 3.6e6
+
+
+def today_of(epoch: int) -> int:
+    """The start of the UTC day of ``epoch``."""
+    return epoch - epoch % DAY
 
 
 class UsageVersionError(sqlite3.DatabaseError):
@@ -100,6 +123,9 @@ class UsageWriter:
         self._tenants: dict[str, tuple[int, UsageTenant]] = {}
         self._gpus: dict[str, int] = {}
         self._rolled_hour: int | None = None
+        row = connection.execute("SELECT value FROM meta WHERE key='rolled_until'").fetchone()
+        # Every day before this one is in the daily rows (its hours too, while kept).
+        self._rolled_until: int | None = int(row[0]) if row is not None else None
         if price is not None:
             connection.execute("INSERT OR REPLACE INTO meta VALUES ('currency', ?)",
                                (price.currency,))
@@ -124,7 +150,9 @@ class UsageWriter:
 
     def _tenant_id(self, tenant: UsageTenant) -> int:
         known = self._tenants.get(tenant.key)
-        if known is not None and known[1] == tenant:
+        if known is not None and (known[1] is tenant or known[1] == tenant):
+            if known[1] is not tenant:
+                self._tenants[tenant.key] = (known[0], tenant)
             return known[0]
         db = self._db
         if known is None:
@@ -156,35 +184,64 @@ class UsageWriter:
         price = self._price.per_kwh(hour) if self._price is not None else None
         grams = self._carbon.grams_per_kwh(hour) if self._carbon is not None else None
         db = self._db
-        known = dict(self._tenants)
-        gpus = dict(self._gpus)
+        before = dict(self._tenants), dict(self._gpus)
         db.execute("BEGIN IMMEDIATE")
         try:
-            rows = []
+            known, gpus_known = self._tenants, self._gpus
+            rows: list[tuple] = []
+            append = rows.append
             for key, uuid, attributed, idle, last_attributed, last_idle in gains:
-                kwh = (attributed + idle) / JOULES_PER_KWH
-                rows.append((hour, self._tenant_id(tenants[key]), self._gpu_id(uuid),
-                             attributed, idle, None if price is None else kwh * price,
-                             None if grams is None else kwh * grams, last_attributed,
-                             last_idle))
-            db.executemany(_UPSERT, rows)
+                tenant = tenants[key]
+                seen = known.get(key)
+                gpu = gpus_known.get(uuid)
+                append((hour, seen[0] if seen is not None and seen[1] is tenant
+                        else self._tenant_id(tenant),
+                        gpu if gpu is not None else self._gpu_id(uuid), attributed, idle,
+                        last_attributed, last_idle))
+            extra = [f / JOULES_PER_KWH for f in (price, grams) if f is not None]
+            if extra:                       # the hour's cost and CO2e of each row's joules
+                rows = [(*row, *((row[3] + row[4]) * f for f in extra)) for row in rows]
+            priced, carbon = price is not None, grams is not None
+            for at in range(0, len(rows), CHUNK_ROWS):
+                chunk = rows[at:at + CHUNK_ROWS]
+                db.execute(_upsert(priced, carbon, len(chunk)), tuple(chain.from_iterable(chunk)))
+            if self._rolled_until is not None and hour < self._rolled_until:
+                # A tick dated in a day already rolled (the wall clock stepped back): its
+                # daily rows get the gains too.
+                cost_at = 7 if priced else None
+                co2e_at = 7 + priced if carbon else None
+                db.executemany(_LATE, [
+                    (today_of(row[0]), row[1], row[2], row[3], row[4],
+                     None if cost_at is None else row[cost_at],
+                     None if co2e_at is None else row[co2e_at]) for row in rows])
             if self._rolled_hour != hour:
                 self._roll(hour)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            self._tenants, self._gpus = known, gpus     # none of its ids were kept
+            self._tenants, self._gpus = before      # none of its ids were kept
             raise
         self._rolled_hour = hour
 
     def _roll(self, hour: int) -> None:
-        """Hours past the hourly retention into their days; days past theirs deleted."""
+        """Each day that has ended into its daily rows (its hours kept for their retention);
+        hours past the hourly retention deleted, whole days at a time; days past theirs."""
         db = self._db
+        today = hour - hour % DAY
+        rolled = self._rolled_until
+        if rolled is None:                       # a new database: from its first hour
+            first = db.execute("SELECT min(hour) FROM hourly").fetchone()[0]
+            rolled = today if first is None else first - first % DAY
+        if rolled < today:
+            db.execute(_ROLL, (rolled, today))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('rolled_until', ?)", (str(today),))
+            self._rolled_until = today
+        elif self._rolled_until is None:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('rolled_until', ?)", (str(rolled),))
+            self._rolled_until = rolled
         horizon = hour - int(self._hourly_retention)
-        horizon -= horizon % HOUR
-        db.execute(_ROLL, (horizon,))
-        db.execute("DELETE FROM hourly WHERE hour < ?", (horizon,))
+        db.execute("DELETE FROM hourly WHERE hour < ?", (horizon - horizon % DAY,))
         day_horizon = hour - int(self._daily_retention)
         db.execute("DELETE FROM daily WHERE day < ?", (day_horizon - day_horizon % DAY,))
 

@@ -153,25 +153,65 @@ def _period_end(query: UsageQuery, start: int) -> int:
     return _next_month(start)
 
 
+def _floor_day(epoch: int) -> int:
+    return epoch - epoch % 86400
+
+
+def _ceil_day(epoch: int) -> int:
+    return -(-epoch // 86400) * 86400
+
+
+def daily_span(query: UsageQuery, rolled_until: int | None, hourly_from: int | None
+               ) -> tuple[int, int]:
+    """The days [a0, a1) the daily rows answer; the hourly rows answer the rest of the
+    period. A step of an hour takes days only where the hours are gone; the others take every
+    whole day rolled (a thirtieth of the rows). Where the hours at the period's start are
+    gone, its first day counts whole."""
+    start, end = query.start, query.end
+    gone = hourly_from is None or start < hourly_from
+    a0 = _floor_day(start) if gone else _ceil_day(start)
+    if query.step == "hour":
+        limit = hourly_from if hourly_from is not None else _ceil_day(end)
+    else:
+        limit = rolled_until if rolled_until is not None else a0
+    a1 = max(a0, min(_floor_day(end), limit))
+    if gone and a1 == a0 < end:                  # within one day whose hours are gone
+        a1 = max(a0, min(a0 + 86400, limit))
+    return a0, a1
+
+
+def _coverage(connection: sqlite3.Connection) -> tuple[int | None, int | None]:
+    row = connection.execute("SELECT value FROM meta WHERE key='rolled_until'").fetchone()
+    first = connection.execute("SELECT min(hour) FROM hourly").fetchone()[0]
+    return (int(row[0]) if row is not None else None,
+            None if first is None else _floor_day(int(first)))
+
+
 def run_query(connection: sqlite3.Connection, query: UsageQuery, *,
               max_rows: int = MAX_ROWS, seconds: float = QUERY_SECONDS) -> list[UsageRow]:
     """The rows answering ``query``, ordered by period then group. Raises ``TooManyRows``
     past ``max_rows`` and ``QueryTimeout`` past ``seconds`` (the query is interrupted)."""
     columns = [GROUP_COLUMNS[f] for f in query.by]
-    period = _PERIOD[query.step]
+    period = _PERIOD[query.step].replace("u.t", "t")
     group = ", ".join(["period", *columns])
-    sql = (f"SELECT {period} AS period, {', '.join(columns)}, sum(u.attributed), "
-           f"sum(u.idle), sum(u.cost), sum(u.co2e) FROM ("
-           "SELECT hour AS t, tenant, gpu, attributed, idle, cost, co2e FROM hourly "
-           "WHERE hour >= ?1 AND hour < ?2 UNION ALL "
+    # Summed per tenant and GPU first (integers), then per group over the few that remain.
+    sql = (f"SELECT period, {', '.join(columns)}, sum(a), sum(i), sum(c), sum(e) FROM ("
+           f"SELECT {period} AS period, tenant, gpu, sum(attributed) AS a, sum(idle) AS i, "
+           "sum(cost) AS c, sum(co2e) AS e FROM ("
            "SELECT day AS t, tenant, gpu, attributed, idle, cost, co2e FROM daily "
-           "WHERE day >= ?1 AND day < ?2) u "
-           "JOIN tenants t ON t.id = u.tenant JOIN gpus g ON g.id = u.gpu "
-           f"GROUP BY {group} ORDER BY {group} LIMIT ?3")
+           "WHERE day >= ?3 AND day < ?4 UNION ALL "
+           "SELECT hour AS t, tenant, gpu, attributed, idle, cost, co2e FROM hourly "
+           "WHERE hour >= ?1 AND hour < ?3 UNION ALL "
+           "SELECT hour AS t, tenant, gpu, attributed, idle, cost, co2e FROM hourly "
+           "WHERE hour >= ?4 AND hour < ?2) u GROUP BY period, tenant, gpu) x "
+           "JOIN tenants t ON t.id = x.tenant JOIN gpus g ON g.id = x.gpu "
+           f"GROUP BY {group} ORDER BY {group} LIMIT ?5")
     deadline = time.monotonic() + seconds
-    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1_000)
     try:
-        found = connection.execute(sql, (query.start, query.end, max_rows + 1)).fetchall()
+        a0, a1 = daily_span(query, *_coverage(connection))
+        found = connection.execute(sql, (query.start, query.end, a0, a1,
+                                         max_rows + 1)).fetchall()
     except sqlite3.OperationalError as exc:
         if "interrupt" in str(exc):
             raise QueryTimeout(f"the usage query ran past {seconds:g} s") from None

@@ -12,7 +12,7 @@ from typing import Callable
 from gpustats.model.snapshot import Snapshot
 from gpustats.usage.database import FILE_NAME, UsageWriter, open_database
 from gpustats.usage.tariff import CarbonIntensity, Price
-from gpustats.usage.ticks import Deltas, snapshot_totals
+from gpustats.usage.ticks import Deltas, TenantNames
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class UsageRecorder:
         self._thread: threading.Thread | None = None
         self._writer: UsageWriter | None = None
         self._deltas: Deltas | None = None
+        self._names = TenantNames()
         self.recorded_sequence = 0            # the last snapshot written (or found failing)
 
     def start(self) -> None:
@@ -120,7 +121,7 @@ class UsageRecorder:
             if self._writer is None:
                 return
         assert self._deltas is not None
-        totals, tenants = snapshot_totals(snapshot)
+        totals, tenants = self._names.totals(snapshot)
         gains, updated = self._deltas.gains(totals, snapshot.taken_at)
         try:
             self._writer.write(snapshot.taken_at, gains, tenants)

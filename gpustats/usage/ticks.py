@@ -89,29 +89,57 @@ def _buckets(device: DeviceStats) -> Iterator[tuple[str, float | None, float | N
         yield KIND_UNOBSERVED, unobserved, None
 
 
-def snapshot_totals(snapshot: Snapshot) -> tuple[Totals, dict[str, UsageTenant]]:
-    """Every billed counter of the snapshot by (tenant key, GPU), and the tenants by key."""
-    node = snapshot.node.node_name
-    totals: Totals = {}
-    tenants: dict[str, UsageTenant] = {}
-    for pod, entry in snapshot.containers_with_pods():
-        if not entry.accelerators:
-            continue
-        tenant = tenant_of(pod, entry, node)
-        tenants[tenant.key] = tenant
-        for acc in entry.accelerators:
-            key = (tenant.key, acc.device_uuid)
-            attributed, idle = totals.get(key, (None, None))
-            totals[key] = (_add(attributed, acc.attributed_energy_joules),
-                           _add(idle, acc.idle_share_energy_joules))
-    for device in snapshot.devices:
-        uuid = device.identity.uuid
-        for kind, attributed, idle in _buckets(device):
-            if attributed is None and idle is None:
+class TenantNames:
+    """The ``UsageTenant`` of each entry, made again only when what names it changed (the
+    same object otherwise, so the writer tells an unchanged tenant by identity). Keeps the
+    tenants of the last snapshot only."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, UsageTenant] = {}
+
+    def totals(self, snapshot: Snapshot) -> tuple[Totals, dict[str, UsageTenant]]:
+        """Every billed counter of the snapshot by (tenant key, GPU), and the tenants by
+        key."""
+        node = snapshot.node.node_name
+        totals: Totals = {}
+        tenants: dict[str, UsageTenant] = {}
+        known, kept = self._known, {}
+        for pod, entry in snapshot.containers_with_pods():
+            accelerators = entry.accelerators
+            if not accelerators:
                 continue
-            tenants.setdefault(kind, UsageTenant(kind, kind, node=node))
-            totals[(kind, uuid)] = (attributed, idle)
-    return totals, tenants
+            names = (entry.container_id, entry.name, entry.user, node,
+                     None if pod is None else pod.name, None if pod is None else pod.namespace)
+            tenant = known.get(names)
+            if tenant is None:
+                tenant = tenant_of(pod, entry, node)
+            kept[names] = tenant
+            key = tenant.key
+            tenants[key] = tenant
+            if len(accelerators) == 1:
+                acc = accelerators[0]
+                totals[(key, acc.device_uuid)] = (acc.attributed_energy_joules,
+                                                  acc.idle_share_energy_joules)
+                continue
+            for acc in accelerators:             # MIG instances of one GPU: their sum
+                pair = (key, acc.device_uuid)
+                attributed, idle = totals.get(pair, (None, None))
+                totals[pair] = (_add(attributed, acc.attributed_energy_joules),
+                                _add(idle, acc.idle_share_energy_joules))
+        self._known = kept
+        for device in snapshot.devices:
+            uuid = device.identity.uuid
+            for kind, attributed, idle in _buckets(device):
+                if attributed is None and idle is None:
+                    continue
+                tenants.setdefault(kind, UsageTenant(kind, kind, node=node))
+                totals[(kind, uuid)] = (attributed, idle)
+        return totals, tenants
+
+
+def snapshot_totals(snapshot: Snapshot) -> tuple[Totals, dict[str, UsageTenant]]:
+    """``TenantNames().totals``: one snapshot on its own."""
+    return TenantNames().totals(snapshot)
 
 
 def _gain(current: float | None, previous: float | None, known: bool) -> float:
@@ -148,20 +176,29 @@ class Deltas:
         """(tenant key, GPU, attributed gain, idle gain, attributed now, idle now) of every
         counter that changed, and the state to ``commit`` once they are written."""
         gains: Gains = []
+        append = gains.append
         last = self._last
         updated = {}
         known = self._known
         for key, (attributed, idle) in totals.items():
             before = last.get(key)
-            prev_attributed, prev_idle = (before[0], before[1]) if before else (None, None)
-            gain_a = _gain(attributed, prev_attributed, known)
-            gain_i = _gain(idle, prev_idle, known)
-            now_a = attributed if attributed is not None else prev_attributed
-            now_i = idle if idle is not None else prev_idle
+            if before is None:
+                gain_a = attributed if known and attributed is not None else 0.0
+                gain_i = idle if known and idle is not None else 0.0
+                updated[key] = (attributed, idle, now)
+                append((key[0], key[1], gain_a, gain_i, attributed, idle))
+                continue
+            prev_a, prev_i = before[0], before[1]
+            if attributed == prev_a and idle == prev_i:
+                updated[key] = (attributed, idle, now)
+                continue
+            gain_a = _gain(attributed, prev_a, known)
+            gain_i = _gain(idle, prev_i, known)
+            now_a = prev_a if attributed is None else attributed
+            now_i = prev_i if idle is None else idle
             updated[key] = (now_a, now_i, now)
-            if gain_a or gain_i or before is None or (now_a, now_i) != (prev_attributed,
-                                                                         prev_idle):
-                gains.append((key[0], key[1], gain_a, gain_i, now_a, now_i))
+            if gain_a or gain_i or now_a != prev_a or now_i != prev_i:
+                append((key[0], key[1], gain_a, gain_i, now_a, now_i))
         return gains, updated
 
     def commit(self, updated: dict, now: float) -> None:
