@@ -23,7 +23,8 @@ RULES = {
     "config_values": {"documents", "usage.tariff"},    # the options' value parsers (pure)
     # usage kept on the node (SQLite) and its reports; the tariffs the options parse
     "usage": {"model", "documents"},
-    "commands": {"usage", "config", "documents"},   # the subcommands: usage, top
+    # the subcommands: usage, top
+    "commands": {"usage", "config", "documents", "engine.statedir"},
     "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},
     "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},

@@ -161,6 +161,18 @@ def test_daily_rows_past_their_retention_are_deleted(tmp_path):
     assert min(days) >= T0 + 4 * 86400
 
 
+def test_a_period_within_a_day_takes_its_hours_only(tmp_path):
+    writer = _writer(tmp_path)
+    for hour in range(72):
+        writer.write(T0 + hour * HOUR, [("j1", A, 1.0, 0.0, None, None)], TENANTS)
+    for start, end, joules in ((T0 + 30 * HOUR, T0 + 33 * HOUR, 3.0),    # within day 2
+                               (T0 + 20 * HOUR, T0 + 50 * HOUR, 30.0),   # across day 2
+                               (T0, T0 + 48 * HOUR, 48.0)):               # days 1 and 2
+        for step in (None, "day", "hour"):
+            rows = run_query(writer._db, UsageQuery(start, end, ("job",), step))
+            assert sum(r.energy_joules for r in rows) == joules, (start, end, step)
+
+
 def test_a_restart_continues_from_the_last_written_counters(tmp_path):
     writer = _writer(tmp_path)
     assert writer.baseline(0) is None

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from typing import Sequence
 
+from gpustats.engine.statedir import user_state_dir
 from gpustats.usage.database import FILE_NAME, open_database
 from gpustats.usage.query import (
     GROUP_COLUMNS, STEPS, QueryError, QueryTimeout, TooManyRows, parse_query, run_query,
@@ -35,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--state-dir", metavar="PATH",
                         help="the state dir of a daemon (default: $GPUSTATS_STATE_DIR, else "
-                             f"{DEFAULT_STATE_DIR})")
+                             f"{DEFAULT_STATE_DIR}, else the user's own as the daemon "
+                             "chooses it)")
     parser.add_argument("--url", metavar="URL",
                         help="ask a running daemon's API at this base URL instead")
     parser.add_argument("--month", metavar="YYYY-MM", help="the period: one month (UTC)")
@@ -94,6 +96,17 @@ def _from_state_dir(state_dir: str, values: dict[str, list[str]], fmt: str) -> s
     return json.dumps(report_dict(query, rows, currency), indent=2) + "\n"
 
 
+def _default_state_dir() -> str:
+    """The daemon's: ``$GPUSTATS_STATE_DIR``, else the default where it holds usage, else the
+    user's own (where a daemon not run as root keeps it)."""
+    given = os.environ.get("GPUSTATS_STATE_DIR")
+    if given:
+        return given
+    if os.path.exists(os.path.join(DEFAULT_STATE_DIR, FILE_NAME)):
+        return DEFAULT_STATE_DIR
+    return user_state_dir(os.environ)
+
+
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     values = _values(args)
@@ -102,9 +115,7 @@ def main(argv: Sequence[str]) -> int:
         if args.url:
             text = _from_api(args.url, values, fmt)
         else:
-            state_dir = args.state_dir or os.environ.get("GPUSTATS_STATE_DIR") \
-                or DEFAULT_STATE_DIR
-            text = _from_state_dir(state_dir, values, fmt)
+            text = _from_state_dir(args.state_dir or _default_state_dir(), values, fmt)
         if fmt == "table":
             text = table(json.loads(text))
     except (QueryError, TooManyRows, QueryTimeout, RuntimeError, sqlite3.Error,

@@ -201,7 +201,7 @@ def run_query(connection: sqlite3.Connection, query: UsageQuery, *,
            "SELECT day AS t, tenant, gpu, attributed, idle, cost, co2e FROM daily "
            "WHERE day >= ?3 AND day < ?4 UNION ALL "
            "SELECT hour AS t, tenant, gpu, attributed, idle, cost, co2e FROM hourly "
-           "WHERE hour >= ?1 AND hour < ?3 UNION ALL "
+           "WHERE hour >= ?1 AND hour < ?3 AND hour < ?2 UNION ALL "
            "SELECT hour AS t, tenant, gpu, attributed, idle, cost, co2e FROM hourly "
            "WHERE hour >= ?4 AND hour < ?2) u GROUP BY period, tenant, gpu) x "
            "JOIN tenants t ON t.id = x.tenant JOIN gpus g ON g.id = x.gpu "
