@@ -54,7 +54,9 @@ def _upsert(cost: bool, co2e: bool, rows: int) -> str:
                *(["cost = coalesce(cost, 0) + excluded.cost"] if cost else []),
                *(["co2e = coalesce(co2e, 0) + excluded.co2e"] if co2e else [])]
     row = f"({', '.join('?' * len(columns))})"
-    return (f"INSERT INTO hourly({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
+    values = ", ".join([row] * rows)
+    # Built from the constant names above only; every value is a bound parameter.
+    return (f"INSERT INTO hourly({', '.join(columns)}) VALUES {values} "  # nosec B608
             "ON CONFLICT(hour, tenant, gpu) DO UPDATE SET " + ", ".join(updates))
 
 _ROLL = """
