@@ -155,10 +155,15 @@ def test_hours_roll_into_days_and_a_query_spans_both(tmp_path):
 
 def test_daily_rows_past_their_retention_are_deleted(tmp_path):
     writer = _writer(tmp_path, hourly_retention=86400, daily_retention=3 * 86400)
+    writer.write(T0, [("p1", A, 1.0, 0.0, None, None)], TENANTS)       # ended long ago
     for day in range(8):
         writer.write(T0 + day * 86400, [("j1", A, 1.0, 0.0, None, None)], TENANTS)
     days = [d for (d,) in writer._db.execute("SELECT day FROM daily")]
     assert min(days) >= T0 + 4 * 86400
+    # a tenant in no row any more is gone from the tenants too; the others stay
+    assert [k for (k,) in writer._db.execute("SELECT key FROM tenants")] == ["j1"]
+    writer.write(T0 + 8 * 86400, [("p1", A, 1.0, 0.0, None, None)], TENANTS)   # back
+    assert {k for (k,) in writer._db.execute("SELECT key FROM tenants")} == {"j1", "p1"}
 
 
 def test_a_period_within_a_day_takes_its_hours_only(tmp_path):

@@ -131,9 +131,6 @@ class UsageWriter:
         if price is not None:
             connection.execute("INSERT OR REPLACE INTO meta VALUES ('currency', ?)",
                                (price.currency,))
-        for row in connection.execute("SELECT id, key, kind, namespace, pod, container, "
-                                      "service, user, job, node FROM tenants"):
-            self._tenants[row[1]] = (row[0], UsageTenant(*row[1:]))
         for gpu_id, uuid in connection.execute("SELECT id, uuid FROM gpus"):
             self._gpus[uuid] = gpu_id
 
@@ -157,6 +154,14 @@ class UsageWriter:
                 self._tenants[tenant.key] = (known[0], tenant)
             return known[0]
         db = self._db
+        if known is None:                        # not in the cache: in the table, or new
+            row = db.execute("SELECT id, key, kind, namespace, pod, container, service, user, "
+                             "job, node FROM tenants WHERE key = ?", (tenant.key,)).fetchone()
+            if row is not None:
+                known = (row[0], UsageTenant(*row[1:]))
+                if known[1] == tenant:
+                    self._tenants[tenant.key] = (known[0], tenant)
+                    return known[0]
         if known is None:
             cursor = db.execute("INSERT INTO tenants(key, kind, namespace, pod, container, "
                                 "service, user, job, node) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -225,6 +230,8 @@ class UsageWriter:
             self._tenants, self._gpus = before      # none of its ids were kept
             raise
         self._rolled_hour = hour
+        if len(self._tenants) > 2 * len(tenants) + 1024:     # only the live ones cached
+            self._tenants = {k: v for k, v in self._tenants.items() if k in tenants}
 
     def _roll(self, hour: int) -> None:
         """Each day that has ended into its daily rows (its hours kept for their retention);
@@ -245,7 +252,12 @@ class UsageWriter:
         horizon = hour - int(self._hourly_retention)
         db.execute("DELETE FROM hourly WHERE hour < ?", (horizon - horizon % DAY,))
         day_horizon = hour - int(self._daily_retention)
-        db.execute("DELETE FROM daily WHERE day < ?", (day_horizon - day_horizon % DAY,))
+        if db.execute("DELETE FROM daily WHERE day < ?",
+                      (day_horizon - day_horizon % DAY,)).rowcount:
+            # Tenants in no row any more (ended longer ago than every retention) go too.
+            db.execute("DELETE FROM tenants WHERE id NOT IN (SELECT tenant FROM daily) AND "
+                       "id NOT IN (SELECT tenant FROM hourly)")
+            self._tenants = {}
 
     def close(self) -> None:
         self._db.close()
