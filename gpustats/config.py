@@ -248,6 +248,8 @@ HELP_EXAMPLES = """examples:
   gpustats --simulate examples/two-gpus.yaml      the daemon on simulated GPUs
   gpustats --once                                 two ticks, the summary JSON, exit
   gpustats --listen 0.0.0.0:9477 --kepler-compat  every interface, with Kepler's names
+  gpustats usage --month 2026-11 --by job         the month's bill per job (usage --help)
+  gpustats top                                    a live view of the running daemon
 
 Every option is also GPUSTATS_<NAME> in the environment and <name> in the config file."""
 

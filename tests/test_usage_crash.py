@@ -116,3 +116,16 @@ def _usage_state(daemon) -> str | None:
     status, body = daemon.get("/api/v1/status")
     assert status == 200
     return {s["name"]: s for s in body["sources"]}.get("usage", {}).get("state")
+
+
+def test_the_command_line_asks_a_running_daemon(start_daemon, tmp_path, capsys):
+    from gpustats.commands.usage import main as usage_main
+    daemon = start(start_daemon, tmp_path)
+    daemon.wait_ticks(5)
+    assert usage_main(["--url", daemon.base, "--by", "kind,gpu"]) == 0
+    table = capsys.readouterr().out
+    assert "unallocated" in table and "total" in table
+    assert usage_main(["--url", daemon.base, "--by", "kind", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("BillingPeriodStart,")
+    assert usage_main(["--url", daemon.base, "--by", "colour"]) == 2
+    assert "400" in capsys.readouterr().err
