@@ -20,6 +20,7 @@ OPEN_FAILED = "open_failed"
 WRITE_FAILED = "write_failed"
 DISK_FULL = "disk_full"
 Problem = tuple[str, str]
+WRITER_NICE = 10
 
 
 def _reason(exc: sqlite3.Error) -> str:
@@ -82,6 +83,14 @@ class UsageRecorder:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            # Below the tick when both want a CPU: usage can wait, the tick cannot (Linux
+            # schedules threads by their own nice value).
+            thread = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, thread,
+                           min(19, os.getpriority(os.PRIO_PROCESS, thread) + WRITER_NICE))
+        except (OSError, AttributeError):
+            pass
         while True:
             with self._condition:
                 self._condition.wait_for(lambda: self._pending is not None or self._stopping)
