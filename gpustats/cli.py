@@ -16,6 +16,7 @@ import time
 from typing import Sequence
 
 from gpustats import __version__, sdnotify
+from gpustats.commands import SUBCOMMANDS, run_subcommand
 from gpustats.config import Config, ConfigError, build_arg_parser, reload_changes, resolve
 from gpustats.engine.collector import Housekeeper
 from gpustats.engine.containers import ContainerTracker
@@ -29,6 +30,7 @@ from gpustats.engine.gpus import GpuBackends, GpuSource, PciScan, SessionUnavail
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
+from gpustats.engine.reported_sweepers import ReportedDrmSweeper, ReportedSweeper, SimulatedBus
 from gpustats.engine.statedir import StateDirError, choose_state_dir
 from gpustats.deviceapi.server import start_device_api
 from gpustats.engine.provider_health import ProvidedHealthStore
@@ -56,13 +58,15 @@ from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
 from gpustats.serving import Interrupt, ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
-from gpustats.sources.pci import PciGpu, PciScanner
+from gpustats.sources.pci import PciScanner
 from gpustats.sources.vendors import AMD, INTEL, Vendor
 from gpustats.sources.psutil_root import use_proc_root
+from gpustats.usage.recorder import Problem as UsageProblem, UsageRecorder
 from gpustats.watch_streams import WatchStreams
 from gpustats.web.app import WebSettings, create_app
 from gpustats.web.history import history_blueprint
 from gpustats.web.ui import ui_blueprint
+from gpustats.web.usage import usage_blueprint
 
 log = logging.getLogger("gpustats")
 
@@ -71,59 +75,6 @@ DRIVER_EVENT_WAIT_MS = 500
 SIMULATED_EVENT_WAIT_MS = 10_000
 
 
-class _SimulatedBus:
-    """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
-
-    def __init__(self, simulator):
-        self._simulator = simulator
-
-    def scan(self) -> tuple[PciGpu, ...]:
-        return tuple(PciGpu(address=normalize_bus_id(d.pci_bus_id))
-                     for d in self._simulator.scenario.devices)
-
-
-class _ReportedSweeper:
-    """A device sweeper whose every sweep marks the ``nvml`` source working or failing; the
-    rest of the sweeper is passed through as it is."""
-
-    def __init__(self, sweeper: DeviceSweeper, errors: CollectionErrors):
-        self._sweeper = sweeper
-        self._errors = errors
-
-    def __getattr__(self, name: str):
-        return getattr(self._sweeper, name)
-
-    def sweep(self):
-        try:
-            readings = self._sweeper.sweep()
-        except DriverGone as exc:
-            self._errors.failed("nvml", "driver_gone", f"NVML session lost: {exc}")
-            raise
-        self._errors.succeeded("nvml")
-        return readings
-
-
-class _ReportedDrmSweeper:
-    """An AMD or Intel sweeper whose every sweep marks its source (``amd``, ``intel``) working,
-    or failing while other processes' DRM fdinfo is refused (their GPUs' processes unknown)."""
-
-    def __init__(self, sweeper, vendor: str, errors: CollectionErrors):
-        self._sweeper = sweeper
-        self._vendor = vendor
-        self._errors = errors
-
-    def __getattr__(self, name: str):
-        return getattr(self._sweeper, name)
-
-    def sweep(self):
-        readings = self._sweeper.sweep()
-        if any("processes" in r.unsupported_fields for r in readings):
-            self._errors.failed(self._vendor, "fdinfo_refused",
-                                "other processes' DRM fdinfo is refused (CAP_SYS_PTRACE "
-                                "missing?): their GPU processes are unknown")
-        elif readings:
-            self._errors.succeeded(self._vendor)
-        return readings
 
 
 class Daemon:
@@ -150,7 +101,7 @@ class Daemon:
             self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
                 config.state_dir, "simulated-driver.json"))
             self.simulator.install()
-            scanner = _SimulatedBus(self.simulator)
+            scanner = SimulatedBus(self.simulator)
             # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
             if load_scenario(config.simulate).drm_devices:
                 self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
@@ -181,6 +132,12 @@ class Daemon:
             interrupt=self.simulator.interrupt_event_waits if self.simulator else None)
         self.persister = Persister(self.counters, config.persist_interval,
                                    report=self._persisted)
+        # Usage by the hour in the state dir, written off the tick by a thread of its own.
+        self.usage = UsageRecorder(
+            config.state_dir, price=config.price_per_kwh, carbon=config.carbon_intensity,
+            hourly_retention=config.usage_hourly_days * 86400.0, keep_seconds=max(
+                config.counter_retention, 3600.0), report=self._usage_written,
+            daily_retention=config.usage_daily_days * 86400.0) if write_state else None
         kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
@@ -226,6 +183,8 @@ class Daemon:
         if self.history is not None:
             self.history.record(snapshot)
         self.gpu_events.observe(snapshot)
+        if self.usage is not None:
+            self.usage.observe(snapshot)
 
     def _after_tick(self) -> None:
         """systemd: READY=1 after the first tick, WATCHDOG=1 after every tick."""
@@ -241,7 +200,7 @@ class Daemon:
         except NvmlUnavailable as exc:
             self.errors.failed("nvml", f"load_{exc.reason}", f"NVML cannot be loaded: {exc}")
             raise SessionUnavailable(f"{exc.reason}: {exc}") from exc
-        return (_ReportedSweeper(DeviceSweeper(session, energy_every=self.config.energy_every),
+        return (ReportedSweeper(DeviceSweeper(session, energy_every=self.config.energy_every),
                                  self.errors), session.driver_version)
 
     def _drm_sources(self) -> tuple[GpuSource, ...]:
@@ -261,7 +220,7 @@ class Daemon:
     def _drm_opener(self, vendor: Vendor, roots: HostRoots, refresh):
         def open_session():
             from gpustats.sources.drm.sweep import DrmSweeper
-            return _ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
+            return ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
                                        vendor.name, self.errors), None
         return open_session
 
@@ -271,6 +230,12 @@ class Daemon:
         else:
             reason, message = problem
             self.errors.failed("persistence", reason, f"{message} ({self.config.state_dir})")
+
+    def _usage_written(self, problem: UsageProblem | None) -> None:
+        if problem is None:
+            self.errors.succeeded("usage")
+        else:
+            self.errors.failed("usage", *problem)
 
     def create_app(self, probes_only: bool = False):
         settings = WebSettings(self.config.housekeeping_interval,
@@ -286,7 +251,9 @@ class Daemon:
                               history_blueprint(self.history),
                               ui_blueprint(self.store,
                                            housekeeping_interval=self.config.housekeeping_interval,
-                                           history_seconds=self.config.history_duration)),
+                                           history_seconds=self.config.history_duration),
+                              usage_blueprint(self.usage.path if self.usage else None,
+                                              currency=None, node=self.node_name)),
                           probes_only=probes_only, gpu_events=self.gpu_events)
 
     def reload(self, args) -> None:
@@ -311,12 +278,16 @@ class Daemon:
     def start(self) -> None:
         self.health.start()
         self.housekeeping.start()
+        if self.usage is not None:
+            self.usage.start()
 
     def close(self) -> None:
         sdnotify.stopping()
         self.health.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.housekeeping.stop(SHUTDOWN_BUDGET_SECONDS / 2)
         self.persister.close()      # waits for a line a tick still running is writing
+        if self.usage is not None:
+            self.usage.stop(SHUTDOWN_BUDGET_SECONDS / 4)
         self.gpus.close()
         if self.housekeeping.stopped:
             self.cgroups.close()      # a tick still running after the budget may read them
@@ -438,6 +409,9 @@ def settle_garbage_collector() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:          # gpustats usage ..., gpustats top ...
+        return run_subcommand(argv)
     args = build_arg_parser().parse_args(argv)
     if args.version:
         print(f"gpustats {__version__}")

@@ -19,6 +19,7 @@ from gpustats.config_values import (
     parse_bool, parse_idle_power, parse_listen,
 )
 from gpustats.documents import DocumentError, brief, load_yaml, read_document
+from gpustats.usage.tariff import CarbonIntensity, Price
 
 __all__ = ["DCGM_HOSTNAME_LABELS", "DEMO_KINDS", "MAX_HISTORY_SECONDS", "METRIC_GROUPS",
            "OPTIONS", "Config", "ConfigError", "IdlePower", "Option", "build_arg_parser",
@@ -154,6 +155,20 @@ class Config:
         parsers.positive_seconds, 3600.0,
         "seconds a counter is kept after its process, container, pod or GPU is gone",
         "SECONDS")
+    usage_hourly_days: int = _option(
+        parsers.positive_int, 90,
+        "days the usage database keeps hourly rows, before adding them into daily ones",
+        "DAYS")
+    usage_daily_days: int = _option(
+        parsers.positive_int, 730, "days the usage database keeps daily rows", "DAYS")
+    price_per_kwh: Price | None = _option(
+        parsers.price_per_kwh, None,
+        "price of a kWh for the usage reports: '0.25 EUR', or a YAML file of time-of-use "
+        "rates (empty: no cost)", "PRICE|FILE")
+    carbon_intensity: CarbonIntensity | None = _option(
+        parsers.carbon_intensity, None,
+        "gCO2e per kWh for the usage reports: a number, or a CSV file of hourly values "
+        "(empty: no CO2e)", "G|FILE")
     state_reset: bool = _option(
         parsers.parse_bool, False,
         "start counters from zero, moving the state files aside (needed to start over a "
@@ -244,6 +259,8 @@ HELP_EXAMPLES = """examples:
   gpustats --simulate examples/two-gpus.yaml      the daemon on simulated GPUs
   gpustats --once                                 two ticks, the summary JSON, exit
   gpustats --listen 0.0.0.0:9477 --kepler-compat  every interface, with Kepler's names
+  gpustats usage --month 2026-11 --by job         the month's bill per job (usage --help)
+  gpustats top                                    a live view of the running daemon
 
 Every option is also GPUSTATS_<NAME> in the environment and <name> in the config file."""
 

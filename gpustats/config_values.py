@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gpustats.documents import brief
+from gpustats.usage.tariff import CarbonIntensity, Price, parse_carbon_intensity, parse_price
 
 def _scalar(value: Any) -> str:
     """A flag, environment or file value as stripped text. A list or mapping where one value
@@ -306,3 +307,13 @@ class IdlePower:
             if key == uuid:
                 return watts
         return self.default_watts
+
+
+def price_per_kwh(value: Any) -> Price | None:
+    """``0.25 EUR`` or a tariff file's absolute path (``usage.tariff``); empty: none."""
+    return parse_price(_scalar(value))
+
+
+def carbon_intensity(value: Any) -> CarbonIntensity | None:
+    """gCO2e per kWh, or an hourly series file's absolute path; empty: none."""
+    return parse_carbon_intensity(_scalar(value))

@@ -112,12 +112,38 @@ def test_design_flags_exist():
     (["--device-api-listen", "9480"], {}, "--device-api-listen"),
     ([], {"GPUSTATS_DEVICE_API_LISTEN": "localhost:port"}, "GPUSTATS_DEVICE_API_LISTEN"),
     (["--nvml-driver-root", "run/nvidia/driver"], {}, "--nvml-driver-root"),
+    (["--usage-hourly-days", "0"], {}, "--usage-hourly-days"),
+    ([], {"GPUSTATS_USAGE_HOURLY_DAYS": "ninety"}, "GPUSTATS_USAGE_HOURLY_DAYS"),
+    (["--usage-daily-days", "-1"], {}, "--usage-daily-days"),
+    ([], {"GPUSTATS_USAGE_DAILY_DAYS": "1.5"}, "whole number"),
+    (["--price-per-kwh", "0.25"], {}, "--price-per-kwh"),
+    ([], {"GPUSTATS_PRICE_PER_KWH": "-1 EUR"}, "GPUSTATS_PRICE_PER_KWH"),
+    (["--price-per-kwh", "/nonexistent/tariff.yaml"], {}, "cannot read"),
+    (["--carbon-intensity", "lots"], {}, "--carbon-intensity"),
+    ([], {"GPUSTATS_CARBON_INTENSITY": "/nonexistent/grid.csv"}, "GPUSTATS_CARBON_INTENSITY"),
     ([], {"GPUSTATS_NVML_DRIVER_ROOT": "driver"}, "absolute directory"),
 ])
 def test_bad_values_name_the_option(argv, env, fragment):
     with pytest.raises(ConfigError) as err:
         _resolve(argv, env)
     assert fragment in str(err.value)
+
+
+def test_usage_options_from_flag_env_and_file(tmp_path):
+    config = _resolve()
+    assert (config.usage_hourly_days, config.usage_daily_days) == (90, 730)
+    assert config.price_per_kwh is None and config.carbon_intensity is None
+    assert _resolve(["--price-per-kwh", "0.25 EUR"]).price_per_kwh.currency == "EUR"
+    assert _resolve([], {"GPUSTATS_CARBON_INTENSITY": "350"}).carbon_intensity.constant == 350
+    tariff = tmp_path / "tariff.yaml"
+    tariff.write_text("currency: CHF\nrates:\n  - {price: 0.2}\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"price_per_kwh: {tariff}\nusage_hourly_days: 30\n")
+    config = _resolve(["--config", str(cfg)])
+    assert (config.price_per_kwh.currency, config.usage_hourly_days) == ("CHF", 30)
+    tariff.write_text("currency: CHF\nrates:\n  - {price: 0.2, from: '08:00'}\n")
+    with pytest.raises(ConfigError, match="no rate for mon 00:00"):
+        _resolve(["--config", str(cfg)])
 
 
 def test_dcgm_compat_switch(tmp_path):

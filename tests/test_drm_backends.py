@@ -313,7 +313,7 @@ def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monke
 
 def test_a_refused_scan_marks_the_vendors_source_failing():
     """The daemon's wrapper turns "processes unknown" into the source's state and reason."""
-    from gpustats.cli import _ReportedDrmSweeper
+    from gpustats.engine.reported_sweepers import ReportedDrmSweeper
     from gpustats.model.device import DeviceIdentity, DeviceReading
     from gpustats.sources.errors import CollectionErrors
 
@@ -325,7 +325,7 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
                                   monotonic_seconds=0.0, unsupported_fields=self.unsupported),)
 
     errors, sweeper = CollectionErrors(), Sweeper()
-    reported = _ReportedDrmSweeper(sweeper, "amd", errors)
+    reported = ReportedDrmSweeper(sweeper, "amd", errors)
     reported.sweep()
     assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == [
         ("amd", "failing", "fdinfo_refused")]

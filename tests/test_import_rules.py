@@ -19,13 +19,17 @@ RULES = {
     "fdlimit": set(),     # the open-file limit shared by serving and kept cgroup files
     "malloc_arenas": set(),   # glibc's malloc arenas, capped once before threads start
     "documents": {"hostfs"},     # untrusted YAML and JSON, read and loaded with bounds
-    "config": {"documents", "config_values"},
-    "config_values": {"documents"},    # the options' value parsers (pure)
+    "config": {"documents", "config_values", "usage.tariff"},
+    "config_values": {"documents", "usage.tariff"},    # the options' value parsers (pure)
+    # usage kept on the node (SQLite) and its reports; the tariffs the options parse
+    "usage": {"model", "documents"},
+    # the subcommands: usage, top
+    "commands": {"usage", "config", "documents", "engine.statedir"},
     "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},
     "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
     "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
     "export": {"model", "engine.store"},
-    "web": {"export", "engine.store", "model"},
+    "web": {"export", "engine.store", "model", "usage"},
     # NVSentinel's GpuService over gRPC: the web layer's peer, with the providers' store
     "deviceapi": {"export", "engine.store", "engine.provider_health", "model"},
     "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli

@@ -317,7 +317,8 @@ def test_promtool_check_metrics(node):
                 'counter metrics should have "_total" suffix',
                 "metric name should not include type 'counter'")
     unexpected = [p for p in problems
-                  if not (p.startswith(("DCGM_FI_", "DCGM_EXP_")) and p.split(" ", 1)[1] in inherent)]
+                  if not (p.startswith(("DCGM_FI_", "DCGM_EXP_"))
+                          and p.split(" ", 1)[1] in inherent)]
     assert unexpected == [], unexpected
     gpustats_only = b"".join(line for line in body.splitlines(keepends=True)
                              if b"DCGM_" not in line)

@@ -6,10 +6,8 @@ counter is ever lower (but a process's, after a reboot: another process then).""
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_never_decreased, counters
 from tests.support.paths import REPO_ROOT
 from tests.support.simulated import start_simulated
+from tests.support.small_disk import fill, small_disk
 
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
 SLOW_FSYNC = Path(__file__).resolve().parent / "slow_fsync"
@@ -76,36 +75,12 @@ def failing_gauge(daemon) -> float | None:
     return sample(daemon, "gpustats_source_failing", source="persistence")
 
 
-def fill(directory: Path) -> Path:
-    """A file taking every free block of ``directory``'s file system."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        block = b"\0" * 4096
-        while True:
-            try:
-                os.write(fd, block)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                return filler
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture
 def small_state_dir(tmp_path):
-    """``tmp_path/state`` on a 64 KiB tmpfs (root with mount rights only)."""
-    state = tmp_path / "state"
-    state.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs",
-                              str(state)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield state
-    subprocess.run(["umount", "-l", str(state)], capture_output=True)
+    """``tmp_path/state`` on a 2 MiB tmpfs (root with mount rights only): room for the
+    counters and the usage database, until the test fills it."""
+    with small_disk(tmp_path / "state", "2m") as state:
+        yield state
 
 
 def test_a_state_dir_that_fills_up_loses_nothing(start_daemon, tmp_path, small_state_dir):
@@ -209,9 +184,11 @@ def as_a_newer_release_left_it(state: Path) -> None:
 
 
 def state_contents(state: Path) -> dict[str, bytes]:
-    """Every file of the state dir but the simulator's (its fake hardware's counters)."""
+    """Every file of the counters' state: not the simulator's (its fake hardware's counters)
+    nor the usage database's (history that --state-reset leaves where it is)."""
     return {p.name: p.read_bytes() for p in sorted(state.iterdir())
-            if p.is_file() and p.name != "simulated-driver.json"}
+            if p.is_file() and p.name != "simulated-driver.json"
+            and not p.name.startswith("usage.sqlite")}
 
 
 def exit_status_or_serving(daemon, timeout: float = 20.0) -> int | None:
