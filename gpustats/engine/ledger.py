@@ -8,9 +8,11 @@ and tick, by construction:
 
     Σ pods (+ containers in no pod) = Σ containers = Σ processes in containers
     Σ containers + unattributed = active;  Σ MIG instances = Σ processes placed on one
-    Σ containers' idle shares + unallocated idle = energy − active (its idle)
+    Σ containers' idle shares + unallocated idle = energy − active − unobserved (its idle)
 
-so a GPU's energy = Σ holders' (attributed + idle share) + unallocated idle + unattributed.
+so a GPU's energy = Σ holders' (attributed + idle share) + unallocated idle + unattributed +
+unobserved, the last being what its energy counter gained while the daemon did not observe it
+(down between two runs, or the GPU lost): billed to no one.
 
 Energy nobody can be billed for (active energy with no process, processes in no container,
 processes NVML did not list) is counted as the GPU's *unattributed* energy, never dropped and
@@ -33,7 +35,7 @@ from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
     ActiveKey, ContainerIdleKey, ContainerKey, DeviceKey, MigKey, PodIdleKey, PodKey, ProcessKey,
-    UnallocatedIdleKey, UnattributedKey,
+    UnallocatedIdleKey, UnattributedKey, UnobservedKey,
 )
 
 
@@ -150,6 +152,9 @@ class _TickEnergy:
         tick, uuid = self.tick, reading.identity.uuid
         if attribution.device_energy_joules is not None:
             tick[DeviceKey(uuid)] = attribution.device_energy_joules
+            # What the counter gained beyond the tick: the energy of a gap no one observed.
+            tick[UnobservedKey(uuid)] = max(0.0, attribution.device_energy_joules
+                                            - (attribution.tick_energy_joules or 0.0))
         active = attribution.tick_active_energy_joules
         if active is not None:
             tick[ActiveKey(uuid)] = active
