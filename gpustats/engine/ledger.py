@@ -29,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from gpustats.attribution import idle_shares, instance_fractions
+from gpustats.attribution import instance_fractions
 from gpustats.engine.counters import EnergyCounters, Owner
+from gpustats.engine.idle_holders import holder_shares
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
@@ -50,6 +51,9 @@ class Holdings:
     # the containers' and pods' owners to keep alive (every container and pod of the tick,
     # those of every ``held`` entry among them: the ledger marks them alive from here)
     alive: tuple[Owner, ...] = ()
+    # the ``held`` entries no allocator names (seen through their processes only): each
+    # tenant of those is one share of the idle (``idle_holders``), each other entry one
+    by_process_only: frozenset[ContainerKey] = frozenset()
 
 
 class Settled:
@@ -139,6 +143,7 @@ class _TickEnergy:
         self.alive: list[Owner] = []
         self._owner_of = holdings.process_owner
         self._held = holdings.held
+        self._by_process_only = holdings.by_process_only
         self._holders: dict[str, list[tuple[str, int | None]]] | None = None
         # Each container entry's energy this tick (looked up by the plain tuple, equal to the
         # typed key ``held`` is keyed by), and the GPUs whose processes are all known.
@@ -206,8 +211,9 @@ class _TickEnergy:
 
     def share_idle(self, reading: DeviceReading, attribution: DeviceAttribution) -> None:
         """The GPU's idle energy of the tick (its energy above none of its active), split
-        among the containers holding it (equally; by instance size on a MIG GPU), each pod
-        the sum of its containers'; what no one holds is the GPU's unallocated idle. Absent
+        among the tenants holding it (one share per allocation, or per tenant seen through
+        its processes only; by instance size on a MIG GPU), each pod the sum of its
+        containers'; what no one holds is the GPU's unallocated idle. Absent
         while the GPU has no idle known (all of its energy is active then)."""
         total, active = attribution.tick_energy_joules, attribution.tick_active_energy_joules
         if total is None or active is None or attribution.idle_power_watts is None:
@@ -216,7 +222,8 @@ class _TickEnergy:
         holders = self._holders_by_gpu().get(uuid, ())
         fractions = instance_fractions(reading.identity.memory_total_bytes,
                                        reading.mig_instances) if reading.mig_enabled else None
-        shares, unallocated = idle_shares(max(0.0, total - active), holders, fractions)
+        shares, unallocated = holder_shares(max(0.0, total - active), uuid, holders, self._held,
+                                            self._by_process_only, fractions)
         pods: dict[str, float] = {}
         for (cid, gi), joules in shares.items():
             tick[ContainerIdleKey(cid, uuid, gi)] = joules
