@@ -92,3 +92,18 @@ def test_on_mig_the_tenant_shares_are_within_each_instance():
     assert shares == {("p1", 1): 10.0, ("p2", 1): 10.0, ("q1", 1): 20.0, ("r1", 2): 20.0}
     assert unallocated == pytest.approx(20.0)
 
+
+@pytest.mark.parametrize("activity, pstate, idle", [
+    ({1: 0.0, 2: 0.0}, None, True),        # every instance at 0 %
+    ({1: 0.0, 2: 0.3}, None, False),       # one working
+    ({1: 0.0}, None, False),               # one of unknown activity
+    ({1: 0.0, 2: 0.3}, 8, True),           # in its idle performance state
+])
+def test_a_mig_gpu_held_by_processes_is_idle_when_no_instance_works(activity, pstate, idle):
+    from gpustats.engine.energy import mig_idle_tick
+    from gpustats.model.device import DeviceIdentity, DeviceReading, ProcessReading
+    reading = DeviceReading(
+        DeviceIdentity(index=0, uuid="G"), 1.0, mig_enabled=True, performance_state=pstate,
+        mig_instances=(MigInstanceReading(1), MigInstanceReading(2)),
+        processes=(ProcessReading(pid=1, gpu_instance_id=1),))
+    assert mig_idle_tick(reading, activity) is idle
