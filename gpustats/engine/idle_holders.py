@@ -26,25 +26,27 @@ def holder_shares(idle_joules: float, uuid: str, entries: Iterable[Entry],
                   fractions: Mapping[int, float] | None,
                   ) -> tuple[dict[Entry, float], float]:
     """Each held entry's share of ``idle_joules`` on GPU ``uuid`` and the unallocated rest;
-    ``held``: each entry's pod (None: none); ``by_process_only``: the entries no allocator
+    ``held``: each entry's pod (None: none), by the entry's key (equal to the plain tuple
+    ``("container", cid, uuid, gi)``); ``by_process_only``: the entries no allocator
     names."""
-    entries = sorted(set(entries), key=lambda e: (e[0], -1 if e[1] is None else e[1]))
+    entries = list(entries)
+    seen = [e for e in entries if ("container", e[0], uuid, e[1]) in by_process_only]
+    if not seen:                               # every entry an allocation: one share each
+        return idle_shares(idle_joules, entries, fractions)
+    seen_set = set(seen)
     allocated_by_pod: dict[tuple[str, int | None], str] = {}
-    for cid, gi in entries:
-        key = ContainerKey(cid, uuid, gi)
-        pod = held.get(key)
-        if key not in by_process_only and pod is not None:
+    for cid, gi in sorted(e for e in entries if e not in seen_set):
+        pod = held.get(("container", cid, uuid, gi))         # type: ignore[call-overload]
+        if pod is not None:
             allocated_by_pod.setdefault((pod, gi), cid)
     units: dict[Entry, list[Entry]] = {}
     for cid, gi in entries:
-        key = ContainerKey(cid, uuid, gi)
-        if key in by_process_only:
-            pod = held.get(key)
+        name = f"a:{cid}"
+        if (cid, gi) in seen_set:
+            pod = held.get(("container", cid, uuid, gi))     # type: ignore[call-overload]
             allocation = allocated_by_pod.get((pod, gi)) if pod is not None else None
             name = f"a:{allocation}" if allocation is not None else \
                 f"p:{pod}" if pod is not None else f"t:{cid}"
-        else:
-            name = f"a:{cid}"
         units.setdefault((name, gi), []).append((cid, gi))
     shares, unallocated = idle_shares(idle_joules, units, fractions)
     out: dict[Entry, float] = {}
