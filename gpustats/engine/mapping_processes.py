@@ -34,12 +34,15 @@ class ProcessMapping:
     """Each GPU process's owner, from its ``/proc/<pid>/cgroup`` read every tick (one read
     each: a process moved to another cgroup is billed to its new tenant from the next tick).
     Memo: (PID, start time) -> the cgroup file last read and the owner and user it gave, so
-    a process whose cgroup is unchanged is not looked up again."""
+    a process whose cgroup is unchanged is not looked up again, and one that ended since
+    last tick (its ``/proc`` entry gone, its start time with it) is billed to the owner it
+    had."""
 
     def __init__(self, procs: ProcSource, users: UserSource | None = None):
         self._procs = procs
         self._users = users
         self._pid_owner: dict[tuple[int, int | None], tuple[bytes, Found]] = {}
+        self._last_by_pid: dict[int, tuple[bytes, Found]] = {}      # the same, by PID
         self._ticks = 0
 
     def map(self, tick: TickMapping) -> None:
@@ -54,7 +57,10 @@ class ProcessMapping:
                 # A process is its PID and start time: a reused PID is looked up afresh.
                 process = (p.pid, tick.starts.get((uuid, p.pid)))
                 if process not in owner_of_pid:
-                    owner_of_pid[process] = self._current(p.pid, previous.get(process))
+                    last = previous.get(process)
+                    if last is None and process[1] is None:    # its stat gone with it
+                        last = self._last_by_pid.get(p.pid)
+                    owner_of_pid[process] = self._current(p.pid, last)
                 found = owner_of_pid[process]
                 if found is None:
                     continue      # gone: its energy stays unattributed
@@ -67,13 +73,16 @@ class ProcessMapping:
                 tick.hold(cid, (uuid, p.gpu_instance_id), REASON_NVML_PROCESS)
                 tick.pid_to_container[(uuid, p.pid)] = cid
         self._pid_owner = {k: v for k, v in owner_of_pid.items() if v is not None}
+        self._last_by_pid = {pid: v for (pid, _), v in self._pid_owner.items()}
 
     def _current(self, pid: int, last: tuple[bytes, Found] | None) -> tuple[bytes, Found] | None:
-        """The process's cgroup file and owner now (None: gone): the cgroup read each tick,
-        the owner looked up only where it differs from last tick's."""
+        """The process's cgroup file and owner now: the cgroup read each tick, the owner looked
+        up only where it differs from last tick's. A process that ended since (listed once
+        more for its last work: NVML's samples or accounting records) keeps the owner it had
+        last tick; None: gone, and never seen."""
         data = self._procs.cgroup_bytes(pid)
         if data is None:
-            return None
+            return last
         if last is not None and last[0] == data:
             return last
         found = self._owner(pid)
