@@ -10,10 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from oracles.checks import (
-    CONSERVATION_ABS, CONSERVATION_REL, ENERGY, POD, POD_IDLE, UNALLOCATED, UNATTRIBUTED, Series,
+    CONSERVATION_ABS, CONSERVATION_REL, ENERGY, POD, POD_IDLE, UNALLOCATED, UNATTRIBUTED,
+    UNOBSERVED, Series,
 )
-
-UNOBSERVED = "gpustats_node_gpu_unobserved_joules"
 PARTS = (POD, POD_IDLE, UNALLOCATED, UNATTRIBUTED, UNOBSERVED)
 
 

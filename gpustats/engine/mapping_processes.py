@@ -89,7 +89,7 @@ class ProcessMapping:
         return (data, found) if found is not None else None
 
     def _owner(self, pid: int) -> tuple[ProcessOwner, ProcessUser] | None:
-        """A process's owner and user, looked up once per process (None: gone)."""
+        """A process's owner and user as its /proc entry says now (None: gone)."""
         owner = self._procs.owner_of(pid)
         if owner is None:
             return None
