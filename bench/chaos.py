@@ -16,7 +16,9 @@ release's (``previous_release``: bench/chaos_release.py). A few are drawn once b
 start: ``busy_from_start`` (a GPU with no idle configured) and whether the run starts on the
 previous release. The checks (oracles/checks.py) run on each scrape of
 /metrics and /stats/summary: conservation per GPU within 1 %, no counter lower than a value
-served before (across restarts), no pod gaining more than a GPU can give (lost time billed),
+served before (across restarts), each GPU's books closing (energy = Σ pods' energy and idle
+shares + unallocated + unattributed + unobserved, after every restart: oracles/identity.py),
+no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
 still served, a GPU with no idle billed in full. At the end each pod's total must lie within
 2 % of the oracle's range (oracles/energy.py, from the simulator's trace of reloads and
@@ -48,6 +50,7 @@ from pathlib import Path
 import yaml
 
 from oracles import checks
+from oracles.identity import Identity
 from bench.chaos_clock import SteppedClock, find_libfaketime
 from bench.chaos_daemon import REPO, Daemon, StateDisk
 from bench.chaos_events import (
@@ -67,7 +70,7 @@ CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time bill
           "attributed watts", "unknown served", "live pod not served",
           "persistence failure not shown", "pod total vs oracle",
           "billed in full without idle", "previous release over newer state",
-          "release hand-over")
+          "release hand-over", "books")
 
 
 @dataclass
@@ -160,6 +163,8 @@ class Run:
         self.monotonic = checks.Monotonic()
         self.conservation = checks.Conservation()
         self.no_idle = checks.NoIdle()
+        self.books = Identity()
+        self.on_previous = False                 # the daemon running is the previous release
         learns = any(g.learns_idle for g in self.world.gpus)
         self.rate = checks.Rate(LIMIT_WATTS + 150 - (0.0 if learns else IDLE_WATTS), 0.4)
         self.ever_served: set[str] = set()
@@ -250,6 +255,7 @@ class Run:
         self.start_daemon()
 
     def start_daemon(self, release: Path = REPO) -> None:
+        self.on_previous = release != REPO
         try:
             self.daemon.start(release=release)
         except RuntimeError as exc:
@@ -292,6 +298,8 @@ class Run:
                             ("billed in full without idle", self.no_idle.check(
                                 self.daemon.starts, values, known,
                                 checks.idle_unknown(summary))),
+                            ("books", self.books.check(self.daemon.starts, values,
+                                                       self.on_previous)),
                             ("counter vanished", vanished),
                             ("counter lowered", self.monotonic.check(values)),
                             ("lost time billed", self.rate.check(now, values)),

@@ -223,18 +223,29 @@ def power_watts(value: Any) -> float:
     return watts
 
 
+# The prefixes of every GPU ID the daemon serves: NVIDIA's UUIDs (GPU-, MIG-) and the DRM
+# backends' IDs (sources/drm: amd-, intel-); a test keeps these equal to the backends'.
+GPU_ID_PREFIXES = ("GPU-", "MIG-", "amd-", "intel-")
+
+
+def _gpu_id(key: str) -> bool:
+    return any(key.startswith(prefix) and len(key) > len(prefix) for prefix in GPU_ID_PREFIXES)
+
+
 def parse_idle_power(value: Any) -> IdlePower:
-    """A number (every GPU), or a mapping ``{default: W, GPU-<uuid>: W, ...}``."""
+    """A number (every GPU), or a mapping ``{default: W, <GPU ID>: W, ...}`` keyed by any GPU
+    ID the daemon serves (a UUID, ``amd-…``, ``intel-…``)."""
     if isinstance(value, Mapping):
         default = None
         per_uuid: dict[str, float] = {}
         for key, watts in value.items():
             if str(key) == "default":
                 default = power_watts(watts)
-            elif str(key).startswith(("GPU-", "MIG-")):
+            elif _gpu_id(str(key)):
                 per_uuid[str(key)] = power_watts(watts)
             else:
-                raise ValueError(f"keys must be 'default' or a GPU UUID, got {brief(key)}")
+                raise ValueError("keys must be 'default' or a GPU ID (GPU-…, MIG-…, amd-…, "
+                                 f"intel-…), got {brief(key)}")
         return IdlePower(default_watts=default, per_uuid=tuple(sorted(per_uuid.items())))
     text = _scalar(value)
     if not text:

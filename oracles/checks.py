@@ -22,6 +22,7 @@ POD = "gpustats_pod_gpu_joules"
 ENERGY = "gpustats_node_gpu_joules"
 POD_IDLE = "gpustats_pod_gpu_idle_share_joules"
 UNALLOCATED = "gpustats_node_gpu_unallocated_idle_joules"
+UNOBSERVED = "gpustats_node_gpu_unobserved_joules"      # a gap's energy: no one's idle
 # Relative slack of conservation per GPU, and an absolute one for float rounding.
 CONSERVATION_REL = 0.01
 CONSERVATION_ABS = 1.0
@@ -77,7 +78,8 @@ def known_gpus(text: str) -> set[str]:
     return shared - lost
 
 
-COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED, ENERGY, POD_IDLE, UNALLOCATED)
+COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED, ENERGY, POD_IDLE, UNALLOCATED,
+            UNOBSERVED)
 
 
 @dataclass
@@ -184,11 +186,11 @@ class Conservation:
 
     def _idle(self, uuid: str, levels: dict[str, float], vanished: set[str],
               reappeared: set[str]) -> list[str]:
-        """Σ pods' idle shares + unallocated idle = the GPU's energy less its active energy
-        (within 1 %), where the GPU has an idle (its idle counters grew)."""
+        """Σ pods' idle shares + unallocated idle = the GPU's energy less its active and its
+        unobserved energy (within 1 %), where the GPU has an idle (its idle counters grew)."""
         if UNALLOCATED not in levels:
             return []                            # no idle known: nothing is shared
-        idle = levels.get(ENERGY, 0.0) - levels.get(ACTIVE, 0.0)
+        idle = levels.get(ENERGY, 0.0) - levels.get(ACTIVE, 0.0) - levels.get(UNOBSERVED, 0.0)
         shared = levels.get(POD_IDLE, 0.0) + levels[UNALLOCATED]
         slack = CONSERVATION_REL * max(idle, 0.0) + CONSERVATION_ABS
         low, high = self._bounds((uuid, POD_IDLE), idle, slack, vanished, reappeared, shared)

@@ -73,10 +73,11 @@ def test_a_listed_process_that_ends_is_billed_for_the_rest_of_its_tick_once(swep
     for _ in range(3):
         reading, calls = tick(s)
         assert accounted(reading) == {} and calls.get(STATS, 0) == 0
+    s.clock.now += 0.5                         # it ends half a second into the next tick
     write_scenario(s.path, {"devices": [gpu()], "processes": []})
     assert s.sim.reload()
     reading, calls = tick(s)
-    assert accounted(reading) == {102: (1.0, 0.0)} and calls[STATS] == 1
+    assert accounted(reading) == {102: (0.5, 0.0)} and calls[STATS] == 1
     reading, calls = tick(s)
     assert accounted(reading) == {} and calls[STATS] == 1    # read again: the same record
     reading, calls = tick(s)

@@ -243,6 +243,31 @@ gpustats_node_gpu_unallocated_idle_joules_total{gpu="0",gpu_uuid="G"} %s
     assert check.check(2, counters(text % (950, 700, 50)), {"G"}, {"G"}) == []  # a new run
 
 
+def test_the_books_close_after_a_restart_with_a_gone_pod_and_the_previous_release():
+    from oracles.checks import counters
+    from oracles.identity import Identity
+    text = """# TYPE gpustats_node_gpu_joules_total counter
+gpustats_node_gpu_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_pod_gpu_joules_total counter
+gpustats_pod_gpu_joules_total{gpu_uuid="G",pod_uid="p"} %s
+# TYPE gpustats_node_gpu_unallocated_idle_joules_total counter
+gpustats_node_gpu_unallocated_idle_joules_total{gpu="0",gpu_uuid="G"} %s
+# TYPE gpustats_node_gpu_unobserved_joules_total counter
+gpustats_node_gpu_unobserved_joules_total{gpu="0",gpu_uuid="G"} %s
+"""
+    books = Identity()
+    assert books.check(1, counters(text % (300, 200, 100, 0)), False) == []
+    found = books.check(2, counters(text % (900, 200, 100, 0)), False)       # a gap nowhere
+    assert len(found) == 1 and "(+600.0 J outside)" in found[0]
+    assert books.check(3, counters(text % (900, 200, 100, 600)), False) == []
+    # The pod is gone and no longer served: its last total stays in the books.
+    gone = text.replace('gpustats_pod_gpu_joules_total{gpu_uuid="G",pod_uid="p"} %s\n', "")
+    assert books.check(4, counters(gone % (1000, 200, 600)), False) == []
+    # The previous release leaves its gap outside: carried, not reported, from then on.
+    assert books.check(5, counters(gone % (1500, 200, 600)), True) == []
+    assert books.check(6, counters(gone % (1600, 300, 600)), False) == []
+
+
 def test_the_stepped_clock_stays_within_its_bounds(tmp_path):
     from bench.chaos_clock import MAX_OFFSET_SECONDS, SteppedClock
     clock = SteppedClock(tmp_path / "libfaketime.so", tmp_path / "offset")

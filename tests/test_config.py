@@ -68,7 +68,8 @@ def test_design_flags_exist():
     (["--dcgm-exporter-url", "localhost:9400"], {}, "http://"),
     (["--log-level", "chatty"], {}, "--log-level"),
     (["--idle-power-watts", "-5"], {}, "--idle-power-watts"),
-    (["--idle-power-watts", "bogus=1"], {}, "GPU UUID"),
+    (["--idle-power-watts", "bogus=1"], {}, "GPU ID"),
+    (["--idle-power-watts", "amd-=1"], {}, "GPU ID"),
     (["--memory-pressure-threshold", "1.5"], {}, "ratio"),
     (["--health-listen", "nonsense"], {}, "--health-listen"),
     ([], {"GPUSTATS_HEALTH_LISTEN": "127.0.0.1:70000"}, "GPUSTATS_HEALTH_LISTEN"),
@@ -228,6 +229,14 @@ def test_idle_power_forms():
     flag_form = parse_idle_power("default=60,GPU-a=70")
     assert flag_form == per
     assert parse_idle_power({"GPU-a": 70}).for_uuid("GPU-b") is None
+
+
+def test_idle_power_takes_every_gpu_id_the_daemon_serves():
+    from gpustats.config_values import GPU_ID_PREFIXES
+    from gpustats.sources.drm import amdgpu, intel
+    assert {amdgpu.UUID_PREFIX, intel.UUID_PREFIX} <= set(GPU_ID_PREFIXES)
+    per = parse_idle_power("amd-2b4a=90,intel-0000:03:00.0=20,MIG-x=10")
+    assert per.for_uuid("amd-2b4a") == 90.0 and per.for_uuid("intel-0000:03:00.0") == 20.0
 
 
 def test_listen_forms():

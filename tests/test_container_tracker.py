@@ -322,3 +322,25 @@ def test_every_container_and_pod_of_the_tick_is_an_owner_kept_alive_as_they_come
     del cgroups.containers[A]
     cgroups.pods.clear()
     assert owners() == [("container", B), ("pod", other)]
+
+
+def test_a_process_is_billed_to_its_new_cgroup_and_when_ended_to_its_last_owner():
+    """Its cgroup is read every tick: moved, it is its new container's from the next tick;
+    ended (its /proc entry gone, listed once more for its last work), the one it had."""
+    first, second = f"/kubepods/besteffort/pod{UID}/{D}", f"/kubepods/besteffort/pod{UID}/{S}"
+    procs = FakeProcs({4242: first})
+    tracker = ContainerTracker(FakeCgroups({}), procs, EnergyCounters())
+    listed = (ProcessReading(pid=4242),)
+    started = (ProcessStats(pid=4242, device_uuid=GPU0, start_time_ticks=700),)
+    assert tracker.tick((reading(GPU0, 0, listed),), {}, started).pid_to_container == \
+        {(GPU0, 4242): D}
+    procs.by_pid[4242] = second
+    assert tracker.tick((reading(GPU0, 0, listed),), {}, started).pid_to_container == \
+        {(GPU0, 4242): S}
+    del procs.by_pid[4242]
+    ended = (ProcessReading(pid=4242, listed=False),)
+    gone = (ProcessStats(pid=4242, device_uuid=GPU0),)            # no start time left
+    assert tracker.tick((reading(GPU0, 0, ended),), {}, gone).pid_to_container == \
+        {(GPU0, 4242): S}
+    assert tracker.tick((reading(GPU0, 0, ended),), {}, gone).pid_to_container == \
+        {(GPU0, 4242): S}

@@ -198,3 +198,23 @@ def test_a_node_with_an_nvidia_and_an_amd_gpu_serves_both(start_daemon, tmp_path
         assert metric_value(text, "gpustats_node_gpu_watts", gpu_uuid=uuid,
                             vendor=vendor) is not None, (uuid, vendor)
 
+
+
+def test_idle_power_is_configured_per_amd_intel_and_nvidia_gpu(start_daemon, tmp_path):
+    """``--idle-power-watts`` names any GPU ID the daemon serves: on a mixed node each GPU
+    gets its own idle, not NVIDIA's default (the daemon used to exit 2 on an ``amd-`` key)."""
+    tree, cgroup = _node(tmp_path)
+    tree.add_amd_gpu(AMD_GPU, card=1, power_uw=300_000_000)
+    tree.add_intel_gpu(INTEL_GPU, driver="xe", card=2, power_max_uw=150_000_000)
+    scenario = tmp_path / "nvidia.yaml"
+    write_scenario(scenario, {"devices": [device(power_watts=250.0)]})
+    daemon = _start(start_daemon, tree, cgroup, "--simulate", str(scenario),
+                    "--idle-power-watts",
+                    f"default=60,{AMD_UUID}=90,{INTEL_UUID}=20,{GPU_A}=70")
+
+    def idle(body):
+        return {a["id"]: a.get("idlePowerWatts") for a in body["node"].get("accelerators", ())}
+    daemon.wait_for(lambda body: None not in idle(body).values() and len(idle(body)) == 3,
+                    timeout=20)
+    assert idle(daemon.get("/stats/summary")[1]) == {GPU_A: 70.0, AMD_UUID: 90.0,
+                                                     INTEL_UUID: 20.0}

@@ -366,6 +366,9 @@ def test_a_container_called_a_sandbox_is_shown_while_it_holds_a_gpu():
     logs = FakeNames({x: ContainerNames("p", "ml", UID, None, is_sandbox=True) for x in (a, b)})
 
     class Procs:
+        def cgroup_bytes(self, pid):
+            return b"0::/a\n"
+
         def owner_of(self, pid):
             return SimpleNamespace(
                 container=SimpleNamespace(info=SimpleNamespace(

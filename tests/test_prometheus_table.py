@@ -38,6 +38,7 @@ def every_family_snapshot():
                                   memory_pressure_seconds=0.0))
     devices = (dataclasses.replace(a, saturation=sat, unallocated_idle_power_watts=0.0,
                                    unallocated_idle_energy_joules=20.0,
+                                   unobserved_energy_joules=7.5,
                                    reading=DeviceReading(a.identity, 1.0, performance_state=0)),
                ) + s.devices[1:]
     claim = ClaimDevice("gpu-claim", "ml", "gpu.nvidia.com", "node-1", "gpu-7")

@@ -13,6 +13,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from gpustats.fakehost import add_container, add_process
 from tests.support.fakehost import (
     build, container_cgroup, container_id, containers_by_id, pod_uid, write_scenario,
@@ -65,3 +67,38 @@ def test_a_process_started_during_a_stall_is_billed_only_for_its_life(start_daem
     # The stall's first part is not B's, and not dropped: it stays unattributed.
     assert summary["node"]["accelerators"][0]["unattributedEnergyJoules"] \
         >= ACTIVE_WATTS * 3.0, summary["node"]["accelerators"][0]
+
+
+def test_with_accounting_on_a_stall_bills_each_process_its_own_part(start_daemon, tmp_path):
+    """Accounting mode on, 260 W above idle: pod A's process runs the first part of a stall
+    and exits, pod B's starts then and runs the rest. Each is billed its own part from the
+    records (A's run within the stall, though A is gone when the daemon reads it), not A the
+    whole stall (it was billed 135 % of its part, B 72 %)."""
+    gpu = device(power_watts=360, accounting=True)
+    cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
+    daemon, path = start_simulated(
+        start_daemon, tmp_path,
+        {"devices": [gpu], "processes": [{"pid": 101, "device": GPU, "sm_util_percent": 80}]},
+        (cgroup, proc), "--housekeeping-interval", "0.25", "--pod-resources-socket", "",
+        "--runtime-socket", "", "--idle-power-watts", "100")
+    before = daemon.wait_for(lambda s: energy(s, 1) > 100)
+    daemon.proc.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        time.sleep(3.0)                        # A runs, then ends; B starts
+        rel = container_cgroup(pod_uid(2), container_id(2))
+        add_container(cgroup, rel)
+        add_process(proc, 102, rel)
+        changed = start_process_now(proc, 102)
+        write_scenario(path, {"devices": [gpu], "processes": [
+            {"pid": 102, "device": GPU, "sm_util_percent": 80}]})
+        time.sleep(3.0)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+    after = daemon.wait_for(lambda s: energy(s, 2) > 0, timeout=10)
+    active = 260.0
+    a, b = energy(after, 1) - energy(before, 1), energy(after, 2)
+    # A: its run in the stall, and the part of a tick before it (at most one interval).
+    assert active * (changed - stopped) * 0.93 <= a <= active * (changed - stopped + 0.4), a
+    assert b == pytest.approx(active * (resumed - changed), rel=0.07), b

@@ -39,7 +39,7 @@ from gpustats.engine.state_files import (
 from gpustats.engine.state_schema import SCHEMA_VERSION
 from gpustats.model.energy_keys import (
     ActiveKey, ContainerIdleKey, ContainerKey, DeviceKey, MigKey, PodIdleKey, PodKey, ProcessKey,
-    UnallocatedIdleKey, UnattributedKey,
+    UnallocatedIdleKey, UnattributedKey, UnobservedKey,
 )
 from tests.support.clock import Clock
 
@@ -59,7 +59,8 @@ SNAPSHOT = ((DeviceKey(GPU), 2436.25), (ActiveKey(GPU), 1793.5), (UnattributedKe
             (ProcessKey(GPU, 4100, 2500, BOOT), 1781.5), (MigKey(GPU, 1), 0.0),
             (ContainerKey(CONTAINER, GPU, None), 1781.5), (ContainerKey(CONTAINER, GPU, 1), 0.0),
             (PodKey(POD, GPU), 1781.5), (ContainerIdleKey(CONTAINER, GPU, None), 420.0),
-            (PodIdleKey(POD, GPU), 420.0), (UnallocatedIdleKey(GPU), 210.5))
+            (PodIdleKey(POD, GPU), 420.0), (UnallocatedIdleKey(GPU), 210.5),
+            (UnobservedKey(GPU), 12.25))
 
 
 def sample_dirs() -> dict[int, Path]:

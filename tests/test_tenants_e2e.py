@@ -224,3 +224,35 @@ def test_the_shares_follow_the_load_and_counters_keep_their_series(start_daemon,
             (kind, name, watts)
         assert series[(kind, name)]["gpustats_tenant_gpu_joules_total"] >= before[(kind, name)]
     assert len(samples(text, "gpustats_tenant_gpu_joules_total", kind="job")) == 1
+
+
+def test_a_process_moved_to_another_cgroup_is_billed_to_its_new_tenant(start_daemon, tmp_path):
+    """A process first seen in a Docker container is moved into a service (its
+    ``/proc/<pid>/cgroup`` changes, as ``systemd-run --scope`` or a cgroup.procs write does):
+    from the next tick it is the service's, and the container is billed no more."""
+    cgroup, proc, host = tmp_path / "cgroup", tmp_path / "proc", tmp_path / "host"
+    fakehost.start_cgroup_tree(cgroup)
+    fakehost.copy_node_files(proc)
+    docker, service = fakehost.docker_cgroup(WEB), fakehost.service_cgroup("train.service")
+    for rel in (docker, service):
+        fakehost.add_container(cgroup, rel)
+    fakehost.add_process_files(proc, 301, fakehost.v2_cgroup_lines(docker), "python3", 1000)
+    fakehost.add_passwd(host, USERS)
+    fakehost.add_docker_container(host, WEB, "web")
+    daemon, _ = start_simulated(start_daemon, tmp_path, scenario({301: 50}), (cgroup, proc),
+                                "--host-root", str(host), *ARGS)
+    container = ("container", "web")
+    daemon.wait_for(lambda text: container in tenant_series(text, GPU), path="/metrics",
+                    timeout=30)
+    (proc / "301" / "cgroup").write_text(fakehost.v2_cgroup_lines(service))
+
+    def moved(text: str):
+        series = tenant_series(text, GPU).get(("service", "train.service"))
+        return series is not None and series["gpustats_tenant_gpu_watts"] > 0
+    text = daemon.wait_for(moved, path="/metrics", timeout=10)
+    daemon.wait_ticks(3)
+    _, text = daemon.get("/metrics")
+    series = tenant_series(text, GPU)
+    assert series[("service", "train.service")]["gpustats_tenant_gpu_watts"] == \
+        pytest.approx(ACTIVE_WATTS, rel=0.01)
+    assert series[container].get("gpustats_tenant_gpu_watts") in (0.0, None), series[container]

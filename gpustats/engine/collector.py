@@ -22,7 +22,7 @@ from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity, DeviceReading
 from gpustats.model.energy_keys import (
-    ActiveKey, DeviceKey, MigKey, UnallocatedIdleKey, UnattributedKey,
+    ActiveKey, DeviceKey, MigKey, UnallocatedIdleKey, UnattributedKey, UnobservedKey,
 )
 from gpustats.model.health import DeviceHealth, Saturation
 from gpustats.model.host import CpuStats, MemoryStats, NodeStats
@@ -337,12 +337,14 @@ class Housekeeper:
                       saturation: Saturation | None) -> DeviceStats:
         uuid = reading.identity.uuid
         energy, active = settled.total(DeviceKey(uuid)), settled.total(ActiveKey(uuid))
+        unobserved = settled.total(UnobservedKey(uuid))
         idle = None
         if energy is not None and active is not None:
             # To the millijoule (the driver counter's unit): two sums of the same ticks do not
-            # jitter it below itself.
-            idle = self._idle_served[uuid] = max(self._idle_served.get(uuid, 0.0),
-                                                 round(max(0.0, energy - active), 3))
+            # jitter it below itself. The energy no one observed is no idle.
+            idle = self._idle_served[uuid] = max(
+                self._idle_served.get(uuid, 0.0),
+                round(max(0.0, energy - active - (unobserved or 0.0)), 3))
         unattributed_watts, unattributed = settled.figures(UnattributedKey(uuid), uuid)
         unallocated_watts, unallocated = settled.figures(UnallocatedIdleKey(uuid), uuid)
         return DeviceStats(
@@ -360,6 +362,7 @@ class Housekeeper:
             unattributed_energy_joules=unattributed,
             unallocated_idle_power_watts=unallocated_watts,
             unallocated_idle_energy_joules=unallocated,
+            unobserved_energy_joules=unobserved,
             power_limit_watts=reading.power_limit_watts,
             temperature_celsius=reading.temperature_celsius,
             sharing_mode=attribution.sharing_mode if attribution else None,

@@ -43,7 +43,8 @@ Owner = tuple[Hashable, ...]
 def owner_of(key: Key) -> Owner:
     """Whose existence keeps a counter: the GPU, the process, the container or the pod."""
     kind = key[0]
-    if kind in ("device", "device_active", "unattributed", "unallocated_idle", "mig"):
+    if kind in ("device", "device_active", "unattributed", "unallocated_idle", "unobserved",
+                "mig"):
         return ("gpu", key[1])
     if kind == "process":
         return key

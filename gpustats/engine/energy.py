@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpustats.attribution import (
-    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device, idle_tick,
-    learned_idle_power, plausible_max_watts, tick_energy_joules,
+    GLITCH_FACTOR, DeviceTickInput, active_energy_joules, attribute_device, idle_performance_state,
+    idle_tick, learned_idle_power, plausible_max_watts, tick_energy_joules,
 )
 from gpustats.engine.counters import DeviceRecord, EnergyCounters
 from gpustats.model.attribution import DeviceAttribution
@@ -108,7 +108,7 @@ class EnergyAccountant:
         power = reading.power_watts
         if power is None and delta.source == "counter" and delta.joules is not None and dt > 0:
             power = delta.joules / dt           # no power call: the counter's rate
-        idle = self._idle(uuid, state, power, reading)
+        idle = self._idle(uuid, state, power, reading, mig_activity or {})
         active_energy = active_energy_joules(delta.joules, idle, dt)
         device_energy = None
         if reading.energy_counter_millijoules is not None:
@@ -197,17 +197,18 @@ class EnergyAccountant:
         return max(0.0, self._wall() - record.read_at)
 
     def _idle(self, uuid: str, state: _EnergyBaseline, power: float | None,
-              reading: DeviceReading) -> float | None:
+              reading: DeviceReading, mig_activity: Mapping[int, float]) -> float | None:
         """The configured idle, else the one learned from idle ticks (None: never seen)."""
         configured = self._configured_idle(uuid)
         if configured is not None:
             return configured
-        if power is not None and idle_tick("processes" not in reading.unsupported_fields,
-                                           reading.processes, reading.process_samples,
-                                           reading.utilization_percent,
-                                           bool(reading.mig_enabled),
-                                           reading.performance_state,
-                                           reading.lowest_performance_state):
+        if power is not None and (idle_tick("processes" not in reading.unsupported_fields,
+                                            reading.processes, reading.process_samples,
+                                            reading.utilization_percent,
+                                            bool(reading.mig_enabled),
+                                            reading.performance_state,
+                                            reading.lowest_performance_state)
+                                  or mig_idle_tick(reading, mig_activity)):
             state.recent_watts.append(power)
         else:
             state.recent_watts.clear()       # the hold counts consecutive idle ticks
@@ -232,3 +233,19 @@ class EnergyAccountant:
         learned stays in the counters' GPU records."""
         for uuid in set(self._state) - present_uuids:
             del self._state[uuid]
+
+
+def mig_idle_tick(reading: DeviceReading, activity: Mapping[int, float]) -> bool:
+    """Whether a MIG GPU whose instances hold processes is idle this tick (NVML gives no duty
+    cycle under MIG, so a GPU always held would never learn its idle): every instance's
+    activity (GPM, or dcgm-exporter's) reads 0, or the GPU sits in its idle performance
+    state. Its process list must have been read; an instance of unknown activity is not
+    idle."""
+    if not reading.mig_enabled or not reading.processes \
+            or "processes" in reading.unsupported_fields:
+        return False
+    if idle_performance_state(reading.performance_state, reading.lowest_performance_state):
+        return True
+    instances = reading.mig_instances
+    return bool(instances) and all(activity.get(i.gpu_instance_id) == 0 for i in instances)
+

@@ -17,7 +17,8 @@ from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpustats.engine.ledger import Holdings
 from gpustats.model.containers import (
-    CgroupRef, ContainerIdentity, ContainerNames, ContainerUsage, PodDeviceAllocation,
+    REASON_NVML_PROCESS, CgroupRef, ContainerIdentity, ContainerNames, ContainerUsage,
+    PodDeviceAllocation,
 )
 from gpustats.model.device import DeviceReading
 from gpustats.sources.cgroup_stats import DRM_MAJOR, NVIDIA_MAJOR
@@ -204,16 +205,20 @@ class GpuMapper:
         # calls its pod's sandbox, unless it holds a GPU (never dropped, whatever its names).
         shown = []
         held: dict[ContainerKey, str | None] = {}
+        by_process_only: set[ContainerKey] = set()
         gpu_users = set(tick.pid_to_container.values())
         for cid, identity in sorted(containers.items()):
             n = names.get(cid)
             if n is None or not n.is_sandbox or mappings.get(cid) or cid in gpu_users:
                 uid = _pod_uid(identity, n)
                 shown.append((cid, identity, n, uid))
-                for uuid, gi in mappings.get(cid, ()):
-                    held[ContainerKey(cid, uuid, gi)] = uid
+                for (uuid, gi), reasons in mappings.get(cid, {}).items():
+                    key = ContainerKey(cid, uuid, gi)
+                    held[key] = uid
+                    if reasons == {REASON_NVML_PROCESS}:
+                        by_process_only.add(key)
         holdings = Holdings(tick.pid_to_container, held,
-                            self._owners_of(containers, pods, names))
+                            self._owners_of(containers, pods, names), frozenset(by_process_only))
         return MappedTick(containers, pods, names, mappings, tick.devices,
                           tick.pid_to_container, tick.claims, shown, holdings,
                           tick.process_users, tick.tenant_users)

@@ -8,9 +8,11 @@ and tick, by construction:
 
     Σ pods (+ containers in no pod) = Σ containers = Σ processes in containers
     Σ containers + unattributed = active;  Σ MIG instances = Σ processes placed on one
-    Σ containers' idle shares + unallocated idle = energy − active (its idle)
+    Σ containers' idle shares + unallocated idle = energy − active − unobserved (its idle)
 
-so a GPU's energy = Σ holders' (attributed + idle share) + unallocated idle + unattributed.
+so a GPU's energy = Σ holders' (attributed + idle share) + unallocated idle + unattributed +
+unobserved, the last being what its energy counter gained while the daemon did not observe it
+(down between two runs, or the GPU lost): billed to no one.
 
 Energy nobody can be billed for (active energy with no process, processes in no container,
 processes NVML did not list) is counted as the GPU's *unattributed* energy, never dropped and
@@ -27,13 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from gpustats.attribution import idle_shares, instance_fractions
+from gpustats.attribution import instance_fractions
 from gpustats.engine.counters import EnergyCounters, Owner
+from gpustats.engine.idle_holders import holder_shares
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import DeviceReading
 from gpustats.model.energy_keys import (
     ActiveKey, ContainerIdleKey, ContainerKey, DeviceKey, MigKey, PodIdleKey, PodKey, ProcessKey,
-    UnallocatedIdleKey, UnattributedKey,
+    UnallocatedIdleKey, UnattributedKey, UnobservedKey,
 )
 
 
@@ -48,6 +51,9 @@ class Holdings:
     # the containers' and pods' owners to keep alive (every container and pod of the tick,
     # those of every ``held`` entry among them: the ledger marks them alive from here)
     alive: tuple[Owner, ...] = ()
+    # the ``held`` entries no allocator names (seen through their processes only): each
+    # tenant of those is one share of the idle (``idle_holders``), each other entry one
+    by_process_only: frozenset[ContainerKey] = frozenset()
 
 
 class Settled:
@@ -137,6 +143,7 @@ class _TickEnergy:
         self.alive: list[Owner] = []
         self._owner_of = holdings.process_owner
         self._held = holdings.held
+        self._by_process_only = holdings.by_process_only
         self._holders: dict[str, list[tuple[str, int | None]]] | None = None
         # Each container entry's energy this tick (looked up by the plain tuple, equal to the
         # typed key ``held`` is keyed by), and the GPUs whose processes are all known.
@@ -150,6 +157,9 @@ class _TickEnergy:
         tick, uuid = self.tick, reading.identity.uuid
         if attribution.device_energy_joules is not None:
             tick[DeviceKey(uuid)] = attribution.device_energy_joules
+            # What the counter gained beyond the tick: the energy of a gap no one observed.
+            tick[UnobservedKey(uuid)] = max(0.0, attribution.device_energy_joules
+                                            - (attribution.tick_energy_joules or 0.0))
         active = attribution.tick_active_energy_joules
         if active is not None:
             tick[ActiveKey(uuid)] = active
@@ -201,8 +211,9 @@ class _TickEnergy:
 
     def share_idle(self, reading: DeviceReading, attribution: DeviceAttribution) -> None:
         """The GPU's idle energy of the tick (its energy above none of its active), split
-        among the containers holding it (equally; by instance size on a MIG GPU), each pod
-        the sum of its containers'; what no one holds is the GPU's unallocated idle. Absent
+        among the tenants holding it (one share per allocation, or per tenant seen through
+        its processes only; by instance size on a MIG GPU), each pod the sum of its
+        containers'; what no one holds is the GPU's unallocated idle. Absent
         while the GPU has no idle known (all of its energy is active then)."""
         total, active = attribution.tick_energy_joules, attribution.tick_active_energy_joules
         if total is None or active is None or attribution.idle_power_watts is None:
@@ -211,7 +222,8 @@ class _TickEnergy:
         holders = self._holders_by_gpu().get(uuid, ())
         fractions = instance_fractions(reading.identity.memory_total_bytes,
                                        reading.mig_instances) if reading.mig_enabled else None
-        shares, unallocated = idle_shares(max(0.0, total - active), holders, fractions)
+        shares, unallocated = holder_shares(max(0.0, total - active), uuid, holders, self._held,
+                                            self._by_process_only, fractions)
         pods: dict[str, float] = {}
         for (cid, gi), joules in shares.items():
             tick[ContainerIdleKey(cid, uuid, gi)] = joules

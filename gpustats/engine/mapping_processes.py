@@ -12,12 +12,14 @@ from gpustats.engine.gpu_mapping import ProcessUser, TickMapping
 from gpustats.model.containers import REASON_NVML_PROCESS, ContainerIdentity
 from gpustats.sources.procs import ProcessOwner
 
-# Every this many ticks, processes placed in no container are looked up again (a start-up
-# race would stick: a process is placed before its runtime moves it), and users' names.
+# Every this many ticks, every process's owner and user are looked up afresh (its command,
+# and its user's name, may change); its cgroup is read every tick.
 RECHECK_TICKS = 12
 
 
 class ProcSource(Protocol):
+    def cgroup_bytes(self, pid: int) -> bytes | None: ...        # None: gone
+
     def owner_of(self, pid: int) -> ProcessOwner | None: ...      # None: gone
 
 
@@ -25,23 +27,29 @@ class UserSource(Protocol):
     def name(self, uid: int) -> str | None: ...
 
 
+Found = tuple[ProcessOwner, ProcessUser]
+
+
 class ProcessMapping:
-    """Memo: (PID, start time) -> its owner and user (None: gone), for the processes seen last
-    tick: a GPU process does not change cgroup."""
+    """Each GPU process's owner, from its ``/proc/<pid>/cgroup`` read every tick (one read
+    each: a process moved to another cgroup is billed to its new tenant from the next tick).
+    Memo: (PID, start time) -> the cgroup file last read and the owner and user it gave, so
+    a process whose cgroup is unchanged is not looked up again, and one that ended since
+    last tick (its ``/proc`` entry gone, its start time with it) is billed to the owner it
+    had."""
 
     def __init__(self, procs: ProcSource, users: UserSource | None = None):
         self._procs = procs
         self._users = users
-        self._pid_owner: dict[tuple[int, int | None],
-                              tuple[ProcessOwner, ProcessUser] | None] = {}
+        self._pid_owner: dict[tuple[int, int | None], tuple[bytes, Found]] = {}
+        self._last_by_pid: dict[int, tuple[bytes, Found]] = {}      # the same, by PID
         self._ticks = 0
 
     def map(self, tick: TickMapping) -> None:
         self._ticks += 1
         if self._ticks % RECHECK_TICKS == 0:
-            self._pid_owner = {k: v for k, v in self._pid_owner.items()
-                               if v is not None and v[0].container is not None}
-        owner_of_pid: dict[tuple[int, int | None], tuple[ProcessOwner, ProcessUser] | None] = {}
+            self._pid_owner = {}
+        owner_of_pid: dict[tuple[int, int | None], tuple[bytes, Found] | None] = {}
         previous = self._pid_owner
         for reading in tick.readings:
             uuid = reading.identity.uuid
@@ -49,12 +57,14 @@ class ProcessMapping:
                 # A process is its PID and start time: a reused PID is looked up afresh.
                 process = (p.pid, tick.starts.get((uuid, p.pid)))
                 if process not in owner_of_pid:
-                    owner_of_pid[process] = previous[process] if process in previous \
-                        else self._owner(p.pid)
+                    last = previous.get(process)
+                    if last is None and process[1] is None:    # its stat gone with it
+                        last = self._last_by_pid.get(p.pid)
+                    owner_of_pid[process] = self._current(p.pid, last)
                 found = owner_of_pid[process]
                 if found is None:
                     continue      # gone: its energy stays unattributed
-                owner, user = found
+                owner, user = found[1]
                 tick.process_users[(uuid, p.pid)] = user
                 cid = _enter_owner(owner, tick.containers)
                 if owner.tenant is not None and owner.tenant.uid is not None \
@@ -62,10 +72,24 @@ class ProcessMapping:
                     tick.tenant_users[cid] = user.user
                 tick.hold(cid, (uuid, p.gpu_instance_id), REASON_NVML_PROCESS)
                 tick.pid_to_container[(uuid, p.pid)] = cid
-        self._pid_owner = owner_of_pid
+        self._pid_owner = {k: v for k, v in owner_of_pid.items() if v is not None}
+        self._last_by_pid = {pid: v for (pid, _), v in self._pid_owner.items()}
+
+    def _current(self, pid: int, last: tuple[bytes, Found] | None) -> tuple[bytes, Found] | None:
+        """The process's cgroup file and owner now: the cgroup read each tick, the owner looked
+        up only where it differs from last tick's. A process that ended since (listed once
+        more for its last work: NVML's samples or accounting records) keeps the owner it had
+        last tick; None: gone, and never seen."""
+        data = self._procs.cgroup_bytes(pid)
+        if data is None:
+            return last
+        if last is not None and last[0] == data:
+            return last
+        found = self._owner(pid)
+        return (data, found) if found is not None else None
 
     def _owner(self, pid: int) -> tuple[ProcessOwner, ProcessUser] | None:
-        """A process's owner and user, looked up once per process (None: gone)."""
+        """A process's owner and user as its /proc entry says now (None: gone)."""
         owner = self._procs.owner_of(pid)
         if owner is None:
             return None

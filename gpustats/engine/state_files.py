@@ -52,11 +52,10 @@ T = TypeVar("T")
 # lines (later releases wrote checksummed lines under the same number, which 2's first releases
 # read as torn: a rollback stepped counters back). 3: FORMAT, checksummed journal lines, and
 # process keys with the boot they ran in. 4: counters of the holders' idle shares
-# (``container_idle``, ``pod_idle``) and of each GPU's unallocated idle (a release of 3 would
-# keep them under owners it never sees alive and drop them, a reset on rolling forward), and
-# a GPU record's ``read_at_boot_seconds``.
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# (``container_idle``, ``pod_idle``), of each GPU's unallocated idle, a GPU record's
+# ``read_at_boot_seconds``. 5: each GPU's ``unobserved`` energy (a gap no one observed).
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 FORMAT_FILE = "FORMAT"
 STATE_FILE = "counters.json"

@@ -290,8 +290,9 @@ FAMILIES: tuple[Family, ...] = (
            "over the tick.", CONTAINER, "watts", group="container", scope=CONTAINER_GPU,
            value=_at("idle_share_power_watts")),
     Family("gpustats_container_gpu_idle_share_joules", COUNTER,
-           "The container's share of the idle energy of a GPU it holds: equal among its "
-           "holders, by instance size on a MIG GPU.", CONTAINER, "joules",
+           "The container's share of the idle energy of a GPU it holds: one share per "
+           "allocation, or per tenant seen through its processes only, by instance size on "
+           "a MIG GPU.", CONTAINER, "joules",
            group="container", scope=CONTAINER_GPU, value=_at("idle_share_energy_joules")),
     Family("gpustats_container_gpu_memory_used_bytes", GAUGE,
            "GPU memory held by the container's processes.", CONTAINER, "bytes",

@@ -150,6 +150,16 @@ DEVICE_VALUES: tuple[DeviceValue, ...] = (
                "GPU idle energy no tenant held the GPU for; with the holders' idle shares it "
                "adds up to the idle energy.", "joules", COUNTER)),
     DeviceValue(
+        "unobserved_energy_joules", "joules", "Energy the GPU's counter gained while gpustats "
+        "did not observe it (not running, or the GPU lost): billed to no one.",
+        "unobservedEnergyJoules", AMOUNT, 3,
+        Metric("gpustats_node_gpu_unobserved_joules",
+               "GPU energy its counter gained while gpustats did not observe it (not running, "
+               "or the GPU lost), billed to no one; with the holders' energy and idle shares, "
+               "the unallocated idle and the unattributed energy it adds up to the GPU's "
+               "energy.", "joules", COUNTER),
+        Figure("unobserved")),
+    DeviceValue(
         "power_limit_watts", "watts", "Enforced power limit.", "powerLimitWatts", AMOUNT, 3,
         Metric("gpustats_node_gpu_power_limit_watts", "Enforced GPU power limit.", "watts")),
     DeviceValue(

@@ -45,6 +45,18 @@ class UnattributedKey(tuple):
         return tuple.__new__(cls, ("unattributed", device_uuid))
 
 
+class UnobservedKey(tuple):
+    """The GPU's energy while the daemon did not observe it (down between two runs, or the
+    GPU lost), which its hardware counter ran on through: billed to no one."""
+
+    __slots__ = ()
+    kind = "unobserved"
+    device_uuid = property(itemgetter(1))
+
+    def __new__(cls, device_uuid: str) -> UnobservedKey:
+        return tuple.__new__(cls, ("unobserved", device_uuid))
+
+
 class ProcessKey(tuple):
     """A process on a GPU: its PID and start time in one boot. A reused PID is a new process,
     and so is the same PID with the same start time after a reboot.
@@ -147,4 +159,4 @@ class UnallocatedIdleKey(tuple):
 
 
 __all__ = ["ActiveKey", "ContainerIdleKey", "ContainerKey", "DeviceKey", "MigKey", "PodIdleKey",
-           "PodKey", "ProcessKey", "UnallocatedIdleKey", "UnattributedKey"]
+           "PodKey", "ProcessKey", "UnallocatedIdleKey", "UnattributedKey", "UnobservedKey"]

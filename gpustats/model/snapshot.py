@@ -51,6 +51,9 @@ class DeviceStats:
     # Idle power and energy no tenant held the GPU for: idle = Σ holders' idle shares + this.
     unallocated_idle_power_watts: float | None = None
     unallocated_idle_energy_joules: float | None = None
+    # Energy the GPU's counter gained while the daemon did not observe it (down, or the GPU
+    # lost): energy = Σ holders' (attributed + idle share) + unallocated + unattributed + this.
+    unobserved_energy_joules: float | None = None
     power_limit_watts: float | None = None
     temperature_celsius: int | None = None
     sharing_mode: str | None = None

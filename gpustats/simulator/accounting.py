@@ -4,8 +4,10 @@ Accounting records live on the simulator (``_accounting_records``: per GPU, a bu
 the device's ``accounting_buffer_size``, oldest first) and are brought up to date at each read
 of the PIDs (``nvmlDeviceGetAccountingPids``), as ``scenario.py`` describes: a listed process
 has one running record, ended when it leaves the scenario; a ``between_ticks`` process ends a
-run at every read and starts the next under the same PID. With the mode off the driver answers
-NOT_SUPPORTED (nvml.h: "accounting mode is disabled").
+run at every read and starts the next under the same PID. A listed process that leaves or
+joins the scenario after the records were first read ends or starts its record when the
+scenario file was written (no earlier than the last read), as the driver dates an exit. With
+the mode off the driver answers NOT_SUPPORTED (nvml.h: "accounting mode is disabled").
 """
 
 from __future__ import annotations
@@ -54,10 +56,39 @@ class AccountingCalls:
         _accounting_cut: dict[str, int]
         _accounting_since_us: int
 
+        _scenario: Any
+
+        def _note_mig_changes(self, old: Any, new: Any) -> None: ...
         def _idling(self, device: SimDevice) -> bool: ...
         def _process_list(self, device: Any, instance: Any, *, mps_only: bool = False,
                           between_ticks: bool = False) -> Any: ...
 
+
+    def _scenario_changed(self, new, written_at: float) -> None:
+        """The scenario is about to become ``new`` (its file written at ``written_at``, wall
+        seconds): its MIG changes queued, and the records of the processes it ends or
+        starts dated then, as the driver dates a process's exit and start, rather than at
+        the next read of the records (a daemon stopped meanwhile reads them only later)."""
+        self._note_mig_changes(self._scenario, new)
+        written = min(int(written_at * 1e6), int(self._wall() * 1e6))
+        for device in new.devices:
+            records = self._accounting_records.get(device.uuid)
+            if records is None or not device.accounting or device.mig_instances:
+                continue                       # never read: the first read starts them
+            # No earlier than the last read, which did not see the change.
+            at = max(written, self._accounting_cut.get(device.uuid, self._accounting_since_us))
+            listed = {p.pid: p for p in new.processes_by_device.get(device.uuid, ())
+                      if not p.between_ticks}
+            running = set()
+            for record in records:
+                if record.running and record.pid not in listed:
+                    record.running = False
+                    record.time_ms = max(0, round((at - record.start_us) / 1000))
+                elif record.running:
+                    running.add(record.pid)
+            records.extend(_Record(p.pid, at, 0, True, p.sm_util_percent or 0,
+                                   p.memory_used_bytes)
+                           for pid, p in listed.items() if pid not in running)
 
     def _pstate(self, device, instance, out) -> int:
         idle = self._idling(device)

@@ -177,7 +177,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         for device in scenario.devices:
             self._energy_mj.setdefault(device.uuid, float(device.energy_counter_base_millijoules))
             self._violation_ns.setdefault(device.uuid, {})
-        self._note_mig_changes(self._scenario, scenario)
+        self._scenario_changed(scenario, stamp[0])     # MIG events, accounting records
         self._scenario = scenario
         log.info("simulator: scenario %s reloaded", self._path)
         self._trace("scenario", mono=now)

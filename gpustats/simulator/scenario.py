@@ -62,11 +62,11 @@ idle phase of ``idle_cycle`` the lowest of ``supported_pstates``), ``supported_p
 ``accounting`` (bool, default false: NVML's accounting mode is on; unsupported ``accounting``
 makes its calls answer NOT_SUPPORTED, as they do with the mode off) and
 ``accounting_buffer_size`` (the records the driver keeps, default 4000; the oldest go first).
-With accounting on, each listed process has a running record from the first read of the
-records after it appeared, ended when it leaves the scenario; a ``between_ticks`` process ends
-its run at each read of the records and starts another under the same PID (so its records
-cover all the time since the first read), with its ``sm_util_percent`` (else 0) as the run's
-GPU utilization.
+With accounting on, each listed process has a running record from when it appeared (the
+scenario's writing, or the first read of the records), ended when it leaves the scenario (at
+its writing); a ``between_ticks`` process ends its run at each read of the records and starts
+another under the same PID (so its records cover all the time since the first read), with its
+``sm_util_percent`` (else 0) as the run's GPU utilization.
 Rewriting ``mig_instances`` while MIG stays on is a reconfiguration, as the MIG manager makes one:
 instances left out are destroyed (their
 handles answer INVALID_ARGUMENT), new ones created, and each event set registered for it gets

@@ -204,6 +204,7 @@ class ProcReader:
         self._report = report          # a refused file (FIFO, huge) in a fake or hostile tree
         self._stats = KeptFiles(kept_files)
         self._stat_paths: dict[int, tuple[str, str]] = {}   # last tick's PIDs: name, stat path
+        self._cgroup_paths: dict[int, tuple[str, str]] = {}  # the same PIDs': name, cgroup path
 
     def start_times(self, pids: Iterable[int]) -> dict[int, int | None]:
         """Each PID's start time in clock ticks (``None`` when gone or unreadable), for one
@@ -231,10 +232,28 @@ class ProcReader:
                 text = self._stats.read_text(path, name, self._report, max_bytes=65536)
             out[pid] = _start_or_none(text)
         self._stats.keep_only({name for name, _ in self._stat_paths.values()})
+        cgroups = self._cgroup_paths
+        self._cgroup_paths = {pid: cgroups[pid] for pid in self._stat_paths if pid in cgroups}
         return out
 
     def close(self) -> None:
         self._stats.close()
+
+    def cgroup_bytes(self, pid: int) -> bytes | None:
+        """``/proc/<pid>/cgroup`` as it reads now, undecoded (``None``: gone): one read each
+        tick, to tell a move. Kept open beside the PID's ``stat`` (``start_times``: asked for
+        the same PIDs, after it), and opened afresh once the kept file's process has ended,
+        as that is."""
+        named = self._cgroup_paths.get(pid)
+        if named is None:
+            name = str(pid)
+            named = self._cgroup_paths[pid] = (name, self._roots.proc_path(name, "cgroup"))
+        name, path = named
+        was_kept = path in self._stats
+        data = self._stats.read_bytes(path, name, self._report, max_bytes=_PROC_FILE_BYTES)
+        if data is None and was_kept:
+            data = self._stats.read_bytes(path, name, self._report, max_bytes=_PROC_FILE_BYTES)
+        return data
 
     def owner_of(self, pid: int) -> ProcessOwner | None:
         """Who the process is billed to (``owner_from``); ``None`` when it is gone."""

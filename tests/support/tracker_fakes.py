@@ -37,6 +37,10 @@ class FakeProcs:
     def __init__(self, by_pid):
         self.by_pid = by_pid
 
+    def cgroup_bytes(self, pid):
+        path = self.by_pid.get(pid)
+        return None if path is None else f"0::{path}\n".encode()
+
     def owner_of(self, pid):
         path = self.by_pid.get(pid)
         if path is None:
