@@ -32,6 +32,10 @@ from gpustats.model.snapshot import (
 
 log = logging.getLogger(__name__)
 
+# How long a tick waits for the health thread to register a newly tracked session's GPU events
+# (nvmlDeviceRegisterEvents: milliseconds), so the snapshot has their conditions at once.
+HEALTH_OPEN_WAIT_SECONDS = 2.0
+
 
 class NodeSource(Protocol):
     boot_time: float | None
@@ -198,6 +202,7 @@ class Housekeeper:
             # The health thread waits on NVML's events: NVIDIA GPUs only.
             self._health.track(status.session if status.loaded else 0, tuple(
                 r.identity.uuid for r in readings if _nvml_gpu(r)))
+            self._health.wait_opened(HEALTH_OPEN_WAIT_SECONDS)
             for r in readings:
                 if r.lost:
                     self._health.note_gpu_lost(r.identity.uuid, now)
