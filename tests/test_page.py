@@ -211,7 +211,7 @@ def test_no_gpu_node_says_so(node):
                                    status=replace(snap.status, gpus_on_pci_bus=0,
                                                   nvml_loaded=False)))
     html = client.get("/").get_data(as_text=True)
-    assert "No NVIDIA GPU on this node" in html and "No tenant uses a GPU." in html
+    assert "No GPU on this node&#39;s PCI bus" in html and "No tenant uses a GPU." in html
 
 
 @pytest.mark.parametrize("name, mimetype", [("gpustats.js", "text/javascript"),

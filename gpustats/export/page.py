@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from typing import Callable, Sequence
 
+from gpustats.export.page_header import gpu_count, page_notes, power_totals
 from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
 from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.snapshot import (
-    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodAccelerator, PodStats,
+    ContainerAccelerator, ContainerStats, DeviceStats, PodAccelerator, PodStats,
     Snapshot,
 )
 from gpustats.model.health import CONDITION_READY, STATUS_TRUE
@@ -158,7 +159,7 @@ class Page:
     taken_at: str
     sequence: int
     driver_version: str | None
-    nvml_note: str | None
+    notes: tuple[str, ...]          # what keeps GPUs from being read; failing sources
     totals: tuple[tuple[str, str], ...]
     gpus: tuple[GpuCard, ...]
     tenants: tuple[TenantRow, ...]
@@ -352,25 +353,14 @@ def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
 
 
 def _totals(snapshot: Snapshot, tenants_on_gpus: int) -> tuple[tuple[str, str], ...]:
-    healthy = sum(1 for d in snapshot.devices if _health(d).state == "healthy")
-    attributed = present_sum([a.attributed_power_watts for p in snapshot.pods
-                              for a in p.accelerators]
-                             + [a.attributed_power_watts for c in snapshot.containers
-                                for a in c.accelerators])
+    power, billed, nobody = power_totals(snapshot)
     return (
-        ("GPUs", f"{len(snapshot.devices)} ({healthy} healthy)"),
-        ("power", format_watts(present_sum([d.power_watts for d in snapshot.devices]))),
-        ("attributed to tenants", format_watts(attributed)),
+        ("GPUs", gpu_count([_health(d).state for d in snapshot.devices])),
+        ("power", format_watts(power)),
+        ("billed to tenants (active + idle share)", format_watts(billed)),
+        ("billed to nobody (unattributed + unallocated idle)", format_watts(nobody)),
         ("tenants on GPUs", str(tenants_on_gpus)),
     )
-
-
-def _nvml_note(status: DaemonStatus) -> str | None:
-    if status.nvml_loaded:
-        return None
-    if not status.gpus_on_pci_bus:
-        return "No NVIDIA GPU on this node's PCI bus"
-    return "NVML is not loaded" + (f": {status.nvml_error}" if status.nvml_error else "")
 
 
 def page_view(snapshot: Snapshot) -> Page:
@@ -380,5 +370,5 @@ def page_view(snapshot: Snapshot) -> Page:
     status = snapshot.status
     return Page(node_name=shown(snapshot.node.node_name), taken_at=format_time(snapshot.taken_at),
                 sequence=snapshot.sequence, driver_version=status.driver_version,
-                nvml_note=_nvml_note(status), totals=_totals(snapshot, len(tenants)),
+                notes=page_notes(status), totals=_totals(snapshot, len(tenants)),
                 gpus=tuple(_card(d, owners) for d in snapshot.devices), tenants=tenants)
