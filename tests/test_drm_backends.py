@@ -332,3 +332,24 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
     sweeper.unsupported = frozenset()
     reported.sweep()
     assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]
+
+
+def test_intel_cards_are_named_by_pci_device_id_and_sized_from_the_drivers_sysfs(tree):
+    """xe: each tile's ``physical_vram_size_bytes`` (xe_tile_sysfs.c), summed; the backport
+    i915's ``card<N>/lmem_total_bytes``; mainline i915 has none: absent. An ID the kernel
+    lists under a platform whose product is not pinned down is named by its family."""
+    xe = tree.add_intel_gpu(INTEL_A, driver="xe", card=1, device_id="0x56c0")
+    for tile in ("tile0", "tile1"):
+        (xe / tile).mkdir()
+        (xe / tile / "physical_vram_size_bytes").write_text(f"{8 << 30}\n")
+    backport = tree.add_intel_gpu(INTEL_B, driver="i915", card=2, device_id="0x0bd9")
+    (backport / "drm" / "card2" / "lmem_total_bytes").write_text(f"{64 << 30}\n")
+    tree.add_intel_gpu("0000:9a:00.0", driver="i915", card=3, device_id="0x56c1")
+    tree.add_intel_gpu("0000:00:02.0", driver="i915", card=0, device_id="0x46a6")  # an iGPU
+    identities = {r.identity.pci_bus_id: (r.identity.name, r.identity.memory_total_bytes)
+                  for r in _sweeper(tree, VENDOR_INTEL, Clock()).sweep()}
+    assert identities == {
+        INTEL_A: ("Intel Data Center GPU Flex 170", 16 << 30),
+        INTEL_B: ("Intel Data Center GPU Max", 64 << 30),
+        "0000:9a:00.0": ("Intel Data Center GPU Flex 140", None),       # mainline i915
+        "0000:00:02.0": (None, None)}
