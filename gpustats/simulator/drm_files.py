@@ -60,6 +60,10 @@ def amd_files(device: SimDevice, *, busy: bool, watts: float) -> dict[str, str]:
     if "unique_id" not in off:
         files["unique_id"] = f"{unique_id(device.uuid)}\n"
     files["product_name"] = f"{device.name}\n"
+    # RAS (amdgpu_ras.c): error counts per block, no bad VRAM page (a healthy Instinct card)
+    for block in ("umc", "gfx", "sdma"):
+        files[f"ras/{block}_err_count"] = "ue: 0\nce: 0\n"
+    files["ras/gpu_vram_bad_pages"] = ""
     files["hwmon/name"] = "amdgpu\n"
     if "power" not in off:
         files["hwmon/power1_average"] = f"{_micro(watts)}\n"
