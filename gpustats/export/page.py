@@ -15,6 +15,7 @@ from datetime import datetime, UTC
 from typing import Callable, Sequence
 
 from gpustats.export.page_header import gpu_count, page_notes, power_totals
+from gpustats.export.page_identity import detail_text, owner_text
 from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
 from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
@@ -112,8 +113,8 @@ class ContainerRow:
     pod_key: str        # the key the page's charts colour this tenant by
     tenant: str         # the pod (name, else UID), else the tenant's name
     tenant_is_id: bool
-    namespace: str
-    container: str
+    namespace: str      # a pod's namespace; another kind's user (export.page_identity)
+    container: str      # a pod's container; another kind's own identity (a job's step, ...)
     container_is_id: bool
     instance: str       # MIG instance, or "" for a whole GPU
     power: str
@@ -266,12 +267,15 @@ def _container_row(pod: PodStats | None, container: ContainerStats, acc: Contain
         tenant, tenant_is_id = pod_name or pod_uid or ABSENT, pod_name is None and bool(pod_uid)
         own, own_is_id = (_shown(container.name) or _short_id(container.container_id),
                           container.name is None)
+        where = namespace
     else:
         tenant, tenant_is_id = _entry_name(container)
-        own, own_is_id = ABSENT, False
+        where = _shown(owner_text(container))
+        detail, own_is_id = detail_text(container)
+        own = _shown(detail) or ABSENT
     return ContainerRow(
         kind=kind, pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
-        tenant=tenant, tenant_is_id=tenant_is_id, namespace=namespace or ABSENT,
+        tenant=tenant, tenant_is_id=tenant_is_id, namespace=where or ABSENT,
         container=own, container_is_id=own_is_id, instance=instance,
         power=format_watts(acc.attributed_power_watts),
         idle_share=format_watts(acc.idle_share_power_watts),
@@ -337,7 +341,8 @@ def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, TenantRow]
 def _entry_row(container: ContainerStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
     name, name_is_id = _entry_name(container)
     return _tenant_row(container.kind, pod_key(None, None, None, container.container_id), name,
-                       name_is_id, None, list(container.accelerators), index_of)
+                       name_is_id, _shown(owner_text(container)), list(container.accelerators),
+                       index_of)
 
 
 def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
