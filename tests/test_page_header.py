@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from gpustats.export.page import format_watts, page_view
-from gpustats.export.page_header import gpu_count, page_notes
+from gpustats.export.page_header import gpu_count, gpu_names, page_notes
 from gpustats.model.device import VENDOR_AMD, DeviceIdentity
 from gpustats.model.snapshot import DaemonStatus, DeviceStats, VendorStatus
 from gpustats.model.sources import STATE_FAILING, STATE_OK, SourceState
@@ -80,3 +80,13 @@ def test_billed_to_tenants_holds_their_idle_shares_and_adds_up():
     active_and_idle = sum((d.active_power_watts or 0) + (d.idle_power_watts or 0)
                           for d in snapshot.devices)
     assert billed + nobody == pytest.approx(active_and_idle)
+
+
+def test_gpus_are_named_by_vendor_where_several_vendors_number_theirs_from_zero():
+    def gpu(uuid, index, vendor):
+        return DeviceStats(identity=DeviceIdentity(index, uuid, None, None, None, vendor=vendor))
+    amd = [gpu("amd-a", 0, VENDOR_AMD), gpu("amd-b", 1, VENDOR_AMD)]
+    assert gpu_names(amd) == {"amd-a": ("GPU 0", "0"), "amd-b": ("GPU 1", "1")}
+    mixed = gpu_names([gpu("GPU-n", 0, "nvidia"), *amd, gpu("intel-x", 0, "intel")])
+    assert mixed == {"GPU-n": ("NVIDIA GPU 0", "NVIDIA 0"), "amd-a": ("AMD GPU 0", "AMD 0"),
+                     "amd-b": ("AMD GPU 1", "AMD 1"), "intel-x": ("Intel GPU 0", "Intel 0")}

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 from gpustats.export.tenants import present_sum
 from gpustats.export.text import shown
-from gpustats.model.snapshot import DaemonStatus, Snapshot, VendorStatus
+from gpustats.model.snapshot import DaemonStatus, DeviceStats, Snapshot, VendorStatus
 from gpustats.model.sources import STATE_FAILING
 
 # Each vendor as the page names it, and the interface the daemon reads its GPUs through.
@@ -93,3 +93,19 @@ def power_totals(snapshot: Snapshot) -> tuple[float | None, float | None, float 
     nobody = _watts([*(d.unattributed_power_watts for d in snapshot.devices),
                      *(d.unallocated_idle_power_watts for d in snapshot.devices)])
     return _watts(d.power_watts for d in snapshot.devices), billed, nobody
+
+
+def gpu_names(devices: Sequence[DeviceStats]) -> dict[str, tuple[str, str]]:
+    """Per GPU UUID: (its card's title, its short name in the tenants' "on GPU" column). Each
+    vendor numbers its own GPUs from 0 (as nvidia-smi, amd-smi and xpu-smi do), so on a node of
+    several vendors the vendor is named too: "AMD GPU 0", "AMD 0"; else "GPU 0", "0"."""
+    vendors = {d.identity.vendor for d in devices}
+    out = {}
+    for d in devices:
+        ident = d.identity
+        if len(vendors) > 1:
+            name = VENDOR_WORDS.get(ident.vendor or "", (shown(ident.vendor or "?"),))[0]
+            out[ident.uuid] = (f"{name} GPU {ident.index}", f"{name} {ident.index}")
+        else:
+            out[ident.uuid] = (f"GPU {ident.index}", str(ident.index))
+    return out
