@@ -21,8 +21,10 @@ status does; ``source`` says who set it last (``nvml-events``, ``nvml-sweep``, `
   uncorrectable RAS error; ``RetiredPagesHealth``: False while VRAM pages wait to be retired
   (``RetiredPagePending``) or could not be (``RetiredPageFailure``); ``ResetHealth``: False
   while the driver holds a captured hang (i915's error state, ``GpuHang``) or a device
-  coredump waits to be read (``DeviceCoredump``: a hang or reset). Each is absent where its
-  file is not there (a card without RAS, an unreadable error state).
+  coredump waits to be read (``DeviceCoredump``: a hang or reset); ``PciBusHealth``: False
+  (``GpuOffBus``) while the device's PCI config space reads all ones (fallen off the bus, or
+  wedged). Each is absent where its file is not there (a card without RAS, an unreadable
+  error state).
 - ``Ready``: computed from all the others, True only when every other is True, False when
   any is False, else Unknown.
 
@@ -35,7 +37,8 @@ from dataclasses import replace
 
 from gpustats.model.device import RemappedRowsReading
 from gpustats.model.health import (
-    CONDITION_ECC, CONDITION_NVML_READY, CONDITION_RAS, CONDITION_READY, CONDITION_RESET,
+    CONDITION_BUS, CONDITION_ECC, CONDITION_NVML_READY, CONDITION_RAS, CONDITION_READY,
+    CONDITION_RESET,
     CONDITION_RETIRED_PAGES, CONDITION_ROW_REMAP, STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN,
     XID_DESCRIPTIONS, Condition, DeviceHealth, HealthEvent, KernelHealthReading,
 )
@@ -44,7 +47,7 @@ DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 AGGREGATE_SOURCE = "gpustats"
 # The order conditions are listed in: NVMLReady first, as before the others existed.
 _ORDER = {CONDITION_NVML_READY: 0, CONDITION_ECC: 1, CONDITION_ROW_REMAP: 2, CONDITION_RAS: 3,
-          CONDITION_RETIRED_PAGES: 4, CONDITION_RESET: 5}
+          CONDITION_RETIRED_PAGES: 4, CONDITION_RESET: 5, CONDITION_BUS: 6}
 KERNEL_SOURCE = "kernel-sysfs"
 
 
@@ -249,8 +252,17 @@ def _reset_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
     return (STATUS_TRUE, "ResetHealth", "no GPU hang or reset captured")
 
 
+def _bus_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
+    if r.off_bus is None:
+        return None
+    if r.off_bus:
+        return (STATUS_FALSE, "GpuOffBus", "the GPU's PCI config space reads all ones: it has "
+                "fallen off the bus or is wedged")
+    return (STATUS_TRUE, "PciBusHealth", "the GPU answers on the PCI bus")
+
+
 _KERNEL_CONDITIONS = ((CONDITION_RAS, _ras_state), (CONDITION_RETIRED_PAGES, _retired_pages_state),
-                      (CONDITION_RESET, _reset_state))
+                      (CONDITION_RESET, _reset_state), (CONDITION_BUS, _bus_state))
 
 
 def kernel_health(previous: DeviceHealth | None, reading: KernelHealthReading, now: float

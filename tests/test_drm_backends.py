@@ -399,3 +399,14 @@ def test_an_i915_error_state_and_a_device_coredump_are_read(tree):
 ])
 def test_err_count_parsing(text, counts):
     assert parse_err_count(text) == counts
+
+
+def test_a_gpu_whose_config_space_reads_all_ones_is_off_the_bus(tree):
+    """The PCI config space's vendor ID, read from the hardware: 0xffff once the GPU fell off
+    the bus (the cached ``vendor`` file still says 0x1002)."""
+    d = tree.add_amd_gpu(AMD_A)
+    (d / "config").write_bytes(b"\x02\x10\xa1\x74" + bytes(60))
+    sweeper = _sweeper(tree, VENDOR_AMD, Clock())
+    assert sweeper.sweep()[0].kernel_health.off_bus is False
+    (d / "config").write_bytes(b"\xff" * 64)
+    assert sweeper.sweep()[0].kernel_health.off_bus is True

@@ -143,6 +143,7 @@ def test_an_amd_gpu_without_errors_is_ready_from_its_ras_files():
      "RetiredPageFailure"),
     (dict(hang_captured=True, coredump=False), "ResetHealth", "GpuHang"),
     (dict(coredump=True), "ResetHealth", "DeviceCoredump"),
+    (dict(coredump=False, off_bus=True), "PciBusHealth", "GpuOffBus"),
 ])
 def test_kernel_files_make_a_gpu_unhealthy(reading, condition, reason):
     health = kernel_health(None, KernelHealthReading(**reading), 100.0)

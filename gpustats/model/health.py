@@ -19,8 +19,9 @@ CONDITION_READY = "Ready"                   # aggregated: every other condition 
 CONDITION_RAS = "RasHealth"                 # uncorrectable RAS errors (amdgpu ras/*_err_count)
 CONDITION_RETIRED_PAGES = "RetiredPagesHealth"   # VRAM pages pending or failing retirement
 CONDITION_RESET = "ResetHealth"             # a hang captured, the GPU reset since
+CONDITION_BUS = "PciBusHealth"              # the GPU answers on the PCI bus
 CONDITION_TYPES = (CONDITION_NVML_READY, CONDITION_ECC, CONDITION_ROW_REMAP, CONDITION_RAS,
-                   CONDITION_RETIRED_PAGES, CONDITION_RESET, CONDITION_READY)
+                   CONDITION_RETIRED_PAGES, CONDITION_RESET, CONDITION_BUS, CONDITION_READY)
 
 # Well-known XIDs (NVIDIA's XID catalog); others are reported by number alone.
 XID_DESCRIPTIONS = {
@@ -56,6 +57,7 @@ class KernelHealthReading:
     failed_pages: int | None = None          # ... F: could not be retired
     hang_captured: bool | None = None        # i915 cardN/error holds an error state
     coredump: bool | None = None             # a devcoredump of the device waits to be read
+    off_bus: bool | None = None              # its PCI config space reads all ones
 
 
 @record

@@ -37,7 +37,8 @@ _CONDITION = {
                             "failed; absent where the GPU gives none); AMD and Intel, from "
                             "the kernel's files: RasHealth (uncorrectable RAS errors), "
                             "RetiredPagesHealth (VRAM pages pending or failing retirement), "
-                            "ResetHealth (a hang or reset captured); Ready (computed: True "
+                            "ResetHealth (a hang or reset captured), PciBusHealth (config "
+                            "space reads all ones: off the bus); Ready (computed: True "
                             "when every other condition is True, False when any is False, "
                             "else Unknown)"},
                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},

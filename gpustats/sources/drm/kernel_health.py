@@ -12,6 +12,9 @@
 - A device coredump (drivers/base/devcoredump.c): while one waits to be read (xe on a GT hang,
   amdgpu on a GPU reset; freed after 5 minutes or once read), the device has a ``devcoredump``
   link.
+- The device's PCI config space (``<device>/config``, its first two bytes: the vendor ID, read
+  from the hardware, not the cached ``vendor`` file): all ones (0xffff) when the GPU has fallen
+  off the bus or its link is down; the classic "off the bus" check.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ def _sum(values: list[int | None]) -> int | None:
 
 def _head(fs: FsReads, path: str) -> str | None:
     """The first bytes of a file that may be large (an i915 error state is megabytes)."""
+    data = _head_bytes(fs, path, _HEAD_BYTES)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _head_bytes(fs: FsReads, path: str, size: int) -> bytes | None:
     fs.calls += 1
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -65,7 +73,7 @@ def _head(fs: FsReads, path: str) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return os.read(fd, _HEAD_BYTES).decode("utf-8", "replace")
+        return os.read(fd, size)
     except OSError:
         return None
     finally:
@@ -89,6 +97,11 @@ def _ras(fs: FsReads, device: DrmDevice) -> dict[str, int | None]:
     return out
 
 
+def _off_bus(fs: FsReads, device: DrmDevice) -> bool | None:
+    head = _head_bytes(fs, os.path.join(device.path, "config"), 2)
+    return None if head is None or len(head) < 2 else head == b"\xff\xff"
+
+
 def read_kernel_health(fs: FsReads, device: DrmDevice) -> KernelHealthReading:
     """The device's RAS counts and retired pages (amdgpu), its captured hang (i915) and a
     pending device coredump (any driver)."""
@@ -98,4 +111,5 @@ def read_kernel_health(fs: FsReads, device: DrmDevice) -> KernelHealthReading:
         hang = None if head is None else not head.startswith(NO_ERROR_STATE)
     coredump = fs.link_name(os.path.join(device.path, "devcoredump")) is not None
     return KernelHealthReading(**_ras(fs, device) if device.driver == "amdgpu" else {},
-                               hang_captured=hang, coredump=coredump)
+                               hang_captured=hang, coredump=coredump,
+                               off_bus=_off_bus(fs, device))
