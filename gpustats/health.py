@@ -16,6 +16,15 @@ status does; ``source`` says who set it last (``nvml-events``, ``nvml-sweep``, `
 - ``RowRemapHealth``: from the sweep's remapped rows (Ampere+): False with ``RowRemapFailure``
   (no spare row left) or ``RowRemapPending`` (a remapping waits for the next GPU reset);
   absent where the GPU gives no remapped rows.
+- AMD and Intel GPUs (no NVML): from the kernel's files (``kernel_health``), source
+  ``kernel-sysfs``. ``RasHealth``: False (``UncorrectableRasErrors``) once amdgpu counts an
+  uncorrectable RAS error; ``RetiredPagesHealth``: False while VRAM pages wait to be retired
+  (``RetiredPagePending``) or could not be (``RetiredPageFailure``); ``ResetHealth``: False
+  while the driver holds a captured hang (i915's error state, ``GpuHang``) or a device
+  coredump waits to be read (``DeviceCoredump``: a hang or reset); ``PciBusHealth``: False
+  (``GpuOffBus``) while the device's PCI config space reads all ones (fallen off the bus, or
+  wedged). Each is absent where its file is not there (a card without RAS, an unreadable
+  error state).
 - ``Ready``: computed from all the others, True only when every other is True, False when
   any is False, else Unknown.
 
@@ -28,15 +37,18 @@ from dataclasses import replace
 
 from gpustats.model.device import RemappedRowsReading
 from gpustats.model.health import (
-    CONDITION_ECC, CONDITION_NVML_READY, CONDITION_READY, CONDITION_ROW_REMAP,
-    RECENT_XIDS_CAP, STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN, XID_DESCRIPTIONS, XID_OTHER,
-    XID_SERIES_CAP, XID_WINDOW_SECONDS, Condition, DeviceHealth, HealthEvent,
+    CONDITION_BUS, CONDITION_ECC, CONDITION_NVML_READY, CONDITION_RAS, CONDITION_READY,
+    CONDITION_RESET, CONDITION_RETIRED_PAGES, CONDITION_ROW_REMAP, RECENT_XIDS_CAP,
+    STATUS_FALSE, STATUS_TRUE, STATUS_UNKNOWN, XID_DESCRIPTIONS, XID_OTHER, XID_SERIES_CAP,
+    XID_WINDOW_SECONDS, Condition, DeviceHealth, HealthEvent, KernelHealthReading,
 )
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 AGGREGATE_SOURCE = "gpustats"
 # The order conditions are listed in: NVMLReady first, as before the others existed.
-_ORDER = {CONDITION_NVML_READY: 0, CONDITION_ECC: 1, CONDITION_ROW_REMAP: 2}
+_ORDER = {CONDITION_NVML_READY: 0, CONDITION_ECC: 1, CONDITION_ROW_REMAP: 2, CONDITION_RAS: 3,
+          CONDITION_RETIRED_PAGES: 4, CONDITION_RESET: 5, CONDITION_BUS: 6}
+KERNEL_SOURCE = "kernel-sysfs"
 
 
 def xid_message(code: int | None) -> str:
@@ -216,3 +228,68 @@ def apply_remapped_rows(health: DeviceHealth, rows: RemappedRowsReading | None, 
         state = (*state[:2], f"{state[2]} ({remapped})")
     return _put(health, _transition(old, CONDITION_ROW_REMAP, *state, now, source),
                 CONDITION_ROW_REMAP, now)
+
+
+def _ras_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
+    if r.ras_uncorrectable is None and r.ras_correctable is None:
+        return None
+    corrected = f"{r.ras_correctable} corrected" if r.ras_correctable is not None else None
+    if r.ras_uncorrectable:
+        return (STATUS_FALSE, "UncorrectableRasErrors",
+                f"{r.ras_uncorrectable} uncorrectable RAS errors"
+                + (f", {corrected}" if corrected else ""))
+    return (STATUS_TRUE, "RasHealth", "no uncorrectable RAS error"
+            + (f" ({corrected})" if corrected else ""))
+
+
+def _retired_pages_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
+    if r.retired_pages is None and r.pending_pages is None and r.failed_pages is None:
+        return None
+    if r.failed_pages:
+        return (STATUS_FALSE, "RetiredPageFailure",
+                f"{r.failed_pages} bad VRAM pages could not be retired")
+    if r.pending_pages:
+        return (STATUS_FALSE, "RetiredPagePending",
+                f"{r.pending_pages} bad VRAM pages wait to be retired")
+    return (STATUS_TRUE, "RetiredPagesHealth",
+            f"{r.retired_pages or 0} VRAM pages retired, none pending or failed")
+
+
+def _reset_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
+    if r.hang_captured:
+        return (STATUS_FALSE, "GpuHang", "the driver captured a GPU hang (its error state "
+                "stays until cleared) and reset the engine or GPU")
+    if r.coredump:
+        return (STATUS_FALSE, "DeviceCoredump", "a device coredump waits to be read: the "
+                "driver captured a hang or reset the GPU")
+    if r.hang_captured is None and r.coredump is None:
+        return None
+    return (STATUS_TRUE, "ResetHealth", "no GPU hang or reset captured")
+
+
+def _bus_state(r: KernelHealthReading) -> tuple[str, str, str] | None:
+    if r.off_bus is None:
+        return None
+    if r.off_bus:
+        return (STATUS_FALSE, "GpuOffBus", "the GPU's PCI config space reads all ones: it has "
+                "fallen off the bus or is wedged")
+    return (STATUS_TRUE, "PciBusHealth", "the GPU answers on the PCI bus")
+
+
+_KERNEL_CONDITIONS = ((CONDITION_RAS, _ras_state), (CONDITION_RETIRED_PAGES, _retired_pages_state),
+                      (CONDITION_RESET, _reset_state), (CONDITION_BUS, _bus_state))
+
+
+def kernel_health(previous: DeviceHealth | None, reading: KernelHealthReading, now: float
+                  ) -> DeviceHealth | None:
+    """An AMD or Intel GPU's health from its driver's files, the conditions' transition times
+    kept from ``previous``; ``None`` when no file told anything (health unknown)."""
+    health = previous if previous is not None else DeviceHealth(conditions=())
+    for type_, state_of in _KERNEL_CONDITIONS:
+        state = state_of(reading)
+        old = health.condition(type_)
+        condition = None if state is None else _transition(old, type_, *state, now, KERNEL_SOURCE)
+        health = _put(health, condition, type_, now)
+    if not any(c.type != CONDITION_READY for c in health.conditions):
+        return None
+    return health

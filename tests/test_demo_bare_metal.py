@@ -87,6 +87,12 @@ def test_bare_metal_demo_page_in_headless_chromium_shows_every_tenant(start_daem
         assert re.search(r"<div class=\"legend\">(?:(?!</div>).)*" + re.escape(name), dom,
                          re.S), name
     assert "kubepods" not in dom
+    # Beside each name, whose it is: a service and a container are their processes' user's.
+    owners = {"job": "ada", "session": "grace", "service": "vllm", "container": "root"}
+    for kind, name in SHOWN:
+        assert re.search(rf"<tr><td>{kind}</td><td class=\"pod[^>]*>(?:<i [^>]*></i>)?<bdi>"
+                         + re.escape(name) + r"</bdi></td><td class=\"name\"[^>]*><bdi>"
+                         + owners[kind] + "</bdi>", dom), (kind, name, owners[kind])
 
 
 def test_the_bare_metal_load_moves_and_is_a_valid_scenario():

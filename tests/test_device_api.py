@@ -463,7 +463,7 @@ def test_an_xid_is_a_modified_event_within_two_ticks_and_watches_resume(start_da
         assert watch.response.getheader("Content-Type") == "application/x-ndjson"
         watch.wait_for(lambda e: e["type"] == "ADDED" and e["object"]["uuid"] == GPU_B)
         assert [e["type"] for _, e in watch.events[:2]] == ["ADDED", "ADDED"]
-        time.sleep(2 * INTERVAL)                  # the first ticks' changes settled
+        daemon.wait_ticks(2)
         listed = daemon.get("/api/v1/gpus")[1]
         before = int(listed["resourceVersion"])
         written = time.monotonic()
@@ -503,6 +503,24 @@ def test_an_xid_is_a_modified_event_within_two_ticks_and_watches_resume(start_da
         assert gone.response.status == 410
         assert json.loads(gone.response.read())["error"] == "expired"
         gone.close()
+
+
+def test_a_gpu_nothing_changes_on_keeps_the_version_it_was_added_with(start_daemon, tmp_path):
+    """The first snapshot already has every condition (the health thread's event registration
+    included): no GPU is MODIFIED on the ticks after start when nothing about it changed."""
+    path = tmp_path / "s.yaml"
+    write_scenario(path, _scenario())
+    daemon = start_daemon("--simulate", str(path), "--housekeeping-interval", str(INTERVAL),
+                          "--pod-resources-socket", "", "--runtime-socket", "")
+    daemon.wait_ready()
+    daemon.wait_ticks(4)
+    listed = daemon.get("/api/v1/gpus")[1]
+    versions = sorted(int(gpu["metadata"]["resourceVersion"]) for gpu in listed["gpus"])
+    assert len(versions) == 2 and {"EccHealth", "Ready"} <= {
+        c["type"] for c in listed["gpus"][0]["health"]["conditions"]}
+    # ADDED events are numbered one after the other; nothing came after them.
+    assert versions == [versions[0], versions[0] + 1] == [
+        int(listed["resourceVersion"]) - 1, int(listed["resourceVersion"])], listed
 
 
 def _latency_ratios(port: int, rounds: int, per_block: int) -> dict[str, float]:

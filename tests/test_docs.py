@@ -63,3 +63,24 @@ def test_site_builds_strict(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "billing" / "index.html").exists()
+
+
+def test_billing_names_the_state_format_the_daemon_writes():
+    from gpustats.engine.state_files import FORMAT_VERSION
+    text = (DOCS / "billing.md").read_text()
+    found = re.findall(r"keys in them; today (\d+)\b", text)
+    assert found == [str(FORMAT_VERSION)], found
+
+
+def test_api_documents_every_key_of_a_tenant_entry():
+    """Each key a ``tenants[]`` entry can have (the hand-built snapshot has a tenant of every
+    kind) is a row of the API page's table."""
+    from gpustats.export.summary import summary_dict
+    from tests.support.tenant_snapshot import tenant_snapshot
+    section = (DOCS / "api.md").read_text().split("## `tenants[]`", 1)[1].split("\n## ", 1)[0]
+    documented = {key for cell in re.findall(r"^\| ([^|]+) \|", section, re.M)
+                  for key in re.findall(r"`(\w+)(?:\[\])?`", cell)}
+    tenants = summary_dict(tenant_snapshot())["tenants"]
+    assert {t["kind"] for t in tenants} == {"service", "session", "job", "process"}
+    keys = {key for t in tenants for key in t}
+    assert keys <= documented, sorted(keys - documented)

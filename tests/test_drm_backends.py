@@ -3,6 +3,8 @@
 import pytest
 
 from gpustats.model.device import VENDOR_AMD, VENDOR_INTEL
+from gpustats.model.health import KernelHealthReading
+from gpustats.sources.drm.kernel_health import parse_err_count
 from gpustats.sources.drm.reads import FsReads
 from gpustats.sources.drm.sweep import DrmSweeper
 from tests.support.clock import Clock
@@ -332,3 +334,79 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
     sweeper.unsupported = frozenset()
     reported.sweep()
     assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]
+
+
+def test_intel_cards_are_named_by_pci_device_id_and_sized_from_the_drivers_sysfs(tree):
+    """xe: each tile's ``physical_vram_size_bytes`` (xe_tile_sysfs.c), summed; the backport
+    i915's ``card<N>/lmem_total_bytes``; mainline i915 has none: absent. An ID the kernel
+    lists under a platform whose product is not pinned down is named by its family."""
+    xe = tree.add_intel_gpu(INTEL_A, driver="xe", card=1, device_id="0x56c0")
+    for tile in ("tile0", "tile1"):
+        (xe / tile).mkdir()
+        (xe / tile / "physical_vram_size_bytes").write_text(f"{8 << 30}\n")
+    backport = tree.add_intel_gpu(INTEL_B, driver="i915", card=2, device_id="0x0bd9")
+    (backport / "drm" / "card2" / "lmem_total_bytes").write_text(f"{64 << 30}\n")
+    tree.add_intel_gpu("0000:9a:00.0", driver="i915", card=3, device_id="0x56c1")
+    tree.add_intel_gpu("0000:00:02.0", driver="i915", card=0, device_id="0x46a6")  # an iGPU
+    identities = {r.identity.pci_bus_id: (r.identity.name, r.identity.memory_total_bytes)
+                  for r in _sweeper(tree, VENDOR_INTEL, Clock()).sweep()}
+    assert identities == {
+        INTEL_A: ("Intel Data Center GPU Flex 170", 16 << 30),
+        INTEL_B: ("Intel Data Center GPU Max", 64 << 30),
+        "0000:9a:00.0": ("Intel Data Center GPU Flex 140", None),       # mainline i915
+        "0000:00:02.0": (None, None)}
+
+
+# --- health from the kernel's files ----------------------------------------------------------
+
+def test_amdgpu_ras_counts_and_retired_pages_are_read(tree):
+    """ras/<block>_err_count ("ue: N", "ce: N"; a newer "de: N" line ignored) summed over the
+    blocks; gpu_vram_bad_pages' lines counted by flag (amdgpu_ras.c's formats)."""
+    d = tree.add_amd_gpu(AMD_A)
+    (d / "ras").mkdir()
+    (d / "ras" / "umc_err_count").write_text("ue: 2\nce: 5\n")
+    (d / "ras" / "gfx_err_count").write_text("ue: 0\nce: 1\nde: 3\n")
+    (d / "ras" / "gpu_vram_bad_pages").write_text(
+        "0x00000001 : 0x00001000 : R\n0x00000002 : 0x00001000 : P\n0x00000003 : 0x00001000 : R\n")
+    (d / "ras" / "features").write_text("feature mask: 0x3fff\n")
+    tree.add_amd_gpu(AMD_B, card=1)                       # no RAS (a Radeon card)
+    readings = _by_bus(_sweeper(tree, VENDOR_AMD, Clock()).sweep())
+    assert readings[AMD_A].kernel_health == KernelHealthReading(
+        ras_uncorrectable=2, ras_correctable=6, retired_pages=2, pending_pages=1,
+        failed_pages=0, coredump=False)
+    assert readings[AMD_B].kernel_health == KernelHealthReading(coredump=False)
+
+
+def test_an_i915_error_state_and_a_device_coredump_are_read(tree):
+    d = tree.add_intel_gpu(INTEL_A, driver="i915", card=2)
+    (d / "drm" / "card2" / "error").write_text("No error state collected\n")
+    x = tree.add_intel_gpu(INTEL_B, driver="xe", card=3)
+    sweeper = _sweeper(tree, VENDOR_INTEL, Clock())
+    health = {r.identity.pci_bus_id: r.kernel_health for r in sweeper.sweep()}
+    assert health == {INTEL_A: KernelHealthReading(hang_captured=False, coredump=False),
+                      INTEL_B: KernelHealthReading(coredump=False)}
+    (d / "drm" / "card2" / "error").write_text("[drm] GPU HANG: ecode 12:1:85dffffb\n" * 10**5)
+    (tree.sysfs / "devcd1").mkdir()
+    (x / "devcoredump").symlink_to(tree.sysfs / "devcd1")
+    health = {r.identity.pci_bus_id: r.kernel_health for r in sweeper.sweep()}
+    assert health == {INTEL_A: KernelHealthReading(hang_captured=True, coredump=False),
+                      INTEL_B: KernelHealthReading(coredump=True)}
+
+
+@pytest.mark.parametrize("text, counts", [
+    ("ue: 3\nce: 4\n", (3, 4)), ("ue: 0\n", (0, None)), ("", (None, None)),
+    ("ue: x\nce: -1\n", (None, None)), ("garbage" * 50, (None, None)),
+])
+def test_err_count_parsing(text, counts):
+    assert parse_err_count(text) == counts
+
+
+def test_a_gpu_whose_config_space_reads_all_ones_is_off_the_bus(tree):
+    """The PCI config space's vendor ID, read from the hardware: 0xffff once the GPU fell off
+    the bus (the cached ``vendor`` file still says 0x1002)."""
+    d = tree.add_amd_gpu(AMD_A)
+    (d / "config").write_bytes(b"\x02\x10\xa1\x74" + bytes(60))
+    sweeper = _sweeper(tree, VENDOR_AMD, Clock())
+    assert sweeper.sweep()[0].kernel_health.off_bus is False
+    (d / "config").write_bytes(b"\xff" * 64)
+    assert sweeper.sweep()[0].kernel_health.off_bus is True

@@ -2,9 +2,11 @@
 
 import pytest
 
-from gpustats.health import apply_event, initial_health, unknown_health, xid_message
+from gpustats.health import (
+    apply_event, initial_health, kernel_health, unknown_health, xid_message,
+)
 from gpustats.model.device import GpmReading, ViolationReading
-from gpustats.model.health import HealthEvent
+from gpustats.model.health import HealthEvent, KernelHealthReading
 from gpustats.saturation import SaturationSample, SaturationWindow
 
 T0 = 1_700_000_000.0
@@ -113,3 +115,48 @@ def test_old_samples_leave_the_window():
         window.add(SaturationSample(float(t), memory_used_bytes=t, memory_total_bytes=100))
     assert window.saturation().memory_used_ratio_max == pytest.approx(0.99)
     assert len(window.samples()) <= 12
+
+
+# --- AMD and Intel: conditions from the kernel's files ----------------------------------------
+
+def _types(health):
+    return {c.type: (c.status, c.reason) for c in health.conditions}
+
+
+def test_an_amd_gpu_without_errors_is_ready_from_its_ras_files():
+    clean = KernelHealthReading(ras_uncorrectable=0, ras_correctable=3, retired_pages=2,
+                                pending_pages=0, failed_pages=0, coredump=False)
+    health = kernel_health(None, clean, 100.0)
+    assert health is not None and health.healthy
+    assert _types(health) == {"RasHealth": ("True", "RasHealth"),
+                              "RetiredPagesHealth": ("True", "RetiredPagesHealth"),
+                              "ResetHealth": ("True", "ResetHealth"), "Ready": ("True", "Ready")}
+    assert health.condition("RasHealth").message == "no uncorrectable RAS error (3 corrected)"
+    assert kernel_health(health, clean, 200.0) is health          # nothing changed: the same
+
+
+@pytest.mark.parametrize("reading, condition, reason", [
+    (dict(ras_uncorrectable=1, ras_correctable=0), "RasHealth", "UncorrectableRasErrors"),
+    (dict(retired_pages=0, pending_pages=2, failed_pages=0), "RetiredPagesHealth",
+     "RetiredPagePending"),
+    (dict(retired_pages=9, pending_pages=1, failed_pages=1), "RetiredPagesHealth",
+     "RetiredPageFailure"),
+    (dict(hang_captured=True, coredump=False), "ResetHealth", "GpuHang"),
+    (dict(coredump=True), "ResetHealth", "DeviceCoredump"),
+    (dict(coredump=False, off_bus=True), "PciBusHealth", "GpuOffBus"),
+])
+def test_kernel_files_make_a_gpu_unhealthy(reading, condition, reason):
+    health = kernel_health(None, KernelHealthReading(**reading), 100.0)
+    assert health is not None and not health.healthy
+    assert _types(health)[condition] == ("False", reason)
+    assert _types(health)["Ready"] == ("False", reason)
+    assert health.condition(condition).source == "kernel-sysfs"
+
+
+def test_transition_times_are_kept_and_nothing_known_is_unknown():
+    first = kernel_health(None, KernelHealthReading(coredump=False), 100.0)
+    later = kernel_health(first, KernelHealthReading(coredump=True), 200.0)
+    healed = kernel_health(later, KernelHealthReading(coredump=False), 300.0)
+    assert [h.condition("ResetHealth").last_transition_time for h in (first, later, healed)] == \
+        [100.0, 200.0, 300.0]
+    assert kernel_health(None, KernelHealthReading(), 100.0) is None

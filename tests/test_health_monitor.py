@@ -113,3 +113,47 @@ def test_a_simulating_daemon_health_thread_wakes_for_events_and_stops_at_once(
     daemon.health.stop(5.0)
     assert time.monotonic() - started < 1.0          # not the 10 s slice
     assert not daemon.health._thread.is_alive()
+
+
+class SlowOpen(Source):
+    """Registers the GPUs' events only after a while (a busy driver)."""
+
+    def open(self, uuids):
+        time.sleep(0.3)
+        return super().open(uuids)
+
+
+def test_a_tick_can_wait_for_the_events_to_be_registered_so_nothing_changes_a_tick_later():
+    """What the first snapshot of a session shows has EccHealth already: without the wait the
+    condition came a tick later, and every GPU's watch got a MODIFIED with nothing changed."""
+    monitor = HealthMonitor(lambda: SlowOpen(), wait_ms=50)
+    monitor.start()
+    try:
+        monitor.track(1, ("GPU-a",))
+        assert monitor.health_by_uuid()["GPU-a"].condition("EccHealth") is None
+        assert monitor.wait_opened(5.0)
+        assert monitor.health_by_uuid()["GPU-a"].condition("EccHealth") is not None
+        monitor.track(1, ("GPU-a",))                 # the same GPUs: nothing to wait for
+        assert monitor.wait_opened(0.0)
+    finally:
+        monitor.stop()
+
+
+def test_the_wait_is_bounded_and_ends_when_opening_fails_or_no_thread_runs():
+    assert HealthMonitor(lambda: SlowOpen(), wait_ms=50).wait_opened(5.0)     # no thread
+    failing = HealthMonitor(lambda: Source(fail=True), wait_ms=50, max_backoff_seconds=0.1)
+    failing.start()
+    try:
+        failing.track(1, ("GPU-a",))
+        assert failing.wait_opened(5.0)          # opened, then its wait failed: settled
+    finally:
+        failing.stop()
+    slow = HealthMonitor(lambda: SlowOpen(), wait_ms=50)
+    slow.start()
+    try:
+        slow.track(1, ("GPU-a",))
+        began = time.monotonic()
+        assert not slow.wait_opened(0.05)
+        assert time.monotonic() - began < 0.25
+    finally:
+        slow.stop()

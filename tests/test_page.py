@@ -211,7 +211,7 @@ def test_no_gpu_node_says_so(node):
                                    status=replace(snap.status, gpus_on_pci_bus=0,
                                                   nvml_loaded=False)))
     html = client.get("/").get_data(as_text=True)
-    assert "No NVIDIA GPU on this node" in html and "No tenant uses a GPU." in html
+    assert "No GPU on this node&#39;s PCI bus" in html and "No tenant uses a GPU." in html
 
 
 @pytest.mark.parametrize("name, mimetype", [("gpustats.js", "text/javascript"),
@@ -274,21 +274,23 @@ def test_page_shows_tenants_of_every_kind_and_not_the_ended(node):
     table = [(r.kind, r.tenant, r.namespace, r.gpus, r.power, r.energy) for r in page.tenants]
     assert table == [
         ("pod", "trainer-0", "ml", "0", "100 W", "1.00 kJ"),
-        ("job", "job 4242", "–", "1", "7.0 W", "70.0 J"),
-        ("session", "alice", "–", "0", "6.0 W", "60.0 J"),
-        ("service", "ollama.service", "–", "1", "5.0 W", "50.0 J"),
+        ("job", "job 4242", "bob", "1", "7.0 W", "70.0 J"),          # whose: its user
+        ("session", "alice", "alice", "0", "6.0 W", "60.0 J"),
+        ("service", "ollama.service", "–", "1", "5.0 W", "50.0 J"),  # no owner known here
         ("container", "jupyter", "–", "0", "4.0 W", "40.0 J"),
         ("pod", "u2", "–", "1", "2.0 W", "20.0 J"),
-        ("process", "python3", "–", "0", "1.5 W", "15.0 J")]
+        ("process", "python3", "uid 1002", "0", "1.5 W", "15.0 J")]
     assert [r.tenant_is_id for r in page.tenants] == [False] * 5 + [True, False]
     assert dict(page.totals)["tenants on GPUs"] == "7"
     cards = {g.uuid: [(r.kind, r.tenant, r.container, r.instance) for r in g.containers]
              for g in page.gpus}
+    # Beside a pod's container, the identity of another kind: a container's short ID, a job's
+    # step, the UID of a tenant named by its user.
     assert sorted(cards["GPU-aaaa"]) == [
-        ("container", "jupyter", "–", ""), ("pod", "trainer-0", "trainer", ""),
-        ("process", "python3", "–", ""), ("session", "alice", "–", "")]
+        ("container", "jupyter", "333333333333", ""), ("pod", "trainer-0", "trainer", ""),
+        ("process", "python3", "–", ""), ("session", "alice", "uid 1000", "")]
     assert sorted(cards["GPU-mmmm"]) == [
-        ("job", "job 4242", "–", "GI 8 · 3g.40gb"),
+        ("job", "job 4242", "step 0", "GI 8 · 3g.40gb"),
         ("pod", "u2", "222222222222", "GI 7 · 3g.40gb"),
         ("service", "ollama.service", "–", "GI 7 · 3g.40gb"),
         ("service", "ollama.service", "–", "GI 8 · 3g.40gb")]

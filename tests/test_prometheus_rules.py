@@ -41,7 +41,7 @@ def test_promtool_check_rules(tmp_path):
         result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True,
                                 text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 16 rules found" in result.stdout
+        assert "SUCCESS: 19 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass():

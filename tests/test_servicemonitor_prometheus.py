@@ -163,7 +163,10 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
 
     try:
         groups = yaml.safe_load(rules.read_text())["groups"]
-        records = [r["record"] for g in groups for r in g["rules"] if "record" in r]
+        # The bill of tenants outside Kubernetes (jobs, users, services) has nothing on a node
+        # of pods: promtool's tests and the bare-metal demo's Prometheus test cover it.
+        records = [r["record"] for g in groups for r in g["rules"] if "record" in r
+                   and r["record"].split(":", 1)[0] not in ("job", "user", "service")]
         for record in records:
             for series in wait(record):
                 labels = series["metric"]
@@ -198,9 +201,11 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
                 if "container" in labels:
                     assert labels["container"] == "cuda", (option, expr, labels)
         assert checked >= 5, (checked, exprs)
-        # The README's first billing question, as a user pastes it.
+        # The README's first billing question, as a user pastes it (the bill per job and per
+        # user, of tenants outside Kubernetes, is the bare-metal demo's test).
         readme = (REPO_ROOT / "README.md").read_text()
-        billing = re.findall(r"```promql\n(.*?)\n```", readme, re.S)
+        section = readme.split("### Energy per namespace this month", 1)[1].split("\n### ", 1)[0]
+        billing = re.findall(r"```promql\n(.*?)\n```", section, re.S)
         assert billing
         for expr in billing:
             result = wait(expr)

@@ -168,7 +168,12 @@ def check_identities(text: str) -> None:
     """Each tenant's identity labels, and each process series' command and user."""
     series = tenant_series(text, GPU)
     labels = {key: s["labels"] for key, s in series.items()}
-    assert labels[("service", "ollama.service")]["unit"] == "ollama.service"
+    service = labels[("service", "ollama.service")]
+    # A service and a container are their processes' user's: a per-user bill keeps them.
+    assert (service["unit"], service["uid"], service["user"]) == ("ollama.service", "998",
+                                                                  "ollama")
+    assert (labels[("container", "web")]["uid"], labels[("container", "web")]["user"]) == \
+        ("1500", "")                                   # a UID passwd does not name
     session = labels[("session", "alice")]           # named by passwd, not the UID
     assert (session["uid"], session["user"]) == ("1000", "alice")
     job = labels[("job", f"job {JOB}")]

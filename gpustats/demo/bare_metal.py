@@ -21,7 +21,7 @@ from gpustats.demo.load import GIB, H100, POWER_LIMIT_WATTS, gpu_power
 GPUS = 3
 DOCKER_ID = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 JOB_ID = 81427
-USERS = {998: "vllm", 1001: "ada", 1002: "grace"}
+USERS = {0: "root", 998: "vllm", 1001: "ada", 1002: "grace"}
 
 
 def gpu_uuid(index: int) -> str:

@@ -17,7 +17,7 @@ from gpustats.engine.health_monitor import HealthMonitor
 from gpustats.engine.ledger import EnergyLedger, Holdings, Settled
 from gpustats.engine.persister import Persister
 from gpustats.engine.store import SnapshotStore
-from gpustats.health import unknown_health
+from gpustats.health import kernel_health, unknown_health
 from gpustats.saturation import SaturationSample, SaturationWindow
 from gpustats.model.attribution import DeviceAttribution
 from gpustats.model.device import VENDOR_NVIDIA, DeviceIdentity, DeviceReading
@@ -31,6 +31,10 @@ from gpustats.model.snapshot import (
 )
 
 log = logging.getLogger(__name__)
+
+# How long a tick waits for the health thread to register a newly tracked session's GPU events
+# (nvmlDeviceRegisterEvents: milliseconds), so the snapshot has their conditions at once.
+HEALTH_OPEN_WAIT_SECONDS = 2.0
 
 
 class NodeSource(Protocol):
@@ -89,6 +93,7 @@ class Housekeeper:
         self._pressure_threshold = memory_pressure_threshold
         self._windows: dict[str, SaturationWindow] = {}
         self._known: dict[str, DeviceIdentity] = {}   # uuid -> last identity, for NVML outages
+        self._drm_health: dict[str, DeviceHealth] = {}   # AMD and Intel GPUs, by UUID
         self._idle_served: dict[str, float] = {}     # uuid -> the idle energy served last
         # Processes by (counter key, GPU instance): this tick's, and those ended while their
         # counters are retained.
@@ -199,6 +204,7 @@ class Housekeeper:
             # The health thread waits on NVML's events: NVIDIA GPUs only.
             self._health.track(status.session if status.loaded else 0, tuple(
                 r.identity.uuid for r in readings if _nvml_gpu(r)))
+            self._health.wait_opened(HEALTH_OPEN_WAIT_SECONDS)
             for r in readings:
                 if r.lost:
                     self._health.note_gpu_lost(r.identity.uuid, now)
@@ -206,6 +212,7 @@ class Housekeeper:
                     self._health.note_gpu_answers(r.identity.uuid, now)
                     self._health.note_remapped_rows(r.identity.uuid, r.remapped_rows, now)
             health = self._health.health_by_uuid()
+        health = {**health, **self._kernel_health(readings, now)}
         saturations = {}
         for reading in readings:
             uuid = reading.identity.uuid
@@ -232,6 +239,20 @@ class Housekeeper:
                                         health=unknown_health(now, "NVMLNotLoaded", reason))
                             for uuid, ident in self._known.items() if uuid not in uuids)
         return health, saturations, unknown
+
+    def _kernel_health(self, readings: tuple[DeviceReading, ...], now: float
+                       ) -> dict[str, DeviceHealth]:
+        """AMD and Intel GPUs' health from their drivers' files, kept tick to tick for the
+        conditions' transition times."""
+        kept = {}
+        for r in readings:
+            if r.kernel_health is not None and not r.lost:
+                found = kernel_health(self._drm_health.get(r.identity.uuid), r.kernel_health,
+                                      now)
+                if found is not None:
+                    kept[r.identity.uuid] = found
+        self._drm_health = kept
+        return kept
 
     def _mig_activities(self, readings: tuple[DeviceReading, ...]) -> dict[str, dict[int, float]]:
         """Per MIG-enabled GPU: instance activity from dcgm-exporter, else GPM."""

@@ -47,6 +47,14 @@ class ProcessUser(NamedTuple):
     user: str | None
 
 
+class TenantOwner(NamedTuple):
+    """Whose a tenant is: its UID and the UID's name in the host's passwd (``None``: not
+    named there)."""
+
+    uid: int
+    user: str | None
+
+
 class NamesSource(Protocol):
     def names(self, container_ids: Iterable[str]) -> dict[str, ContainerNames]: ...
 
@@ -74,7 +82,7 @@ class MappedTick(NamedTuple):
     shown: list          # (container ID, identity, names, pod UID), sandboxes left out
     holdings: Holdings
     process_users: dict[tuple[str, int], ProcessUser]    # (GPU UUID, PID) -> its user
-    tenant_users: dict[str, str]          # a non-container tenant's key -> its user's name
+    tenant_users: dict[str, TenantOwner]  # a tenant's key (or container ID) -> its owner
 
 
 @dataclass
@@ -160,7 +168,7 @@ class TickMapping:
     mappings: dict[str, dict[GpuKey, set[str]]] = field(default_factory=dict)
     pid_to_container: dict[tuple[str, int], str] = field(default_factory=dict)
     process_users: dict[tuple[str, int], ProcessUser] = field(default_factory=dict)
-    tenant_users: dict[str, str] = field(default_factory=dict)
+    tenant_users: dict[str, TenantOwner] = field(default_factory=dict)
     claims: HeldClaims = field(default_factory=HeldClaims)
     _names: dict[str, ContainerNames] | None = None
 

@@ -49,6 +49,9 @@ class HealthMonitor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._changed = threading.Event()
+        # Set once the thread has opened its event source for the current target (or failed
+        # to): the conditions that depend on it (EccHealth) are known from then on.
+        self._opened = threading.Event()
         self._target: tuple[int, tuple[str, ...]] = (0, ())
         self._health: dict[str, DeviceHealth] = {}
         self._xid_times: dict[str, deque[float]] = {}
@@ -73,6 +76,7 @@ class HealthMonitor:
                 health.setdefault(uuid, initial_health(now))
             self._health = health
             self._target = (session, uuids)
+            self._opened.clear()
         self._changed.set()
         self._interrupt()
 
@@ -116,6 +120,20 @@ class HealthMonitor:
                 health[uuid] = updated
                 self._health = health
             return current, updated
+
+    def wait_opened(self, timeout: float) -> bool:
+        """Waits (at most ``timeout`` seconds) until the thread has registered the tracked
+        GPUs' events, so that the first snapshot of a session already has the conditions that
+        come with them: a GPU's object then does not change (a spurious watch MODIFIED) one
+        tick later. At once when the thread is not running."""
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        return self._opened.wait(timeout)
+
+    def _opened_for(self, target: tuple[int, tuple[str, ...]]) -> None:
+        with self._lock:
+            if target == self._target:
+                self._opened.set()
 
     def health_by_uuid(self) -> Mapping[str, DeviceHealth]:
         return self._health          # replaced, never mutated: safe to read without the lock
@@ -172,6 +190,7 @@ class HealthMonitor:
                 if source is not None:
                     source.close()
                     source, opened_for = None, None
+                self._opened_for(target)
                 self._changed.wait()           # nothing to watch: sleep until track() or stop()
                 self._changed.clear()
                 continue
@@ -182,11 +201,13 @@ class HealthMonitor:
                     source = self._make_source()
                     opened_for = target
                     self._note_events(source.open(target[1]) or {})
+                    self._opened_for(target)
                 for event in source.wait(self._wait_ms):
                     self._apply(event)
                 backoff = 1.0
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any NVML error
                 self.errors += 1
+                self._opened_for(target)           # what depends on the source stays absent
                 self._log_once("wait", logging.WARNING,
                                "NVML event wait failed (%s); retrying in up to %.0f s", exc,
                                self._max_backoff)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustats.engine.gpu_mapping import ProcessUser, TickMapping
+from gpustats.engine.gpu_mapping import ProcessUser, TenantOwner, TickMapping
 from gpustats.model.containers import REASON_NVML_PROCESS, ContainerIdentity
 from gpustats.sources.procs import ProcessOwner
 
@@ -51,6 +51,7 @@ class ProcessMapping:
             self._pid_owner = {}
         owner_of_pid: dict[tuple[int, int | None], tuple[bytes, Found] | None] = {}
         previous = self._pid_owner
+        owners: dict[str, set[TenantOwner]] = {}
         for reading in tick.readings:
             uuid = reading.identity.uuid
             for p in reading.processes:
@@ -67,13 +68,16 @@ class ProcessMapping:
                 owner, user = found[1]
                 tick.process_users[(uuid, p.pid)] = user
                 cid = _enter_owner(owner, tick.containers)
-                if owner.tenant is not None and owner.tenant.uid is not None \
-                        and owner.tenant.uid == user.uid and user.user is not None:
-                    tick.tenant_users[cid] = user.user
+                found_owner = _owner_of(owner, user)
+                if found_owner is not None:
+                    owners.setdefault(cid, set()).add(found_owner)
                 tick.hold(cid, (uuid, p.gpu_instance_id), REASON_NVML_PROCESS)
                 tick.pid_to_container[(uuid, p.pid)] = cid
         self._pid_owner = {k: v for k, v in owner_of_pid.items() if v is not None}
         self._last_by_pid = {pid: v for (pid, _), v in self._pid_owner.items()}
+        for cid, found_owners in owners.items():
+            if len({o.uid for o in found_owners}) == 1:   # several users: no one owner
+                tick.tenant_users[cid] = max(found_owners, key=lambda o: o.user is not None)
 
     def _current(self, pid: int, last: tuple[bytes, Found] | None) -> tuple[bytes, Found] | None:
         """The process's cgroup file and owner now: the cgroup read each tick, the owner looked
@@ -96,6 +100,21 @@ class ProcessMapping:
         comm, uid = owner.identity.comm, owner.identity.uid
         user = self._users.name(uid) if self._users is not None and uid is not None else None
         return owner, ProcessUser(comm, uid, user)
+
+
+def _owner_of(owner: ProcessOwner, user: ProcessUser) -> TenantOwner | None:
+    """Whose the tenant is, as this process says: the UID the tenant's cgroup names (a
+    session's, a job's), else the process's real UID (a service's, a container's); the user's
+    name where passwd has that UID. None for a container of a pod (billed by its namespace),
+    or where neither is known."""
+    if owner.container is not None and owner.container.info.pod_uid is not None:
+        return None
+    tenant_uid = owner.tenant.uid if owner.tenant is not None else None
+    if tenant_uid is not None:
+        return TenantOwner(tenant_uid, user.user if user.uid == tenant_uid else None)
+    if user.uid is None:
+        return None
+    return TenantOwner(user.uid, user.user)
 
 
 def _enter_owner(owner: ProcessOwner, containers: dict[str, ContainerIdentity]) -> str:

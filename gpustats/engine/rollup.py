@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Collection, Iterable, Mapping, cast
 
 from gpustats.engine.counters import EnergyCounters
-from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, claim_order
+from gpustats.engine.gpu_mapping import GpuIndex, GpuKey, MappedTick, TenantOwner, claim_order
 from gpustats.engine.ledger import Settled
 from gpustats.model.containers import ContainerIdentity, ContainerNames, ContainerUsage
 from gpustats.model.dra import ClaimDevice, UnresolvedClaim
@@ -72,7 +72,8 @@ class Rollup:
         self._first_seen: dict[str, int] = {}
         # Each tenant outside pods last shown (identity, names, user name): what it is shown
         # as once it ended, while its counters are retained.
-        self._loose: dict[str, tuple[ContainerIdentity, ContainerNames | None, str | None]] = {}
+        self._loose: dict[str, tuple[ContainerIdentity, ContainerNames | None,
+                                     TenantOwner | None]] = {}
 
     def build(self, mapped: MappedTick, processes: tuple[ProcessStats, ...], settled: Settled,
               usage: Mapping[object, ContainerUsage]) -> ContainerView:
@@ -100,7 +101,7 @@ class Rollup:
             else:
                 loose.append(stats)
                 if before is not None or cid in mappings:
-                    self._loose[cid] = (identity, n, stats.user)
+                    self._loose[cid] = (identity, n, tenant_users.get(cid))
         live = self._keep_pods(mapped, entries, stats_by_pod)
         loose.extend(self._ended_loose(parts, entries))
         return ContainerView(self._pods(parts, stats_by_pod, live, usage), tuple(loose),
@@ -123,11 +124,11 @@ class Rollup:
                 if tenant is None:
                     continue
                 last = (ContainerIdentity(container_id=cid, tenant=tenant), None, None)
-            identity, n, user = last
+            identity, n, owner = last
             accelerators = self._container_accelerators(parts, cid, None, entries[cid])
             if accelerators:
                 ended.append(replace(_container_stats(cid, identity, n, _NO_USAGE, accelerators,
-                                                      (), user), ended=True))
+                                                      (), owner), ended=True))
         for gone in self._loose.keys() - entries.keys():
             del self._loose[gone]
         return ended
@@ -336,13 +337,15 @@ def _created(usage: ContainerUsage | None) -> float:
 
 def _container_stats(cid: str, identity: ContainerIdentity, n: ContainerNames | None,
                      usage: ContainerUsage, accelerators: tuple[ContainerAccelerator, ...],
-                     unresolved: tuple[UnresolvedClaim, ...], user: str | None = None
+                     unresolved: tuple[UnresolvedClaim, ...], owner: TenantOwner | None = None
                      ) -> ContainerStats:
     return ContainerStats(
         container_id=cid, name=n.container_name if n else None, runtime=identity.runtime,
         cgroup_path=identity.cgroup.main_path if identity.cgroup else None,
         pod_uid=identity.pod_uid, usage=usage, accelerators=accelerators,
-        unresolved_claims=unresolved, tenant=identity.tenant, user=user)
+        unresolved_claims=unresolved, tenant=identity.tenant,
+        user=owner.user if owner is not None else None,
+        uid=owner.uid if owner is not None else None)
 
 
 def _by_gpu_key(keys: Mapping[GpuKey, Collection[str]]

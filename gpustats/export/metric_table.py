@@ -187,8 +187,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("gpustats_node_gpu_healthy", GAUGE, "1 when every health condition is True.", GPU,
            group="health", scope=HEALTH, value=_one_if("healthy")),
     Family("gpustats_node_gpu_condition", GAUGE,
-           "Health conditions of the GPU (value 1): NVMLReady, EccHealth, RowRemapHealth and "
-           "Ready (every other one True).",
+           "Health conditions of the GPU (value 1): NVMLReady, EccHealth, RowRemapHealth "
+           "(NVIDIA); RasHealth, RetiredPagesHealth, ResetHealth, PciBusHealth (AMD and Intel, "
+           "from the kernel's files); Ready (every other one True).",
            GPU + ("type", "status", "reason"), group="health", scope=HEALTH,
            samples=_conditions),
     Family("gpustats_node_gpu_xid_errors", COUNTER,

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from typing import Callable, Sequence
 
+from gpustats.export.page_header import gpu_count, gpu_names, page_notes, power_totals
+from gpustats.export.page_identity import detail_text, owner_text
 from gpustats.export.tenants import entry_identity, present_sum
 from gpustats.export.text import shown
 from gpustats.model.device_values import DEVICE_VALUES, DeviceValue
 from gpustats.model.snapshot import (
-    ContainerAccelerator, ContainerStats, DaemonStatus, DeviceStats, PodAccelerator, PodStats,
+    ContainerAccelerator, ContainerStats, DeviceStats, PodAccelerator, PodStats,
     Snapshot,
 )
 from gpustats.model.health import CONDITION_READY, STATUS_TRUE
@@ -111,8 +113,8 @@ class ContainerRow:
     pod_key: str        # the key the page's charts colour this tenant by
     tenant: str         # the pod (name, else UID), else the tenant's name
     tenant_is_id: bool
-    namespace: str
-    container: str
+    namespace: str      # a pod's namespace; another kind's user (export.page_identity)
+    container: str      # a pod's container; another kind's own identity (a job's step, ...)
     container_is_id: bool
     instance: str       # MIG instance, or "" for a whole GPU
     power: str
@@ -127,6 +129,7 @@ class ContainerRow:
 class GpuCard:
     uuid: str
     index: int
+    title: str          # "GPU 0"; "AMD GPU 0" on a node of several vendors
     model: str
     vendor: str         # "" when unknown
     bus_id: str
@@ -158,7 +161,7 @@ class Page:
     taken_at: str
     sequence: int
     driver_version: str | None
-    nvml_note: str | None
+    notes: tuple[str, ...]          # what keeps GPUs from being read; failing sources
     totals: tuple[tuple[str, str], ...]
     gpus: tuple[GpuCard, ...]
     tenants: tuple[TenantRow, ...]
@@ -194,8 +197,10 @@ def _figure_text(row: DeviceValue, device: DeviceStats) -> str:
     part = row.value(device)
     whole_row = _BY_NAME[row.figure.of] if row.figure and row.figure.of else None
     whole = whole_row.value(device) if whole_row is not None else None
-    if whole_row is None or part is None or whole is None:
+    if whole_row is None or whole is None:
         return _value_text(row, part)
+    if part is None:                      # the whole known alone: "– / 16.0 GiB"
+        return f"{ABSENT} / {_value_text(whole_row, whole)}"
     pair = PART_OF_WHOLE_FORMATS.get(row.unit)
     if pair is not None:
         return pair(part, whole)
@@ -213,8 +218,10 @@ def _figures(device: DeviceStats) -> tuple[tuple[str, str], ...]:
     """The card's figures: each device value that has one (``model.device_values``), in the
     table's order, then the idle no tenant holds the GPU for (now, and in total) and how the
     GPU is shared."""
+    vendor = device.identity.vendor
     return (*((row.figure.label, _figure_text(row, device))
-              for row in DEVICE_VALUES if row.figure is not None),
+              for row in DEVICE_VALUES if row.figure is not None and (
+                  row.figure.vendors is None or vendor is None or vendor in row.figure.vendors)),
             ("unallocated idle", _watts_and_joules(device.unallocated_idle_power_watts,
                                                    device.unallocated_idle_energy_joules)),
             ("sharing", device.sharing_mode or ABSENT))
@@ -265,12 +272,15 @@ def _container_row(pod: PodStats | None, container: ContainerStats, acc: Contain
         tenant, tenant_is_id = pod_name or pod_uid or ABSENT, pod_name is None and bool(pod_uid)
         own, own_is_id = (_shown(container.name) or _short_id(container.container_id),
                           container.name is None)
+        where = namespace
     else:
         tenant, tenant_is_id = _entry_name(container)
-        own, own_is_id = ABSENT, False
+        where = _shown(owner_text(container))
+        detail, own_is_id = detail_text(container)
+        own = _shown(detail) or ABSENT
     return ContainerRow(
         kind=kind, pod_key=pod_key(pod_name, namespace, pod_uid, container.container_id),
-        tenant=tenant, tenant_is_id=tenant_is_id, namespace=namespace or ABSENT,
+        tenant=tenant, tenant_is_id=tenant_is_id, namespace=where or ABSENT,
         container=own, container_is_id=own_is_id, instance=instance,
         power=format_watts(acc.attributed_power_watts),
         idle_share=format_watts(acc.idle_share_power_watts),
@@ -297,11 +307,13 @@ def _ratio(value: float | None) -> str:
     return ABSENT if value is None else f"{value * 100:.0f} %"
 
 
-def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]]) -> GpuCard:
+def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStats]],
+          title: str) -> GpuCard:
     ident = device.identity
     rows = sorted(_rows_for(device, owners), key=lambda r: (r.namespace, r.tenant, r.container))
     return GpuCard(
-        uuid=ident.uuid, index=ident.index, model=_shown(ident.name) or "unknown model",
+        uuid=ident.uuid, index=ident.index, title=title,
+        model=_shown(ident.name) or "unknown model",
         vendor=_shown(ident.vendor) or "", bus_id=_shown(ident.pci_bus_id) or "",
         health=_health(device),
         figures=_figures(device), containers=tuple(rows),
@@ -313,37 +325,42 @@ def _card(device: DeviceStats, owners: list[tuple[PodStats | None, ContainerStat
 
 def _tenant_row(kind: str, key: str, name: str, name_is_id: bool, namespace: str | None,
                 accelerators: Sequence[PodAccelerator | ContainerAccelerator],
-                index_of: dict[str, int]) -> tuple[float, TenantRow]:
+                index_of: dict[str, tuple[int, str]]) -> tuple[float, TenantRow]:
     """(the tenant's attributed energy in total, -1 when unknown, for ordering; its row)."""
     power = present_sum(a.attributed_power_watts for a in accelerators)
     idle = present_sum(a.idle_share_power_watts for a in accelerators)
     energy = present_sum(a.attributed_energy_joules for a in accelerators)
     idle_energy = present_sum(a.idle_share_energy_joules for a in accelerators)
-    gpus = sorted({index_of[a.device_uuid] for a in accelerators if a.device_uuid in index_of})
+    gpus = [name for _, name in sorted(
+        {index_of[a.device_uuid] for a in accelerators if a.device_uuid in index_of})]
     return (energy if energy is not None else -1.0, TenantRow(
         kind=kind, pod_key=key, tenant=name, tenant_is_id=name_is_id,
-        namespace=namespace or ABSENT, gpus=", ".join(map(str, gpus)) or ABSENT,
+        namespace=namespace or ABSENT, gpus=", ".join(gpus) or ABSENT,
         power=format_watts(power), idle_share=format_watts(idle),
         energy=format_joules(energy), idle_energy=format_joules(idle_energy)))
 
 
-def _pod_row(pod: PodStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
+def _pod_row(pod: PodStats, index_of: dict[str, tuple[int, str]]) -> tuple[float, TenantRow]:
     name, namespace, uid = _shown(pod.name), _shown(pod.namespace), shown(pod.uid)
     return _tenant_row(KIND_POD, pod_key(name, namespace, uid, ""), name or uid, name is None,
                        namespace, list(pod.accelerators), index_of)
 
 
-def _entry_row(container: ContainerStats, index_of: dict[str, int]) -> tuple[float, TenantRow]:
+def _entry_row(container: ContainerStats, index_of: dict[str, tuple[int, str]]
+               ) -> tuple[float, TenantRow]:
     name, name_is_id = _entry_name(container)
     return _tenant_row(container.kind, pod_key(None, None, None, container.container_id), name,
-                       name_is_id, None, list(container.accelerators), index_of)
+                       name_is_id, _shown(owner_text(container)), list(container.accelerators),
+                       index_of)
 
 
 def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
     """Tenants holding GPUs, the most energy first (attributed, in total: the table's "energy,
     total" column; unknown last): pods, one per namespace/name (a pod re-created under its
     name: the one the Summary API lists), and every live tenant outside pods, of any kind."""
-    index_of = {d.identity.uuid: d.identity.index for d in snapshot.devices}
+    names = gpu_names(snapshot.devices)
+    index_of = {d.identity.uuid: (k, names[d.identity.uuid][1])
+                for k, d in enumerate(snapshot.devices)}
     rows = [_pod_row(pod, index_of) for pod in snapshot.listed_pods() if pod.accelerators]
     rows += [_entry_row(c, index_of) for c in snapshot.containers
              if c.pod_uid is None and not c.ended and c.accelerators]
@@ -352,25 +369,14 @@ def _tenant_rows(snapshot: Snapshot) -> tuple[TenantRow, ...]:
 
 
 def _totals(snapshot: Snapshot, tenants_on_gpus: int) -> tuple[tuple[str, str], ...]:
-    healthy = sum(1 for d in snapshot.devices if _health(d).state == "healthy")
-    attributed = present_sum([a.attributed_power_watts for p in snapshot.pods
-                              for a in p.accelerators]
-                             + [a.attributed_power_watts for c in snapshot.containers
-                                for a in c.accelerators])
+    power, billed, nobody = power_totals(snapshot)
     return (
-        ("GPUs", f"{len(snapshot.devices)} ({healthy} healthy)"),
-        ("power", format_watts(present_sum([d.power_watts for d in snapshot.devices]))),
-        ("attributed to tenants", format_watts(attributed)),
+        ("GPUs", gpu_count([_health(d).state for d in snapshot.devices])),
+        ("power", format_watts(power)),
+        ("billed to tenants (active + idle share)", format_watts(billed)),
+        ("billed to nobody (unattributed + unallocated idle)", format_watts(nobody)),
         ("tenants on GPUs", str(tenants_on_gpus)),
     )
-
-
-def _nvml_note(status: DaemonStatus) -> str | None:
-    if status.nvml_loaded:
-        return None
-    if not status.gpus_on_pci_bus:
-        return "No NVIDIA GPU on this node's PCI bus"
-    return "NVML is not loaded" + (f": {status.nvml_error}" if status.nvml_error else "")
 
 
 def page_view(snapshot: Snapshot) -> Page:
@@ -378,7 +384,9 @@ def page_view(snapshot: Snapshot) -> Page:
     owners = [(p, c) for p, c in snapshot.containers_with_pods() if _live(p, c)]
     tenants = _tenant_rows(snapshot)
     status = snapshot.status
+    titles = gpu_names(snapshot.devices)
     return Page(node_name=shown(snapshot.node.node_name), taken_at=format_time(snapshot.taken_at),
                 sequence=snapshot.sequence, driver_version=status.driver_version,
-                nvml_note=_nvml_note(status), totals=_totals(snapshot, len(tenants)),
-                gpus=tuple(_card(d, owners) for d in snapshot.devices), tenants=tenants)
+                notes=page_notes(status), totals=_totals(snapshot, len(tenants)),
+                gpus=tuple(_card(d, owners, titles[d.identity.uuid][0])
+                           for d in snapshot.devices), tenants=tenants)

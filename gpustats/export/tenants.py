@@ -29,7 +29,8 @@ class TenantIdentity:
     pod_uid: str | None = None      # pod
     container_id: str | None = None  # container
     unit: str | None = None         # service
-    uid: int | None = None          # session; job and process where known
+    uid: int | None = None          # whose it is: session's, job's, process's; a container's
+    #                                 or service's processes' (model.snapshot.ContainerStats)
     user: str | None = None         # the UID's name in the host's passwd
     job_id: str | None = None       # job
     step: str | None = None         # job
@@ -48,10 +49,11 @@ def entry_identity(entry: ContainerStats) -> TenantIdentity:
     tenant = entry.tenant
     if tenant is None:
         return TenantIdentity(KIND_CONTAINER, entry.name or entry.container_id,
-                              container_id=entry.container_id, user=entry.user)
+                              container_id=entry.container_id, uid=entry.uid, user=entry.user)
     name = display_name(tenant, entry.user, entry.name) or entry.container_id
     return TenantIdentity(
-        tenant.kind, name, container_id=tenant.container_id, unit=tenant.unit, uid=tenant.uid,
+        tenant.kind, name, container_id=tenant.container_id, unit=tenant.unit,
+        uid=tenant.uid if tenant.uid is not None else entry.uid,
         user=entry.user, job_id=tenant.job_id, step=tenant.step,
         command=tenant.comm if tenant.kind == KIND_PROCESS else None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from gpustats.model.health import KernelHealthReading
 from gpustats.model.record import record
 
 
@@ -162,4 +163,6 @@ class DeviceReading:
     # nvmlDeviceGetSupportedPerformanceStates.
     performance_state: int | None = None
     lowest_performance_state: int | None = None
+    # AMD and Intel: the driver's RAS, retired-page and hang files (None: an NVML sweep)
+    kernel_health: KernelHealthReading | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)

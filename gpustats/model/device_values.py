@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from gpustats.model.device import VENDOR_NVIDIA
 from gpustats.model.record import record
 from gpustats.model.snapshot import DeviceStats
 
@@ -57,6 +58,9 @@ class Figure:
     # (bytes, watts, joules, percent).
     template: str | None = None
     of: str | None = None    # the row whose value this one is a part of: "used / total"
+    # The vendors whose GPUs have it (model.device's VENDOR_*); None: every vendor's. Another
+    # vendor's card leaves it out rather than show a concept its driver has not ("P0").
+    vendors: tuple[str, ...] | None = None
 
 
 @record
@@ -190,5 +194,6 @@ DEVICE_VALUES: tuple[DeviceValue, ...] = (
         Metric("gpustats_node_gpu_performance_state",
                "Performance state of the GPU: 0 (P0, the most performance) to 15 (P15, the "
                "least)."),
-        Figure("performance state", "P{}"), history=True, read=_performance_state),
+        Figure("performance state", "P{}", vendors=(VENDOR_NVIDIA,)), history=True,
+        read=_performance_state),
 )

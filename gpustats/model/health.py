@@ -14,7 +14,14 @@ CONDITION_NVML_READY = "NVMLReady"          # XIDs, double-bit ECC events, GPU_I
 CONDITION_ECC = "EccHealth"                 # volatile double-bit ECC (events since NVML init)
 CONDITION_ROW_REMAP = "RowRemapHealth"      # row remapping pending or failed (the sweep)
 CONDITION_READY = "Ready"                   # aggregated: every other condition True
-CONDITION_TYPES = (CONDITION_NVML_READY, CONDITION_ECC, CONDITION_ROW_REMAP, CONDITION_READY)
+# AMD and Intel GPUs, from the kernel's files (no vendor library): amdgpu's RAS error counts
+# and retired VRAM pages; a GPU hang the driver captured (i915's error state, a devcoredump).
+CONDITION_RAS = "RasHealth"                 # uncorrectable RAS errors (amdgpu ras/*_err_count)
+CONDITION_RETIRED_PAGES = "RetiredPagesHealth"   # VRAM pages pending or failing retirement
+CONDITION_RESET = "ResetHealth"             # a hang captured, the GPU reset since
+CONDITION_BUS = "PciBusHealth"              # the GPU answers on the PCI bus
+CONDITION_TYPES = (CONDITION_NVML_READY, CONDITION_ECC, CONDITION_ROW_REMAP, CONDITION_RAS,
+                   CONDITION_RETIRED_PAGES, CONDITION_RESET, CONDITION_BUS, CONDITION_READY)
 
 # Per-XID counts: at most this many series per GPU (the XIDs seen; any further code is counted
 # under ``XID_OTHER``), and the events of the last window dcgm-exporter counts over (its
@@ -44,6 +51,21 @@ class Condition:
     message: str
     last_transition_time: float        # epoch seconds
     source: str
+
+
+@record
+class KernelHealthReading:
+    """What an AMD or Intel GPU's driver says of its health in sysfs (``None``: no such file,
+    or not readable)."""
+
+    ras_uncorrectable: int | None = None     # Σ "ue" over ras/*_err_count
+    ras_correctable: int | None = None       # Σ "ce"
+    retired_pages: int | None = None         # ras/gpu_vram_bad_pages lines flagged R
+    pending_pages: int | None = None         # ... P: retired at the next reservation window
+    failed_pages: int | None = None          # ... F: could not be retired
+    hang_captured: bool | None = None        # i915 cardN/error holds an error state
+    coredump: bool | None = None             # a devcoredump of the device waits to be read
+    off_bus: bool | None = None              # its PCI config space reads all ones
 
 
 @record

@@ -117,7 +117,11 @@ class ContainerStats:
     # The tenant outside Kubernetes pods and runtime containers this entry is (a service, a
     # session, a job, a process); None: a container (of a pod where ``pod_uid``).
     tenant: TenantRef | None = None
-    user: str | None = None          # the tenant's UID's name in the host's passwd
+    # Whose the tenant is: the UID its cgroup names (a session's, a job's), else its GPU
+    # processes' real UID where they all have one (a service's, a container's outside pods);
+    # and that UID's name in the host's passwd.
+    uid: int | None = None
+    user: str | None = None
     # Ended (no cgroup or process left) and kept while its counters are retained: served in
     # /metrics, listed nowhere live tenants are.
     ended: bool = False

@@ -60,6 +60,10 @@ def amd_files(device: SimDevice, *, busy: bool, watts: float) -> dict[str, str]:
     if "unique_id" not in off:
         files["unique_id"] = f"{unique_id(device.uuid)}\n"
     files["product_name"] = f"{device.name}\n"
+    # RAS (amdgpu_ras.c): error counts per block, no bad VRAM page (a healthy Instinct card)
+    for block in ("umc", "gfx", "sdma"):
+        files[f"ras/{block}_err_count"] = "ue: 0\nce: 0\n"
+    files["ras/gpu_vram_bad_pages"] = ""
     files["hwmon/name"] = "amdgpu\n"
     if "power" not in off:
         files["hwmon/power1_average"] = f"{_micro(watts)}\n"
@@ -76,9 +80,14 @@ def amd_files(device: SimDevice, *, busy: bool, watts: float) -> dict[str, str]:
 
 
 def intel_files(device: SimDevice, *, energy_microjoules: float) -> dict[str, str]:
-    """The i915 or xe hwmon files (``hwmon/<name>``): no busy or memory file in sysfs."""
+    """The i915 or xe hwmon files (``hwmon/<name>``), and the card's local memory: xe's tile
+    (xe_tile_sysfs.c), the out-of-tree i915's card attribute; no busy or memory-used file."""
     off = device.unsupported
     files = {"hwmon/name": f"{device.driver}\n"}
+    if "memory" not in off:
+        memory = "tile0/physical_vram_size_bytes" if device.driver == "xe" \
+            else f"drm/card{device.minor}/lmem_total_bytes"
+        files[memory] = f"{device.memory_total_bytes}\n"
     if "power" not in off:
         files["hwmon/energy1_input"] = f"{int(energy_microjoules)}\n"
     if "power_limit" not in off:

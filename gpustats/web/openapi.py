@@ -34,7 +34,11 @@ _CONDITION = {
     "properties": {"type": {"type": "string", "enum": list(CONDITION_TYPES), "description":
                             "NVMLReady (XIDs, double-bit ECC, GPU lost), EccHealth (volatile "
                             "double-bit ECC), RowRemapHealth (row remapping pending or "
-                            "failed; absent where the GPU gives none), Ready (computed: True "
+                            "failed; absent where the GPU gives none); AMD and Intel, from "
+                            "the kernel's files: RasHealth (uncorrectable RAS errors), "
+                            "RetiredPagesHealth (VRAM pages pending or failing retirement), "
+                            "ResetHealth (a hang or reset captured), PciBusHealth (config "
+                            "space reads all ones: off the bus); Ready (computed: True "
                             "when every other condition is True, False when any is False, "
                             "else Unknown)"},
                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},

@@ -6,12 +6,13 @@ import re
 from pathlib import Path
 
 
-def start_demo(start_daemon, tmp_path: Path, *kind: str):
+def start_demo(start_daemon, tmp_path: Path, *kind: str, port: int | None = None):
     """The demo daemon (``kind``: e.g. ``"bare-metal"``, none for Kubernetes), its temporary
-    host made below ``tmp_path`` (the fixture's SIGKILL at teardown leaves it behind)."""
+    host made below ``tmp_path`` (the fixture's SIGKILL at teardown leaves it behind); on
+    ``port`` where given."""
     (tmp_path / "tmp").mkdir()
     daemon = start_daemon("--demo", *kind, "--housekeeping-interval", "0.5",
-                          env={"TMPDIR": str(tmp_path / "tmp")})
+                          env={"TMPDIR": str(tmp_path / "tmp")}, port=port)
     daemon.wait_ready()
     return daemon
 

@@ -1,4 +1,5 @@
-"""An i915 or xe device's hwmon values, and its utilization from its clients' engine time.
+"""An i915 or xe device's hwmon values, and its utilization from its clients' engine time; its
+name by PCI device ID and its local memory (``intel_models``).
 
 hwmon (Documentation/ABI/testing/sysfs-driver-intel-{i915,xe}-hwmon): ``energy1_input`` (µJ,
 a 64-bit accumulator the driver advances on each read), ``power1_max`` (PL1, µW; 0 means
@@ -14,18 +15,21 @@ from typing import Callable, Iterable
 from gpustats.sources.drm.clients import ClientTick
 from gpustats.sources.drm.devices import DeviceValues, DrmDevice
 from gpustats.sources.drm.hwmon import HwmonDirs, celsius, watts
+from gpustats.sources.drm.intel_models import local_memory_bytes, model_name
 from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.pci import parse_hex
 
 UUID_PREFIX = "intel-"
 
 
 class IntelValues:
-    """Reads each i915/xe device's hwmon directory."""
+    """Reads each i915/xe device's hwmon directory; its name and memory once."""
 
     def __init__(self, fs: FsReads, monotonic: Callable[[], float]):
         self._fs = fs
         self._monotonic = monotonic
         self._hwmon = HwmonDirs(fs)
+        self._identity: dict[str, tuple[str | None, int | None]] = {}
 
     def read(self, device: DrmDevice) -> DeviceValues:
         fs = self._fs
@@ -37,15 +41,30 @@ class IntelValues:
         energy_uj = value("energy1_input")
         read_at = self._monotonic()
         limit = value("power1_max")
+        name, memory = self._identity_of(device)
         return DeviceValues(
-            monotonic_seconds=read_at, uuid=UUID_PREFIX + device.address,
+            monotonic_seconds=read_at, uuid=UUID_PREFIX + device.address, name=name,
+            memory_total_bytes=memory,
             energy_counter_millijoules=energy_uj // 1000 if energy_uj is not None
             and energy_uj >= 0 else None,
             power_limit_watts=watts(limit) if limit else None,
             temperature_celsius=celsius(value("temp2_input")))
 
     def forget(self, addresses: set[str]) -> None:
-        """Nothing is kept per device but its hwmon directory, found again when needed."""
+        """Drop the names and memory kept of devices no longer on the bus (the hwmon
+        directory is found again when needed)."""
+        for address in addresses & set(self._identity):
+            del self._identity[address]
+
+    def _identity_of(self, device: DrmDevice) -> tuple[str | None, int | None]:
+        """The card's name (by PCI device ID) and local memory, read once per device (the
+        driver makes both files at probe)."""
+        kept = self._identity.get(device.address)
+        if kept is None:
+            name = model_name(parse_hex(self._fs.text(os.path.join(device.path, "device"))))
+            kept = self._identity[device.address] = (
+                name, local_memory_bytes(self._fs, device.path, device.card))
+        return kept
 
 
 def engine_utilization(clients: Iterable[ClientTick], seconds: float | None) -> int | None:

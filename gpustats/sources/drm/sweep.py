@@ -3,9 +3,10 @@ into vendor-neutral ``DeviceReading``s, as the NVML sweep does for NVIDIA's.
 
 Each sweep: the vendor's GPUs on the PCI bus (``devices.py``), one scan of ``/proc`` for their
 DRM clients (``clients.py``), each device's sysfs and hwmon values (``amdgpu.py``,
-``intel.py``). A device's processes are the PIDs of its clients (matched by ``drm-pdev``, or by
-the node's minor where a driver prints no ``drm-pdev``), each with its clients' resident
-device memory and engine busy seconds over the tick. Where some process's files were refused,
+``intel.py``), and its driver's health files (``kernel_health.py``). A device's processes
+are the PIDs of its clients (matched by ``drm-pdev``, or by the node's minor where a driver
+prints no ``drm-pdev``), each with its clients' resident device memory and engine busy seconds
+over the tick. Where some process's files were refused,
 ``"processes"`` is in the reading's ``unsupported_fields``: its process list is not the whole.
 """
 
@@ -20,6 +21,7 @@ from gpustats.sources.drm.amdgpu import AmdgpuValues
 from gpustats.sources.drm.clients import ClientScan, ClientScanner, ClientTick
 from gpustats.sources.drm.devices import DeviceDiscovery, DeviceValues, DrmDevice
 from gpustats.sources.drm.intel import IntelValues, engine_utilization
+from gpustats.sources.drm.kernel_health import read_kernel_health
 from gpustats.sources.drm.reads import FsReads
 from gpustats.sources.vendors import AMD, INTEL
 
@@ -95,6 +97,7 @@ class DrmSweeper:
             processes=_processes(clients),
             process_samples=None,
             mig_enabled=None,
+            kernel_health=read_kernel_health(self._fs, device),
             unsupported_fields=frozenset() if scan.complete else _UNKNOWN_PROCESSES)
 
     def _identity(self, index: int, device: DrmDevice, values: DeviceValues) -> DeviceIdentity:
