@@ -190,9 +190,11 @@ class Daemon:
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
                                               forget_after_ticks=usage_every + 4,
-                                              kept_files=kept_cgroup_files)
+                                              kept_files=kept_cgroup_files,
+                                              kubelet_parent=config.kubelet_cgroup_parent)
         self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
-                                        kept_files=kept_proc_files)
+                                        kept_files=kept_proc_files,
+                                        kubelet_parent=config.kubelet_cgroup_parent)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.dcgm = _dcgm_client(config.dcgm_exporter_url, self.errors) \
             if config.dcgm_exporter_url else None

@@ -105,6 +105,8 @@ def test_design_flags_exist():
     (["--simulate", "s.yaml"], {"GPUSTATS_DEMO": "true"}, "--demo runs its own simulated node"),
     (["--disable-metrics", "process,bogus"], {}, "--disable-metrics"),
     ([], {"GPUSTATS_DISABLE_METRICS": "gpus"}, "unknown metric group 'gpus'"),
+    (["--kubelet-cgroup-parent", "kubepods"], {}, "--kubelet-cgroup-parent"),
+    ([], {"GPUSTATS_KUBELET_CGROUP_PARENT": "/a/../b"}, "absolute cgroup path"),
     (["--nvml-driver-root", "run/nvidia/driver"], {}, "--nvml-driver-root"),
     ([], {"GPUSTATS_NVML_DRIVER_ROOT": "driver"}, "absolute directory"),
 ])
