@@ -395,3 +395,29 @@ def test_an_overflowed_event_queue_falls_back_to_a_full_walk(tmp_path, monkeypat
     again, listed = lister.discover(reader)
     assert again.containers.keys() == found.containers.keys() and listed == []
     reader.close()
+
+
+def test_container_cgroups_past_the_cap_are_left_out_and_said(tmp_path):
+    """At most ``MAX_FOUND`` container and pod cgroups per hierarchy are kept; past that the
+    source fails with ``too_many_cgroups``, and what was left out is found once room is made."""
+    import shutil
+
+    from gpustats.sources.errors import CollectionErrors
+
+    root = tmp_path / "cg"
+    _write(root, {"cgroup.controllers": "cpu memory\n"})
+    for n in range(6):
+        (root / "docker" / f"{n:064x}").mkdir(parents=True)
+    errors = CollectionErrors()
+    reader = CgroupReader(HostRoots(cgroup=str(root)), errors=errors)
+    reader._tree.max_found = 4
+    assert len(reader.discover().containers) == 4
+    reader.end_tick()
+    assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == \
+        [("cgroups", "failing", "too_many_cgroups")]
+    for n in range(3):
+        shutil.rmtree(root / "docker" / f"{n:064x}")
+    assert len(reader.discover().containers) == 3
+    reader.end_tick()
+    assert [(s.source, s.state) for s in errors.states()] == [("cgroups", "ok")]
+    reader.close()

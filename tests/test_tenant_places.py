@@ -171,3 +171,35 @@ def test_a_user_naming_cgroups_after_a_container_or_a_pod_is_billed_itself(start
     assert ids.count(VICTIM) == 1 and ids.count(POD_CONTAINER) == 1, ids
     keys = {t["id"] for t in summary["tenants"]}
     assert {f"container:1002:{VICTIM}", f"container:1002:{POD_CONTAINER}"} <= keys, keys
+
+
+def test_cgroups_a_user_makes_are_not_the_nodes_containers(start_daemon, tmp_path):
+    """Issue: 20,000 ``docker-<hex>.scope`` cgroups made in a user's ``user@.service``, none
+    holding a GPU, became 20,000 of the node's containers (``containers[]`` 1 → 20,001, a
+    9.4 MB summary, a slower tick). They are the user's, and only the user's containers that
+    hold a GPU are tenants: the node's containers stay the one Docker container."""
+    node = tmp_path / "v2_"
+    node.mkdir()
+    placement = {601: (f"system.slice/docker-{VICTIM}.scope", "python3", 0)}
+    cgroup, proc, host = _host(node / "node", placement, v1=False)
+    apps = cgroup / USER_TREE / "app.slice"
+    for n in range(20_000):
+        (apps / f"docker-{n:064x}.scope").mkdir(parents=True)
+    daemon, _ = start_simulated(start_daemon, node, _scenario({601: 50}), (cgroup, proc),
+                                "--host-root", str(host), *ARGS)
+
+    def listed(body) -> bool:
+        return isinstance(body, dict) and any(
+            c.get("accelerators") for c in body.get("containers", ()))
+
+    summary = daemon.wait_for(listed, timeout=60)
+    assert [c["id"] for c in summary["containers"]] == [VICTIM]
+    assert "tenants" not in summary
+    status, raw = daemon.get("/stats/summary")
+    assert status == 200 and len(str(raw)) < 10_000
+    # More made while it runs (inotify's word): still not the node's.
+    for n in range(20_000, 20_100):
+        (apps / f"docker-{n:064x}.scope").mkdir()
+    daemon.wait_ticks(3)
+    status, summary = daemon.get("/stats/summary")
+    assert [c["id"] for c in summary["containers"]] == [VICTIM]

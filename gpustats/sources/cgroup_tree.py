@@ -67,7 +67,7 @@ class CgroupTree:
                  max_found: int = MAX_FOUND, kubelet_parent: str = ""):
         self._changes = changes
         self._kubelet_parent = kubelet_parent
-        self._max_found = max_found
+        self.max_found = max_found
         self.over_cap = False                 # a container or pod cgroup was left out
         self._list = list_dirs
         self._hierarchies: list[_Hierarchy] = []
@@ -170,7 +170,7 @@ class CgroupTree:
         return True
 
     def _record(self, hierarchy: _Hierarchy, rel: str, info: CgroupPathInfo) -> None:
-        if len(hierarchy.found) >= self._max_found:
+        if len(hierarchy.found) >= self.max_found:
             self.over_cap = True
             return
         hierarchy.found[rel] = info

@@ -19,7 +19,7 @@ from gpustats.hostfs import HostRoots, UnsafeFile, read_text
 from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef, ContainerIdentity, ContainerUsage
 from gpustats.model.host import CpuStats, MemoryStats
-from gpustats.sources.cgroup_tree import MAX_FOUND, CgroupTree, ListDirs, list_subdirs
+from gpustats.sources.cgroup_tree import CgroupTree, ListDirs, list_subdirs
 from gpustats.sources.cgroup_stats import (
     MEMORY_STAT_KEYS_V1, MEMORY_STAT_KEYS_V2, DeviceRules, cpu_rate, cpu_stat_usage_usec,
     memory_stats, parse_devices_list, parse_flat_keyed, parse_limit,
@@ -405,7 +405,7 @@ class CgroupReader:
                                 f"no cgroup hierarchy under {self._roots.cgroup}")
         elif self._tree.over_cap:
             self._errors.failed(SOURCE, "too_many_cgroups",
-                                f"more than {MAX_FOUND} container and pod cgroups in a "
+                                f"more than {self._tree.max_found} container and pod cgroups in a "
                                 "hierarchy; the rest are left out")
         else:
             self._errors.succeeded(SOURCE)
