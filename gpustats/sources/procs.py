@@ -22,9 +22,11 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
     """Controller → path. v1 lines ``N:cpu,cpuacct:/path``; the v2 line ``0::/path`` gives ``""``.
 
     Named hierarchies (``name=systemd``) are kept under their full name; malformed lines skipped.
+    Lines end at ``\n`` only: a path's names are its owner's to choose, and ``str.splitlines``
+    would also end a line at U+2028, U+0085 or ``\r`` in one (a forged ``0::`` line after it).
     """
     paths: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         parts = line.split(":", 2)
         if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith("/"):
             continue
@@ -100,8 +102,9 @@ def parse_comm(data: bytes) -> str:
 
 def parse_real_uid(status_text: str) -> int:
     """The real UID: the first field of ``/proc/<pid>/status``'s ``Uid:`` line (proc(5)).
-    ``ValueError`` when there is none."""
-    for line in status_text.splitlines():
+    ``ValueError`` when there is none. Lines end at ``\n`` only (the ``Name:`` line is the
+    process's own ``comm``: U+2028 in it must not start a forged ``Uid:`` line)."""
+    for line in status_text.split("\n"):
         if line.startswith("Uid:"):
             fields = line[4:].split()
             if fields and fields[0].isascii() and fields[0].isdigit() \
