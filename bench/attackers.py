@@ -429,11 +429,13 @@ def watch_status(port: int, source: str, timeout: float = 5.0) -> tuple[socket.s
 class WatchHoarder(_Attacker):
     """One client (127.0.0.1) holding ``count`` watches it never reads, re-opened when the
     daemon closes them (a reader of nothing is closed after the stall deadline) or refuses
-    them; every 2 s another client (127.0.0.3) asks for a watch of its own."""
+    them, ``per_round`` every 2 s; every 2 s another client (127.0.0.3) asks for a watch of
+    its own."""
 
-    def __init__(self, port: int, stop: threading.Event, count: int = 64):
+    def __init__(self, port: int, stop: threading.Event, count: int = 64, per_round: int = 8):
         super().__init__(port, stop)
         self.count = count
+        self.per_round = per_round
         self.statuses: collections.Counter = collections.Counter()
         self.closed_by_daemon = 0
         self.others: collections.Counter = collections.Counter()
@@ -445,7 +447,7 @@ class WatchHoarder(_Attacker):
                 held.remove(sock)
                 sock.close()
                 self.closed_by_daemon += 1
-            while len(held) < self.count and not self.stop.is_set():
+            for _ in range(min(self.per_round, self.count - len(held))):
                 sock, status = watch_status(self.port, "127.0.0.1")
                 self.statuses[status] += 1
                 if sock is None or status != 200:

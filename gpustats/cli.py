@@ -184,17 +184,15 @@ class Daemon:
             NvmlEventSource, ignored_xids=frozenset(config.xid_ignore),
             wait_ms=SIMULATED_EVENT_WAIT_MS if self.simulator else DRIVER_EVENT_WAIT_MS,
             interrupt=self.simulator.interrupt_event_waits if self.simulator else None)
-        self.persister = Persister(self.counters, config.persist_interval,
-                                   report=self._persisted)
+        self.persister = Persister(self.counters, config.persist_interval, report=self._persisted)
         kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
+        parent = config.kubelet_cgroup_parent
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
                                               forget_after_ticks=usage_every + 4,
-                                              kept_files=kept_cgroup_files,
-                                              kubelet_parent=config.kubelet_cgroup_parent)
+                                              kept_files=kept_cgroup_files, kubelet_parent=parent)
         self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
-                                        kept_files=kept_proc_files,
-                                        kubelet_parent=config.kubelet_cgroup_parent)
+                                        kept_files=kept_proc_files, kubelet_parent=parent)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.dcgm = _dcgm_client(config.dcgm_exporter_url, self.errors) \
             if config.dcgm_exporter_url else None
