@@ -147,11 +147,11 @@ def test_a_gpu_container_the_log_layout_calls_a_sandbox_is_still_billed(start_da
 
 
 def odd_cgroup_host(tmp_path: Path) -> tuple[Path, Path, str]:
-    """A pod container (pid 101) and a Docker container (pid 102) below a directory whose name
-    is not UTF-8 (``\\xff\\xfe``), both on the GPU."""
+    """A pod container (pid 101) and a Docker container (pid 102) below a directory of the
+    kubelet's tree whose name is not UTF-8 (``\\xff\\xfe``), both on the GPU."""
     cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
     cid = container_id(2)
-    rel = os.fsencode("system.slice/") + b"\xff\xfe" + f"/docker-{cid}.scope".encode()
+    rel = os.fsencode("kubepods.slice/") + b"\xff\xfe" + f"/docker-{cid}.scope".encode()
     d = os.path.join(os.fsencode(cgroup), rel)
     os.makedirs(d)
     for name, text in ((b"cpu.stat", "usage_usec 5000\n"), (b"memory.current", "1048576\n"),
@@ -172,7 +172,7 @@ def test_a_non_utf8_cgroup_directory_renders_in_every_output(start_daemon, tmp_p
     daemon.wait_ready()
     daemon.wait_for(lambda s: cid in containers_by_id(s)
                     and containers_by_id(s)[cid].get("accelerators"), timeout=10)
-    shown = "/system.slice/\\xff\\xfe/docker-" + cid + ".scope"
+    shown = "/kubepods.slice/\\xff\\xfe/docker-" + cid + ".scope"
     for accept in (None, OPENMETRICS):                # cAdvisor's ``id`` label is the path
         status, text = raw_get(daemon, "/metrics", accept)
         assert status == 200, text
