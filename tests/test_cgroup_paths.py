@@ -125,3 +125,23 @@ def test_a_podman_split_mode_payload_cgroup_is_its_container():
 ])
 def test_runtime_names_elsewhere_are_no_node_containers(path):
     assert parse_cgroup_path(path) is None
+
+
+def test_a_configured_kubelet_parent_holds_pods_too():
+    from gpustats.sources.cgroup_paths import may_hold_node_cgroups
+
+    nested = f"/process_api/abc/kubepods/burstable/pod{UID}/{CID}"
+    assert parse_cgroup_path(nested) is None
+    info = parse_cgroup_path(nested, "/process_api/abc")
+    assert (info.container_id, info.pod_uid, info.qos_class, info.container_path) == (
+        CID, UID, "burstable", nested)
+    # The top stays the kubelet's too; elsewhere below the parent nothing is a pod.
+    assert parse_cgroup_path(f"/kubepods/pod{UID}/{CID}", "/process_api/abc").pod_uid == UID
+    assert parse_cgroup_path(f"/process_api/abc/x/kubepods/pod{UID}/{CID}",
+                             "/process_api/abc") is None
+    # The walk goes down to the parent and into its kubepods, nowhere else below it.
+    for path, walked in (("/process_api", True), ("/process_api/abc", True),
+                         ("/process_api/abc/kubepods", True), ("/process_api/abc/x", False),
+                         ("/process_api/other", False), ("/user.slice", False),
+                         ("/system.slice", True), ("/system.slice/sshd.service", False)):
+        assert may_hold_node_cgroups(path, "/process_api/abc") is walked, path
