@@ -402,3 +402,73 @@ def report(found: dict) -> dict:
         if name in found:
             out[f"probe_{name}"] = found[name].figures()
     return out
+
+
+WATCH_REQUEST = b"GET /api/v1/gpus?watch=true HTTP/1.1\r\nHost: soak\r\n\r\n"
+
+
+def watch_status(port: int, source: str, timeout: float = 5.0) -> tuple[socket.socket | None,
+                                                                           int | None]:
+    """A watch requested from ``source`` and its status, peeked (nothing consumed: the watcher
+    has read nothing); (None, None) when it could not be had."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                        source_address=(source, 0))
+        sock.sendall(WATCH_REQUEST)
+        head = b""
+        while b"\r\n" not in head:
+            head = sock.recv(4096, socket.MSG_PEEK)
+            if not head:
+                sock.close()
+                return None, None
+        return sock, int(head.split(b" ", 2)[1])
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+class WatchHoarder(_Attacker):
+    """One client (127.0.0.1) holding ``count`` watches it never reads, re-opened when the
+    daemon closes them (a reader of nothing is closed after the stall deadline) or refuses
+    them, ``per_round`` every 2 s; every 2 s another client (127.0.0.3) asks for a watch of
+    its own."""
+
+    def __init__(self, port: int, stop: threading.Event, count: int = 64, per_round: int = 8):
+        super().__init__(port, stop)
+        self.count = count
+        self.per_round = per_round
+        self.statuses: collections.Counter = collections.Counter()
+        self.closed_by_daemon = 0
+        self.others: collections.Counter = collections.Counter()
+
+    def run(self) -> None:
+        held: list[socket.socket] = []
+        while not self.stop.wait(2.0):
+            for sock in [s for s in held if closed_by_peer(s)]:
+                held.remove(sock)
+                sock.close()
+                self.closed_by_daemon += 1
+            for _ in range(min(self.per_round, self.count - len(held))):
+                sock, status = watch_status(self.port, "127.0.0.1")
+                self.statuses[status] += 1
+                if sock is None or status != 200:
+                    if sock is not None:
+                        sock.close()
+                    break
+                held.append(sock)
+            other, status = watch_status(self.port, "127.0.0.3")
+            self.others[status] += 1
+            if other is not None:
+                other.close()
+        for sock in held:
+            sock.close()
+
+    def figures(self) -> dict:
+        return {"hoarder_statuses": {str(k): v for k, v in self.statuses.items()},
+                "hoarder_closed_by_daemon": self.closed_by_daemon,
+                "other_client_statuses": {str(k): v for k, v in self.others.items()}}
+
+
+def start_watch_hoarder(port: int, stop: threading.Event) -> WatchHoarder:
+    hoarder = WatchHoarder(port, stop)
+    hoarder.thread.start()
+    return hoarder

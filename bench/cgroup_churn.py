@@ -17,6 +17,13 @@ under one unit (``--churn plain``, sessions; nothing found changes). Two modes o
 
 Figures: CPU seconds of ``discover()`` per tick (median, p95) and directories listed per tick,
 on stdout and in bench/results/cgroup_churn_<churn>.json.
+
+    python -m bench.cgroup_churn --memory 20000
+
+instead makes ``--memory`` cgroups, a thousand a tick, and removes them, twice: Docker-named
+cgroups in a user's delegated ``user@.service`` (never walked), then container cgroups in one
+pod (the node's, kept while they are there, up to the cap). Figures: this process's RSS after
+the first walk, at each peak, and after each removal (the goal: back within 10 MB).
 """
 
 from __future__ import annotations
@@ -101,15 +108,64 @@ def measure(root: Path, ticks: int, inotify: bool, churn_containers: bool) -> di
             "dirs_listed_per_tick_median": statistics.median(counts)}
 
 
+def _rss_mb() -> float:
+    import gc
+
+    import psutil
+
+    gc.collect()
+    return round(psutil.Process().memory_info().rss / 2**20, 2)
+
+
+def measure_memory(root: Path, count: int) -> dict:
+    """RSS while ``count`` cgroups come and go, twice, in a pod and in a user's subtree."""
+    reader = CgroupReader(HostRoots(cgroup=str(root)))
+    reader.discover()
+    reader.end_tick()
+    out: dict = {"rss_mb_start": _rss_mb()}
+    pod = next((root / "kubepods.slice" / "kubepods-burstable.slice").iterdir())
+    user = root / "user.slice" / "user-1002.slice" / "user@1002.service" / "app.slice"
+    user.mkdir(parents=True)
+    for place, parent, name in (("user", user, "docker-{:064x}.scope"),
+                                ("pod", pod, "cri-containerd-{:064x}.scope")):
+        peak = 0.0
+        for _ in range(2):
+            for n in range(count):
+                (parent / name.format(0xbeef0000 + n)).mkdir()
+                if n % 1000 == 999:
+                    found = reader.discover()
+                    reader.end_tick()
+            peak = max(peak, _rss_mb())
+            out[f"{place}_containers_found_at_peak"] = len(found.containers)
+            for n in range(count):
+                (parent / name.format(0xbeef0000 + n)).rmdir()
+            reader.discover()
+            reader.end_tick()
+        out[f"{place}_rss_mb_peak"] = peak
+        out[f"{place}_rss_mb_after"] = _rss_mb()
+    reader.close()
+    out["user_rss_mb_left"] = round(out["user_rss_mb_after"] - out["rss_mb_start"], 2)
+    out["pod_rss_mb_left"] = round(out["pod_rss_mb_after"] - out["rss_mb_start"], 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dirs", type=int, default=20000)
     parser.add_argument("--pods", type=int, default=250)
     parser.add_argument("--ticks", type=int, default=30)
     parser.add_argument("--churn", choices=("containers", "plain"), default="containers")
+    parser.add_argument("--memory", type=int, default=0, metavar="N",
+                        help="measure RSS while N cgroups come and go instead")
     args = parser.parse_args(argv)
     if DirectoryChanges().unavailable:
         raise SystemExit("inotify unavailable here")
+    if args.memory:
+        with tempfile.TemporaryDirectory(prefix="gpustats-churn-") as tmp:
+            root = Path(tmp) / "cgroup"
+            build_tree(root, 2000, 50)
+            print(json.dumps(measure_memory(root, args.memory), indent=2))
+        return 0
     with tempfile.TemporaryDirectory(prefix="gpustats-churn-") as tmp:
         root = Path(tmp) / "cgroup"
         total = build_tree(root, args.dirs, args.pods)

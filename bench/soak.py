@@ -14,11 +14,19 @@ pipelining 273 /openapi.json requests and reading 2 KB every 2 s, on the data po
 more trickling sockets on the health port (more than its 64 connections)
 (``bench/attackers.py``); a kubelet whose pod-resources reply lists 2,000 pods x 50 GPU
 replicas (``bench/hostile_kubelet.py``) and a dcgm-exporter serving 30 MB of activity series
-for the one MIG GPU (``bench/hostile_exporter.py``); while probes time /healthz, /readyz,
+for the one MIG GPU (``bench/hostile_exporter.py``); a user who names cgroups in its
+delegated subtree after a bystander's Docker container and a pod's container, and makes
+``--flood`` Docker-named cgroups there, and a process named with terminal control bytes
+(``bench/soak_tenants.py``); one client holding 64 watches it never reads, while another asks
+for one every 2 s (``attackers.WatchHoarder``); while probes time /healthz, /readyz,
 /stats/summary and /metrics on fresh connections (1 s timeout) on the data port and /healthz
 on the separate health port.
-Reported: requests, 5xx and errors, RSS after warm-up and at the end (medians of five
-seconds), thread count over time, and the attack figures.
+The GPU processes are tenants of every kind on a fake /proc (Docker containers, pods,
+services, sessions). Reported: requests, 5xx and errors, RSS after warm-up and at the end
+(medians of five seconds), thread count over time, the attack figures, and each bystander
+tenant's share of its GPU's active energy; ``--compare`` runs without attackers first and
+gives how far any bystander's share moved under attack (the user's two processes run in its
+session then: the same work, split the same way).
 The history window is set to the warm-up, so it is full (steady) when RSS is first taken.
 """
 
@@ -41,6 +49,7 @@ import psutil
 import yaml
 
 from bench import attackers as attack
+from bench import soak_tenants as tenants
 from bench.hostile_exporter import HostileExporter
 from bench.hostile_kubelet import HostileKubelet, hostile_reply
 from bench.daemons import DaemonProc, free_port
@@ -139,7 +148,8 @@ def median_rss(samples: list[dict]) -> float | None:
 
 
 def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
-             warmup: float = 5.0, workdir: Path | None = None, attackers: bool = True) -> dict:
+             warmup: float = 5.0, workdir: Path | None = None, attackers: bool = True,
+             flood: int = 20_000) -> dict:
     own_tmp = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="gpustats-soak-")) if own_tmp else workdir
     real = _can_use_real_cgroups()
@@ -150,7 +160,11 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         base.mkdir(parents=True, exist_ok=True)
         (base / "cgroup.controllers").write_text("cpu memory\n")
         cgroup_root = str(base)
-    scenario = with_a_mig_gpu(node_scenario(8, 32)) if attackers else node_scenario(8, 32)
+    # The same GPUs and processes with attackers or without (--compare compares their bills).
+    scenario = with_a_mig_gpu(node_scenario(8, 32))
+    tenants.add_processes(scenario)
+    tenants.build_proc(workdir / "proc", scenario, attack=attackers)
+    flooded = tenants.flood(base, min(flood, 2_000) if real else flood) if attackers else 0
     scenario_path = workdir / "soak.yaml"
 
     def write_scenario(step: int) -> None:
@@ -176,6 +190,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         sources = ["--pod-resources-socket", kubelet.socket_path, "--runtime-socket", "",
                    "--dcgm-exporter-url", exporter.url]
     daemon = DaemonProc(["--simulate", str(scenario_path), "--cgroup-root", cgroup_root,
+                         "--proc-root", str(workdir / "proc"),
                          "--housekeeping-interval", "1", *sources, "--idle-power-watts", "100",
                          "--health-listen", f"127.0.0.1:{health_port}",
                          # The history ring grows until its window is full (every churned
@@ -215,6 +230,8 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
     attack_stop = threading.Event()
     attacks = attack.start_all(daemon.port, daemon.proc.pid, attack_stop, health_port) \
         if attackers else None
+    hoarder = attack.start_watch_hoarder(daemon.port, attack_stop) if attackers else None
+    billing: dict = {}
     try:
         churner.start()
         for t in threads:
@@ -232,6 +249,7 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
             samples.append(sample)
             if rss_warm is None and elapsed >= warmup:
                 rss_warm = sample["rss_mb"]
+        billing = _billing(daemon.port, attackers)
     finally:
         stop.set()
         attack_stop.set()
@@ -241,7 +259,12 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         attack_report = attack.report(attacks) if attacks is not None else None
         if attack_report is not None:
             attack_report.update(hostile_sources(daemon.port))
+            if hoarder is not None:
+                hoarder.thread.join(10)
+                attack_report.update(hoarder.figures())
+            attack_report["flooded_cgroups"] = flooded
         churner.stop()
+        tenants.unflood(base, flooded)
         daemon.stop()
         for stop_peer in stop_peers:
             stop_peer()
@@ -263,9 +286,26 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
     }
     if attack_report is not None:
         result["attack"] = attack_report
+    result.update(billing)
     if own_tmp:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _billing(port: int, attackers: bool) -> dict:
+    """The bystanders' shares of their GPUs' active energy, what the summary lists, and
+    (attacked) whether the page shows the odd name's control bytes raw."""
+    try:
+        summary = json.loads(tenants.fetch(port, "/stats/summary"))
+        out = {"bystander_shares": tenants.bystander_shares(tenants.fetch(port, "/metrics")),
+               "summary_containers": len(summary.get("containers", ())),
+               "summary_tenants": len(summary.get("tenants", ())),
+               "summary_pods": len(summary.get("pods", ()))}
+        if attackers:
+            out["page_clean"] = tenants.page_is_clean(port)
+        return out
+    except (OSError, ValueError) as exc:
+        return {"billing_error": repr(exc)}
 
 
 def hostile_sources(port: int) -> dict:
@@ -292,9 +332,23 @@ def main() -> int:
     parser.add_argument("--no-attackers", action="store_true",
                         help="clients and churn only: no idle, trickling, large-POST or "
                         "smuggling peers")
+    parser.add_argument("--flood", type=int, default=20_000,
+                        help="Docker-named cgroups the attacking user makes in its subtree "
+                        "(at most 2,000 on a real cgroup tree)")
+    parser.add_argument("--compare", action="store_true",
+                        help="a run without attackers first: how far each bystander's bill "
+                        "moves under attack")
     args = parser.parse_args()
+    base = run_soak(args.seconds, args.clients, args.churn, args.warmup, attackers=False) \
+        if args.compare and not args.no_attackers else None
     result = run_soak(args.seconds, args.clients, args.churn, args.warmup,
-                      attackers=not args.no_attackers)
+                      attackers=not args.no_attackers, flood=args.flood)
+    if base is not None:
+        result["without_attackers"] = {k: v for k, v in base.items() if k != "bystander_shares"}
+        result["bystanders_vs_without_attackers"] = tenants.compare_shares(
+            base.get("bystander_shares", {}), result.get("bystander_shares", {}))
+    shares = result.pop("bystander_shares", {})
+    result["bystander_tenants"] = len(shares)
     print(json.dumps(result, indent=2))
     ok = (result["http_5xx"] == 0 and (result["rss_growth_ratio"] or 0) < 0.05
           and result["threads_min"] == result["threads_max"])
@@ -306,14 +360,22 @@ def main() -> int:
             and all(a[f"probe_{name}"]["failures"] <= 0.01 * a[f"probe_{name}"]["probes"]
                     and (a[f"probe_{name}"]["max_ms"] or 0) < 1000
                     for name in ("healthz", "readyz", "summary", "metrics")) \
-            and a.get("pod_resources_failing") == 1 and a.get("dcgm_exporter_failing") == 1
+            and a.get("pod_resources_failing") == 1 and a.get("dcgm_exporter_failing") == 1 \
+            and result.get("page_clean") is True \
+            and a["other_client_statuses"].get("200", 0) == sum(
+                a["other_client_statuses"].values())
+    if "bystanders_vs_without_attackers" in result:
+        moved = result["bystanders_vs_without_attackers"]["max_relative_change"]
+        ok = ok and moved is not None and moved <= 0.01
     print("targets:", "met" if ok else "NOT met",
           "(zero 5xx, RSS growth < 5% after warm-up, thread count constant; with attackers: "
           "every large POST refused with 413, nothing spooled, every doubly framed request "
           "refused with 400 and the request smuggled after it never answered, every /healthz "
           "probe on the health port answered within 1 s, every answered probe on the data port "
           "within 1 s and at most 1 % of them failing (their errors are listed), the hostile "
-          "kubelet and exporter refused as failing sources)")
+          "kubelet and exporter refused as failing sources, the page free of raw control "
+          "bytes, every other client's watch granted; with --compare, every bystander's share "
+          "of its GPU's energy within 1 % of the run without attackers)")
     return 0 if ok else 1
 
 

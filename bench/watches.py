@@ -22,15 +22,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpustats.watch_streams import WATCH_PER_CLIENT
+
 PATHS = ("/healthz", "/metrics", "/stats/summary")
 WATCH_REQUEST = b"GET /api/v1/gpus?watch=true HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
 def open_watches(port: int, count: int, timeout: float = 10.0) -> list[socket.socket]:
-    """``count`` watches, each open once its headers and first event have arrived."""
+    """``count`` watches, each open once its headers and first event have arrived; from as
+    many loopback addresses as the daemon's cap of watches per client asks (127.0.0.1, .2,
+    ...), as many watchers would hold them."""
     socks = []
-    for _ in range(count):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    for n in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                        source_address=(f"127.0.0.{1 + n // WATCH_PER_CLIENT}",
+                                                        0))
         sock.sendall(WATCH_REQUEST)
         socks.append(sock)
     for sock in socks:

@@ -140,11 +140,12 @@ class Daemon:
             daily_retention=config.usage_daily_days * 86400.0) if write_state else None
         kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
+        parent = config.kubelet_cgroup_parent
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
                                               forget_after_ticks=usage_every + 4,
-                                              kept_files=kept_cgroup_files)
+                                              kept_files=kept_cgroup_files, kubelet_parent=parent)
         self.procs = procs = ProcReader(self.roots, cgroups.report_unsafe,
-                                        kept_files=kept_proc_files)
+                                        kept_files=kept_proc_files, kubelet_parent=parent)
         self.cdi_specs = CdiSpecs(config.cdi_spec_dirs) if config.cdi_spec_dirs else None
         self.dcgm = activity_source(config.dcgm_exporter_url, self.errors)
         self.housekeeper = Housekeeper(

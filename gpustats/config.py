@@ -109,6 +109,11 @@ class Config:
         parsers.nonempty_text, "/proc", "where the host's procfs is mounted", "PATH")
     cgroup_root: str = _option(
         parsers.nonempty_text, "/sys/fs/cgroup", "where the cgroup hierarchies are mounted", "PATH")
+    kubelet_cgroup_parent: str = _option(
+        parsers.cgroup_parent, "",
+        "the cgroup (below each hierarchy's root) the kubelet's kubepods cgroup sits in, where "
+        "not at the top (a kubelet in a nested tree); pods are looked for only there and at "
+        "the top (empty: the top only)", "PATH")
     host_root: str = _option(
         parsers.absolute_directory, "/",
         "where the host's root filesystem is mounted, read for user names (etc/passwd) and "

@@ -99,6 +99,16 @@ def optional_directory(value: Any) -> str | None:
     return text.rstrip("/") or "/"
 
 
+def cgroup_parent(value: Any) -> str:
+    """A cgroup path below a hierarchy's root (``/a/b``); empty or ``/``: the root (``""``)."""
+    text = _scalar(value)
+    parts = [p for p in text.split("/") if p]
+    if text and (not text.startswith("/") or "\0" in text
+                 or any(p in (".", "..") for p in parts)):
+        raise ValueError(f"expected an absolute cgroup path such as /a/b, got {brief(text)}")
+    return "/" + "/".join(parts) if parts else ""
+
+
 def absolute_directory(value: Any) -> str:
     path = optional_directory(value)
     if path is None:

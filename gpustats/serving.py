@@ -91,8 +91,8 @@ START_WATCH = "gpustats.start_watch"
 class Watches(Protocol):
     """Where watch connections go (``watch_streams.WatchStreams``, handed in by cli)."""
 
-    def reserve(self) -> bool: ...
-    def release(self) -> None: ...
+    def reserve(self, sock) -> bool: ...
+    def release(self, sock) -> None: ...
     def adopt(self, sock, stream, head: bytes, chunked: bool) -> None: ...
     def start(self) -> None: ...
     def close(self) -> None: ...
@@ -158,7 +158,7 @@ class _Task(WSGITask):
         """Called by the app: True when a watch slot was free (then its response's body is
         the stream's, not the app's)."""
         if self.watch is None:
-            if not self.channel.server.watches.reserve():
+            if not self.channel.server.watches.reserve(self.channel.socket):
                 return False
             self.watch = stream
         return True
@@ -180,7 +180,7 @@ class _Task(WSGITask):
         finally:
             if self.watch is not None:   # begun, but the app failed or answered otherwise
                 self.watch = None
-                self.channel.server.watches.release()
+                self.channel.server.watches.release(self.channel.socket)
 
 
 class _Channel(HTTPChannel):
@@ -479,7 +479,7 @@ class _Server(TcpWSGIServer):
         waiting = []
         for channel in pending:
             if channel._fileno is None or not channel.connected:
-                watches.release()            # closed before it could begin
+                watches.release(channel.socket)    # closed before it could begin
             elif channel.requests or channel.total_outbufs_len:
                 waiting.append(channel)      # its worker, or earlier answers, not done yet
             else:

@@ -10,10 +10,15 @@ only the watches' sockets, and is idle between events.
 
 Bounds, per watch and in all:
 
-- at most ``WATCH_CONNECTIONS`` watches (``reserve``; the view answers 429 past them);
+- at most ``WATCH_CONNECTIONS`` watches (``reserve``; the view answers 429 past them), and at
+  most ``WATCH_PER_CLIENT`` of one client (a peer address on TCP, a UID on a unix socket:
+  ``peers.client_of``), so one client never holds every slot;
 - unsent output at most ``WATCH_BUFFER_BYTES`` (the event lines are shared by every watch;
   this counts them per watch anyway): a watch whose reader falls further behind is closed,
-  and so is one with output waiting and none of it read for ``WATCH_STALL_SECONDS``;
+  and so is one with output waiting and none of it read for ``WATCH_STALL_SECONDS``, or one
+  whose sent output sits unread for as long where the kernel says what its reader has not
+  read (``peer_unread``: a unix socket, a loopback peer; bookmark lines fit the socket
+  buffers for hours, so the queue alone would never tell);
 - what a watcher sends is read and dropped, at most ``WATCH_READ_BYTES`` (nothing is
   expected; more closes the watch); its end of the connection closing ends the watch;
 - a BOOKMARK after ``BOOKMARK_SECONDS`` without an event keeps idle streams open through
@@ -34,9 +39,12 @@ from collections import deque
 from typing import Callable, Protocol
 
 from gpustats.fdlimit import WATCH_CONNECTIONS
+from gpustats.peer_unread import kernel_unread, loopback_peer, read_rx_queues
+from gpustats.peers import client_of
 
 log = logging.getLogger(__name__)
 
+WATCH_PER_CLIENT = WATCH_CONNECTIONS // 8
 WATCH_BUFFER_BYTES = 4 * 1024 * 1024
 WATCH_STALL_SECONDS = 30
 WATCH_READ_BYTES = 64 * 1024
@@ -63,7 +71,7 @@ class WatchStream(Protocol):
 
 class _Watch:
     __slots__ = ("sock", "fd", "stream", "chunked", "out", "out_bytes", "progress_at",
-                 "next_bookmark", "received", "ending", "mask")
+                 "next_bookmark", "received", "ending", "mask", "sent", "window", "loopback")
 
     def __init__(self, sock: socket.socket, stream: WatchStream, chunked: bool, now: float):
         self.sock = sock
@@ -77,17 +85,26 @@ class _Watch:
         self.received = 0
         self.ending = False
         self.mask = 0
+        self.sent = 0                     # bytes sent in all
+        # Since when sent output may sit unread: (since, bytes sent then, unread then); None
+        # when all was read at the last look (``_check_unread``).
+        self.window: tuple[float, int, int] | None = None
+        self.loopback = loopback_peer(sock)
 
 
 class WatchStreams:
     """The watches of one listener, written by one thread (``start``)."""
 
     def __init__(self, limit: int = WATCH_CONNECTIONS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 per_client: int = WATCH_PER_CLIENT) -> None:
         self.limit = limit
+        self.per_client = per_client
         self._clock = clock
         self._lock = threading.Lock()
         self._reserved = 0
+        self._by_client: dict[object, int] = {}          # client → its watches
+        self._client: dict[int, object] = {}             # id(socket) → its client
         self._adopted: deque[tuple[socket.socket, WatchStream, bytes, bool]] = deque()
         self._changed = False
         self._watches: dict[int, _Watch] = {}
@@ -104,18 +121,30 @@ class WatchStreams:
 
     # -- any thread
 
-    def reserve(self) -> bool:
-        """Takes a watch slot; False when all ``limit`` are taken."""
+    def reserve(self, sock: socket.socket) -> bool:
+        """Takes a watch slot for the client at the other end of ``sock``; False when all
+        ``limit`` are taken, or ``per_client`` of that client's."""
+        client = client_of(sock)
         with self._lock:
-            if self._closed or self._reserved >= self.limit:
+            held = self._by_client.get(client, 0)
+            if self._closed or self._reserved >= self.limit or held >= self.per_client:
                 return False
             self._reserved += 1
+            self._by_client[client] = held + 1
+            self._client[id(sock)] = client
             return True
 
-    def release(self) -> None:
-        """Gives back a slot taken by ``reserve`` (its watch ended, or never began)."""
+    def release(self, sock: socket.socket) -> None:
+        """Gives back the slot ``reserve`` took for ``sock`` (its watch ended, or never
+        began)."""
         with self._lock:
             self._reserved -= 1
+            client = self._client.pop(id(sock), None)
+            left = self._by_client.get(client, 1) - 1
+            if left > 0:
+                self._by_client[client] = left
+            else:
+                self._by_client.pop(client, None)
 
     @property
     def open_watches(self) -> int:
@@ -207,6 +236,8 @@ class WatchStreams:
         for watch in self._watches.values():
             at = watch.progress_at + WATCH_STALL_SECONDS if watch.out else \
                 min(watch.next_bookmark, watch.stream.ends_at)
+            if watch.window is not None:
+                at = min(at, watch.window[0] + WATCH_STALL_SECONDS)
             due = at if due is None else min(due, at)
         if due is None:
             return -1
@@ -215,8 +246,8 @@ class WatchStreams:
     def _begin(self, sock: socket.socket, stream: WatchStream, head: bytes, chunked: bool,
                now: float) -> None:
         if self._closed:
+            self.release(sock)
             sock.close()
-            self.release()
             return
         sock.setblocking(False)
         watch = _Watch(sock, stream, chunked, now)
@@ -278,6 +309,9 @@ class WatchStreams:
                 self._close(watch)
                 return
             watch.progress_at = self._clock()
+            if watch.window is None and sent:
+                watch.window = (watch.progress_at, watch.sent, 0)
+            watch.sent += sent
             watch.out_bytes -= sent
             while sent:
                 first = out[0]
@@ -307,7 +341,31 @@ class WatchStreams:
             return False
         return True
 
+    def _check_unread(self, now: float) -> None:
+        """Closes each watch whose sent output sat unread for ``WATCH_STALL_SECONDS`` (none
+        of it read since), where the kernel says what its reader has not read."""
+        due = [w for w in self._watches.values()
+               if w.window is not None and now - w.window[0] >= WATCH_STALL_SECONDS]
+        if not due:
+            return
+        rx = read_rx_queues({w.loopback for w in due if w.loopback is not None})
+        for watch in due:
+            unread = kernel_unread(watch.sock)
+            if unread is not None and watch.sock.family != socket.AF_UNIX:
+                peer = rx.get(watch.loopback) if watch.loopback is not None else None
+                unread = None if peer is None else unread + peer
+            assert watch.window is not None
+            since, sent_then, unread_then = watch.window
+            if unread is None or unread == 0:
+                watch.window = None            # all read, or not known: the queue rule only
+            elif unread < unread_then + watch.sent - sent_then:
+                watch.window = (now, watch.sent, unread)       # some was read meanwhile
+            else:
+                self.closed_slow += 1
+                self._close(watch)
+
     def _timers(self, now: float) -> None:
+        self._check_unread(now)
         for watch in list(self._watches.values()):
             if watch.out:
                 if now - watch.progress_at > WATCH_STALL_SECONDS:
@@ -344,5 +402,5 @@ class WatchStreams:
             except (KeyError, ValueError):
                 pass
         watch.out.clear()
+        self.release(watch.sock)
         watch.sock.close()
-        self.release()

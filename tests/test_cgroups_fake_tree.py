@@ -21,14 +21,14 @@ def _write(path, files):
 
 
 def v1_tree(root):
-    # devices and cpuacct at the top; memory below another group, as on this CI machine.
+    # devices, cpuacct and memory, each its own hierarchy.
     pod = f"kubepods/burstable/pod{UID}"
     _write(root / "devices" / pod / C1, {"devices.list": "c 195:0 rw\nc 195:255 rw\n"})
     _write(root / "devices" / pod / C2, {"devices.list": "a *:* rwm\n"})
     _write(root / "cpu,cpuacct" / pod / C1, {"cpuacct.usage": "5000000000\n"})
     _write(root / "cpu,cpuacct" / pod, {"cpuacct.usage": "6000000000\n"})
     os.symlink("cpu,cpuacct", root / "cpuacct")
-    mem = root / "memory" / "process_api" / "abc" / pod
+    mem = root / "memory" / pod
     _write(mem / C1, {"memory.usage_in_bytes": "1000\n",
                       "memory.stat": "total_inactive_file 100\ntotal_rss 800\ntotal_pgfault 5\n"
                                      "total_pgmajfault 0\n",
@@ -57,7 +57,7 @@ def test_v1_discovery_per_controller_paths(tmp_path):
     assert c1.pod_uid == UID and c1.qos_class == "burstable"
     paths = dict(c1.cgroup.paths)
     assert paths["devices"] == f"/kubepods/burstable/pod{UID}/{C1}"
-    assert paths["memory"] == f"/process_api/abc/kubepods/burstable/pod{UID}/{C1}"
+    assert paths["memory"] == f"/kubepods/burstable/pod{UID}/{C1}"
     assert found.containers[C3].runtime == "docker" and found.containers[C3].pod_uid is None
     assert UID in found.pods
     rules = reader.device_rules(c1.cgroup)
@@ -278,7 +278,7 @@ def test_usages_read_many_cgroups_in_order_and_one_that_vanished_reads_as_gone(t
     import shutil
     pod = f"kubepods/burstable/pod{UID}"
     shutil.rmtree(root / "cpu,cpuacct" / pod / C1)
-    shutil.rmtree(root / "memory" / "process_api" / "abc" / pod / C1)
+    shutil.rmtree(root / "memory" / pod / C1)
     assert figures(reader.usages(wanted)) == [(None, None), (None, None), (6_000_000_000, None)]
 
 
@@ -330,7 +330,9 @@ def test_churn_in_one_subtree_lists_only_that_subtree(tmp_path, monkeypatch):
     reader, lister = churning_reader(root, monkeypatch)
     first, listed = lister.discover(reader)
     assert len(first.containers) == 60 and len(first.pods) == 20
-    assert len(listed) == 1 + 2 + 20 + 1 + 30        # root, 2 slices, pods, system, units
+    # Root, 2 slices, pods, system.slice; not its units: a service's subtree is its own,
+    # and holds no node container whatever it names its cgroups.
+    assert len(listed) == 1 + 2 + 20 + 1
     pod = next(root.glob("kubepods.slice/*/*pod00000004*"))
     for round_ in range(3):
         cid = f"{0xc0ffee00 + round_:064x}"
@@ -363,12 +365,12 @@ def test_a_pod_made_whole_between_ticks_and_a_renamed_slice_are_seen(tmp_path, m
     assert found.containers[C1].pod_uid == UID and UID in found.pods
     assert listed == [str(new_pod)]
     (root / "system.slice").rename(root / "moved.slice")             # renamed: old path goes
-    (root / "moved.slice" / "unit0.service" / "docker").mkdir()
-    (root / "moved.slice" / "unit0.service" / "docker" / C2).mkdir()
+    (root / "moved.slice" / "unit0.service" / "docker").mkdir()      # a service's own
+    (root / "moved.slice" / "unit0.service" / "docker" / C1).mkdir()
+    (root / "docker" / C2).mkdir(parents=True)                       # Docker's cgroupfs driver
     found, listed = lister.discover(reader)
     assert found.containers[C2].runtime == "docker"
-    assert str(root / "moved.slice" / "unit0.service" / "docker") in listed
-    assert not any("system.slice" in d or "kubepods" in d for d in listed)
+    assert listed == [str(root / "docker")]
     shutil.rmtree(slice_)                                            # a whole QoS slice goes
     found, listed = lister.discover(reader)
     assert set(found.containers) == {C2} and found.pods == {} and listed == []
@@ -387,9 +389,35 @@ def test_an_overflowed_event_queue_falls_back_to_a_full_walk(tmp_path, monkeypat
     monkeypatch.setattr(reader._changes, "events", lambda: real_events() and None)
     found, listed = lister.discover(reader)
     assert C3 in found.containers
-    assert len(listed) == 1 + 2 + 2 + 1 + 30 + 1        # all but containers, from the root
+    assert len(listed) == 1 + 2 + 2 + 1 + 1    # all but containers and units, from the root
     assert listed[0] == str(root)
     monkeypatch.setattr(reader._changes, "events", real_events)
     again, listed = lister.discover(reader)
     assert again.containers.keys() == found.containers.keys() and listed == []
+    reader.close()
+
+
+def test_container_cgroups_past_the_cap_are_left_out_and_said(tmp_path):
+    """At most ``MAX_FOUND`` container and pod cgroups per hierarchy are kept; past that the
+    source fails with ``too_many_cgroups``, and what was left out is found once room is made."""
+    import shutil
+
+    from gpustats.sources.errors import CollectionErrors
+
+    root = tmp_path / "cg"
+    _write(root, {"cgroup.controllers": "cpu memory\n"})
+    for n in range(6):
+        (root / "docker" / f"{n:064x}").mkdir(parents=True)
+    errors = CollectionErrors()
+    reader = CgroupReader(HostRoots(cgroup=str(root)), errors=errors)
+    reader._tree.max_found = 4
+    assert len(reader.discover().containers) == 4
+    reader.end_tick()
+    assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == \
+        [("cgroups", "failing", "too_many_cgroups")]
+    for n in range(3):
+        shutil.rmtree(root / "docker" / f"{n:064x}")
+    assert len(reader.discover().containers) == 3
+    reader.end_tick()
+    assert [(s.source, s.state) for s in errors.states()] == [("cgroups", "ok")]
     reader.close()

@@ -112,6 +112,8 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_DEVICE_API_SOCKET_GROUP": "-x"}, "group name or number"),
     (["--device-api-listen", "9480"], {}, "--device-api-listen"),
     ([], {"GPUSTATS_DEVICE_API_LISTEN": "localhost:port"}, "GPUSTATS_DEVICE_API_LISTEN"),
+    (["--kubelet-cgroup-parent", "kubepods"], {}, "--kubelet-cgroup-parent"),
+    ([], {"GPUSTATS_KUBELET_CGROUP_PARENT": "/a/../b"}, "absolute cgroup path"),
     (["--nvml-driver-root", "run/nvidia/driver"], {}, "--nvml-driver-root"),
     (["--usage-hourly-days", "0"], {}, "--usage-hourly-days"),
     ([], {"GPUSTATS_USAGE_HOURLY_DAYS": "ninety"}, "GPUSTATS_USAGE_HOURLY_DAYS"),

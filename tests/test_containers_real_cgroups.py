@@ -112,7 +112,8 @@ def test_v1_devices_list_and_v2_process_path(cgroups, start_daemon, tmp_path):
         "processes": processes}))
     daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.3",
                           "--cgroup-root", str(CGROUP), "--pod-resources-socket", "",
-                          "--runtime-socket", "", "--idle-power-watts", "100")
+                          "--runtime-socket", "", "--idle-power-watts", "100",
+                          "--kubelet-cgroup-parent", _own_v1_path("memory"))
     daemon.wait_ready()
 
     def of_pod(summary, uid):
@@ -161,7 +162,8 @@ def test_a_cgroup_made_after_the_first_walk_is_found_and_read(cgroups):
         reader.discover()
         reader.end_tick()
         cid = f"{os.getpid():064x}"
-        group = CGROUP / "memory" / f"gpustats-late-{uuid.uuid4().hex[:8]}" / "docker" / cid
+        # containerd's cgroupfs layout outside Kubernetes: <namespace>/<id> at the top.
+        group = CGROUP / "memory" / f"gpustats-late-{uuid.uuid4().hex[:8]}" / cid
         try:
             make_recorded(group, cgroups["created"])
         except OSError as exc:
@@ -202,7 +204,7 @@ def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
                                        if (CGROUP / "unified" / "cgroup.procs").exists() else [])
         for round_ in range(3):
             cid = uuid.uuid4().hex * 2
-            groups = [root / top / "docker" / cid for root in roots]
+            groups = [root / top / cid for root in roots]     # containerd: <namespace>/<id>
             try:
                 for group in groups:
                     make_recorded(group, cgroups["created"])
@@ -212,11 +214,10 @@ def test_churn_on_real_cgroupfs_lists_only_the_subtree_that_changed(cgroups):
             assert set(dict(found.containers[cid].cgroup.paths)) == \
                 {"memory"} | ({""} if len(roots) == 2 else set())
             assert not first & set(listed), sorted(first & set(listed))[:5]
-            # The first round lists the two directories made above the container; later
-            # rounds list nothing of ours (a container's cgroup is not descended into).
+            # The first round lists the directory made above the container; later rounds
+            # list nothing of ours (a container's cgroup is not descended into).
             ours = {d for d in listed if f"/{top}" in d}
-            assert ours == ({str(root / top / sub) for root in roots for sub in ("", "docker")}
-                            if round_ == 0 else set())
+            assert ours == ({str(root / top) for root in roots} if round_ == 0 else set())
             listed.clear()
             for group in groups:
                 group.rmdir()
@@ -259,7 +260,8 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
         sys.executable, "-m", "gpustats", "--listen=127.0.0.1:0",
         f"--state-dir={tmp_path / 'state'}", f"--simulate={scenario}",
         f"--cgroup-root={CGROUP}", f"--proc-root={host_proc}", "--pod-resources-socket=",
-        "--runtime-socket=", "--housekeeping-interval=0.3", "--idle-power-watts=100"])
+        "--runtime-socket=", "--housekeeping-interval=0.3", "--idle-power-watts=100",
+        f"--kubelet-cgroup-parent={_own_v1_path('memory')}"])
     # The host's procfs kept (read-only) before a procfs of the new namespace covers /proc;
     # the worker is neither in that /proc nor reachable by kill(2) from inside.
     script = (f"mount --bind /proc {host_proc} && mount -o remount,bind,ro {host_proc} && "

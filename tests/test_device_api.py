@@ -276,7 +276,7 @@ def streams():
 
 def _adopt(streams, stream, chunked=True):
     ours, peer = socket.socketpair()
-    assert streams.reserve()
+    assert streams.reserve(ours)
     streams.adopt(ours, stream, b"HTTP/1.1 200 OK\r\n\r\n", chunked)
     return peer
 
@@ -303,11 +303,12 @@ def test_streams_write_chunks_as_events_come_and_end_with_the_last_chunk(streams
 
 def test_the_slots_are_capped_and_given_back_when_the_peer_closes(streams):
     peers = [_adopt(streams, _Stream()) for _ in range(2)]
-    assert not streams.reserve()
+    ours, _ = socket.socketpair()
+    assert not streams.reserve(ours)
     peers[0].close()
     _until(lambda: streams.open_watches == 1)
-    assert streams.reserve()
-    streams.release()
+    assert streams.reserve(ours)
+    streams.release(ours)
 
 
 def test_a_watcher_that_reads_nothing_is_closed_past_its_budget(streams, monkeypatch):

@@ -215,7 +215,7 @@ def test_claim_joined_by_names_shown_with_zero_watts_when_idle(resolver):
 
 
 def test_shared_claim_split_by_processes_like_time_slicing(resolver):
-    path_a, path_b = f"/k/pod{UID}/{A}", f"/k/podother/{B}"
+    path_a, path_b = f"/kubepods/pod{UID}/{A}", f"/kubepods/podother/{B}"
     names = FakeNames({A: ContainerNames("p", "ml", UID, "a"),
                        B: ContainerNames("q", "ml", "other", "b")})
     shared = claim(name="shared")
@@ -253,7 +253,7 @@ def test_mig_claim_maps_to_its_instance_and_unresolved_is_listed(resolver):
 def test_claim_on_parent_gpu_follows_the_instance_it_is_folded_into():
     specs = FakeSpecs({"k8s.gpu.nvidia.com/claim=u-env-parent":
                        CdiDeviceNodes(visible_device_uuids=(GPU1,))})
-    path = f"/k/pod{UID}/{A}"
+    path = f"/kubepods/pod{UID}/{A}"
     names = FakeNames({A: ContainerNames("p", "ml", UID, "a")})
     tracker = ContainerTracker(
         FakeCgroups({A: ident(A, path)}), FakeProcs({101: path}), EnergyCounters(),
@@ -365,7 +365,7 @@ def test_join_kept_while_names_stay_and_redone_when_they_change(resolver):
 def test_join_through_gpu_users_follows_the_processes_every_tick(resolver):
     """Without runtime names an allocation is joined through the one container using its
     GPU: that join is never kept, so it follows the processes from tick to tick."""
-    path_a, path_b = f"/k/pod{UID}/{A}", f"/k/pod{UID}/{B}"
+    path_a, path_b = f"/kubepods/pod{UID}/{A}", f"/kubepods/pod{UID}/{B}"
     procs = FakeProcs({101: path_a, 102: path_b})
     tracker = ContainerTracker(
         FakeCgroups({A: ident(A, path_a), B: ident(B, path_b)}), procs, EnergyCounters(),

@@ -147,11 +147,11 @@ def test_a_gpu_container_the_log_layout_calls_a_sandbox_is_still_billed(start_da
 
 
 def odd_cgroup_host(tmp_path: Path) -> tuple[Path, Path, str]:
-    """A pod container (pid 101) and a Docker container (pid 102) below a directory whose name
-    is not UTF-8 (``\\xff\\xfe``), both on the GPU."""
+    """A pod container (pid 101) and a Docker container (pid 102) below a directory of the
+    kubelet's tree whose name is not UTF-8 (``\\xff\\xfe``), both on the GPU."""
     cgroup, proc = build(tmp_path / "host", {101: (1, 1)})
     cid = container_id(2)
-    rel = os.fsencode("system.slice/") + b"\xff\xfe" + f"/docker-{cid}.scope".encode()
+    rel = os.fsencode("kubepods.slice/") + b"\xff\xfe" + f"/docker-{cid}.scope".encode()
     d = os.path.join(os.fsencode(cgroup), rel)
     os.makedirs(d)
     for name, text in ((b"cpu.stat", "usage_usec 5000\n"), (b"memory.current", "1048576\n"),
@@ -172,7 +172,7 @@ def test_a_non_utf8_cgroup_directory_renders_in_every_output(start_daemon, tmp_p
     daemon.wait_ready()
     daemon.wait_for(lambda s: cid in containers_by_id(s)
                     and containers_by_id(s)[cid].get("accelerators"), timeout=10)
-    shown = "/system.slice/\\xff\\xfe/docker-" + cid + ".scope"
+    shown = "/kubepods.slice/\\xff\\xfe/docker-" + cid + ".scope"
     for accept in (None, OPENMETRICS):                # cAdvisor's ``id`` label is the path
         status, text = raw_get(daemon, "/metrics", accept)
         assert status == 200, text
@@ -223,3 +223,85 @@ def test_huge_and_bidi_names_are_capped_and_neutralised(start_daemon, tmp_path):
         assert "\u202e" not in history and "\\u202e" not in history.replace("\\\\u202e", "")
     finally:
         server.stop(0)
+
+
+def _tenant_host(root: Path, comm: str, uid: int, cgroup_rel: str = "") -> tuple[Path, Path]:
+    """(cgroup, proc) of a host with one GPU process (pid 301) named ``comm`` in
+    ``cgroup_rel`` (the root cgroup by default) on cgroup v2."""
+    from gpustats import fakehost
+
+    cgroup, proc = root / "cgroup", root / "proc"
+    fakehost.start_cgroup_tree(cgroup)
+    fakehost.copy_node_files(proc)
+    if cgroup_rel:
+        fakehost.add_container(cgroup, cgroup_rel)
+    fakehost.add_process_files(proc, 301, fakehost.v2_cgroup_lines(cgroup_rel), comm, uid)
+    return cgroup, proc
+
+
+def test_control_bytes_in_a_process_name_never_reach_the_page_raw(start_daemon, tmp_path):
+    """Issue: a process named with ESC, BEL and CR reached the page raw in a ``data-pod``
+    attribute (markup was escaped, control bytes were not); every place it is shown escapes
+    them (``\\x1b``)."""
+    comm = "x\x1b[2J\x07\ry"
+    cgroup, proc = _tenant_host(tmp_path / "host", comm, 1002)
+    daemon = start_daemon("--simulate", str(scenario_file(tmp_path, [301])),
+                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                          "--log-root", "", "--pod-resources-socket", "", *ARGS)
+    daemon.wait_ready()
+    daemon.wait_for(lambda s: any(t.get("accelerators") for t in s.get("tenants", ())),
+                    timeout=10)
+    status, page = raw_get(daemon, "/")
+    assert status == 200 and "x\\x1b[2J\\x07\\x0dy" in page
+    for raw in ("\x1b", "\x07", "\r"):
+        assert raw not in page, (raw, [line for line in page.split("\n") if raw in line][:2])
+    for path in ("/stats/summary", "/metrics", "/api/v1/history"):
+        status, body = raw_get(daemon, path)
+        assert status == 200 and not {"\x1b", "\x07"} & set(body), path
+
+
+def test_a_gecos_field_with_line_separators_keeps_the_users_name(start_daemon, tmp_path):
+    """Issue: a GECOS field holding U+2028 or U+0085 (``chfn``) cut the passwd line in two
+    (``str.splitlines``) and the user's name was lost; lines end at ``\\n`` only."""
+    from gpustats import fakehost
+
+    cgroup, proc = _tenant_host(tmp_path / "host", "python3", 1002,
+                                fakehost.session_cgroup(1002, "4"))
+    host = tmp_path / "hostroot"
+    (host / "etc").mkdir(parents=True)
+    (host / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/bash\n"
+        "carol:x:1002:1002:Carol\u2028Ops\u0085Team,,,:/home/carol:/bin/bash\n",
+        encoding="utf-8")
+    daemon = start_daemon("--simulate", str(scenario_file(tmp_path, [301])),
+                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                          "--host-root", str(host), "--log-root", "",
+                          "--pod-resources-socket", "", *ARGS)
+    daemon.wait_ready()
+    summary = daemon.wait_for(
+        lambda s: any(t.get("accelerators") for t in s.get("tenants", ())), timeout=10)
+    (tenant,) = summary["tenants"]
+    assert (tenant["kind"], tenant["uid"], tenant.get("user"), tenant["name"]) == \
+        ("session", 1002, "carol", "carol")
+
+
+def test_a_line_separator_in_a_cgroup_name_forges_no_cgroup_line(start_daemon, tmp_path):
+    """A user's cgroup named ``a\\u20280::`` with ``system.slice/docker-<victim>.scope`` below
+    it: split at U+2028, ``/proc/<pid>/cgroup`` would read as a second ``0::`` line naming the
+    victim's container. The path is one line, the user's."""
+    from gpustats import fakehost
+
+    victim = container_id(0xF1C7)
+    forged = (f"user.slice/user-1002.slice/user@1002.service/a\u20280::/system.slice/"
+              f"docker-{victim}.scope")
+    cgroup, proc = _tenant_host(tmp_path / "host", "miner", 1002, forged)
+    fakehost.add_container(cgroup, f"system.slice/docker-{victim}.scope")
+    daemon = start_daemon("--simulate", str(scenario_file(tmp_path, [301])),
+                          "--cgroup-root", str(cgroup), "--proc-root", str(proc),
+                          "--log-root", "", "--pod-resources-socket", "", *ARGS)
+    daemon.wait_ready()
+    summary = daemon.wait_for(
+        lambda s: any(t.get("accelerators") for t in s.get("tenants", ())), timeout=10)
+    assert not any(c.get("accelerators") for c in summary.get("containers", ()))
+    (tenant,) = summary["tenants"]
+    assert tenant["kind"] == "container" and tenant["uid"] == 1002

@@ -33,7 +33,9 @@ RULES = {
     # NVSentinel's GpuService over gRPC: the web layer's peer, with the providers' store
     "deviceapi": {"export", "engine.store", "engine.provider_health", "model"},
     "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
-    "watch_streams": {"fdlimit"},   # GPU watch streams, off the request workers
+    "watch_streams": {"fdlimit", "peers", "peer_unread"},   # GPU watch streams, off the workers
+    "peers": set(),       # who is at the other end of a connection
+    "peer_unread": set(),   # what a connection's reader has not read, as the kernel says
     "fakehost": set(),    # fake host trees, for the demo and the tests
     "demo": {"fakehost", "config"},   # the demo node, wired in by cli
     "cli": None,   # wires everything

@@ -161,3 +161,11 @@ def test_owner_of_reads_the_processes_cgroup_file(proc):
     assert r.owner_of(11).tenant.key == "job:88:0"
     assert r.owner_of(12).tenant.kind == "process"     # in no service, session or job
     assert r.owner_of(13) is None                      # gone
+
+
+def test_a_command_name_with_a_line_separator_forges_no_uid_line():
+    # The Name: line is the process's own comm: U+2028 or U+0085 in it is no line end.
+    from gpustats.sources.procs import parse_real_uid
+
+    status = "Name:\tx\u2028Uid:\t0\nState:\tS\nUid:\t1002\t1002\t1002\t1002\n"
+    assert parse_real_uid(status) == 1002

@@ -176,9 +176,9 @@ class CreatedCgroups(FakeCgroups):
 
 def add_db_pod(cgroups: FakeCgroups, names: FakeNames, uid: str, cid: str) -> None:
     """A live ``ml/db-0`` pod ``uid`` (its cgroup and its container ``cid``, named)."""
-    cgroups.pods[uid] = CgroupRef((("", f"/k/pod{uid}"),))
+    cgroups.pods[uid] = CgroupRef((("", f"/kubepods/pod{uid}"),))
     cgroups.containers[cid] = ContainerIdentity(
-        container_id=cid, pod_uid=uid, cgroup=CgroupRef((("", f"/k/pod{uid}/{cid}"),)))
+        container_id=cid, pod_uid=uid, cgroup=CgroupRef((("", f"/kubepods/pod{uid}/{cid}"),)))
     names.table[cid] = ContainerNames(POD, NAMESPACE, uid, CONTAINER)
 
 
@@ -231,7 +231,7 @@ def test_a_live_pod_is_listed_before_one_that_ended_though_seen_later():
     still exists: the live one is listed, the ended one still served for its counters."""
     old, new = pod_uid(OLD), pod_uid(NEW)
     cgroups, names = CreatedCgroups({}), FakeNames({})
-    procs = FakeProcs({NEW_PID: f"/k/pod{new}/{container_id(NEW)}"})
+    procs = FakeProcs({NEW_PID: f"/kubepods/pod{new}/{container_id(NEW)}"})
     tracker = ContainerTracker(cgroups, procs, EnergyCounters(), runtime=names)
     add_db_pod(cgroups, names, old, container_id(OLD))
     assert listed(tracker) == ([old], {old: None})

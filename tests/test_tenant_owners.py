@@ -21,6 +21,9 @@ class Procs:
     def __init__(self, table: dict[int, tuple[str, int | None]]):
         self._table = table
 
+    def cgroup_bytes(self, pid):
+        return f"0::{self._table[pid][0]}\n".encode()
+
     def owner_of(self, pid):
         path, uid = self._table[pid]
         return owner_from({"": path}, ProcessIdentity("x", uid))

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from gpustats.model.tenants import (
     TENANT_KINDS, container_tenant, display_name, job_tenant, pod_tenant, process_tenant,
-    service_tenant, session_tenant, with_uid,
+    service_tenant, session_tenant, tenant_from_key, with_uid,
 )
 from gpustats.sources.cgroup_paths import parse_cgroup_path
-from gpustats.sources.tenant_paths import MAX_PATH_CHARS, parse_tenant_path
+from gpustats.sources.tenant_paths import MAX_PATH_CHARS, any_layout_tenant, parse_tenant_path
 
 CID = "3f1c0a9be25294a1b0c7d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4"
 POD_UID_ = "2fc932ce_fdcc_454b_97bd_aadfdeb4c340"
@@ -34,9 +34,7 @@ SERVICES = [
      "/system.slice/run-r0b1c2d3e4f5.scope"),
     ("/system.slice/containerd.service/sandbox", "containerd.service",
      "/system.slice/containerd.service"),
-    # Other slices: a VM or nspawn machine, a custom Slice=, the root slice (systemd itself).
-    ("/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope/libvirt/vcpu0",
-     "machine-qemu\\x2d1\\x2dvm1.scope", "/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope"),
+    # Other slices: a custom Slice=, the root slice (systemd itself).
     ("/batch.slice/batch-gpu.slice/render.service", "render.service",
      "/batch.slice/batch-gpu.slice/render.service"),
     ("/init.scope", "init.scope", "/init.scope"),
@@ -47,6 +45,13 @@ SERVICES = [
     ("/system.slice/slurmstepd.scope/system", "slurmstepd.scope",
      "/system.slice/slurmstepd.scope"),
     ("/system.slice/slurmd.service", "slurmd.service", "/system.slice/slurmd.service"),
+    # A service's own subtree is the service's, whatever a cgroup in it is named.
+    (f"/system.slice/container-web.service/libpod-payload-{CID}", "container-web.service",
+     "/system.slice/container-web.service"),
+    (f"/system.slice/containerd.service/default/{CID}", "containerd.service",
+     "/system.slice/containerd.service"),
+    (f"/system.slice/build.service/docker-{CID}.scope", "build.service",
+     "/system.slice/build.service"),
     # A cgroup outside the reader's cgroup namespace, as the kernel shows it.
     ("/../../system.slice/sshd.service", "sshd.service", "/system.slice/sshd.service"),
 ]
@@ -133,23 +138,18 @@ def test_slurm_steps(path, job_id, step, uid, own):
 
 
 @pytest.mark.parametrize("path", [
-    # Containers: cgroup_paths' (the caller tries it first), never claimed here.
+    # Node containers: cgroup_paths' (the caller tries it first), never claimed here.
     f"/system.slice/docker-{CID}.scope",
     f"/docker/{CID}",
     f"/machine.slice/libpod-{CID}.scope",
     f"/machine.slice/libpod-{CID}.scope/container",
     f"/libpod_parent/libpod-{CID}",
-    f"/system.slice/container-web.service/libpod-payload-{CID}",
-    f"/machine.slice/libpod-conmon-{CID}.scope",
-    f"/system.slice/crio-conmon-{CID}.scope",
-    f"/system.slice/containerd.service/default/{CID}",
-    f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope",
-    f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{CID}.scope",
     f"/kubepods.slice/kubepods-pod{POD_UID_}.slice",
     f"/kubepods.slice/kubepods-pod{POD_UID_}.slice/cri-containerd-{CID}.scope",
     # The root cgroup, bare slices, unknown layouts.
     "/", "", "/system.slice", "/user.slice", "/user.slice/user-1000.slice/../x.service",
     "/system.slice/home.mount", "/system.slice/sshd.socket", "/my-batch-group/worker1",
+    "/lxc.monitor.web", "/lxc",
     "/slurm", "/slurm/uid_1000", "/slurm/uid_x/job_1/step_0", "/slurmX/uid_1/job_1/step_0",
     # A user manager in another user's slice; a UID beyond uid_t.
     "/user.slice/user-1000.slice/user@1001.service/init.scope",
@@ -160,6 +160,65 @@ def test_slurm_steps(path, job_id, step, uid, own):
 ])
 def test_not_a_service_session_or_job(path):
     assert parse_tenant_path(path) is None
+
+
+USER_CONTAINERS = [
+    # Rootless Docker and Podman in the user manager's subtree (user@.service(5)).
+    (f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope", 1000,
+     f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope"),
+    (f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{CID}.scope/x", 1000,
+     f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{CID}.scope"),
+    # A kubelet's names made in a delegated subtree: the user's container, not a pod's.
+    (f"/user.slice/user-1002.slice/user@1002.service/app.slice/kubepods-pod{POD_UID_}.slice/"
+     f"cri-containerd-{CID}.scope", 1002,
+     f"/user.slice/user-1002.slice/user@1002.service/app.slice/kubepods-pod{POD_UID_}.slice/"
+     f"cri-containerd-{CID}.scope"),
+]
+
+
+@pytest.mark.parametrize("path, uid, own", USER_CONTAINERS)
+def test_containers_in_a_users_subtree_are_the_users(path, uid, own):
+    assert parse_cgroup_path(path) is None
+    tenant = parse_tenant_path(path)
+    assert (tenant.kind, tenant.key, tenant.uid, tenant.name, tenant.cgroup_path) == (
+        "container", f"container:{uid}:{CID}", uid, CID, own)
+    assert tenant.container_id is None and display_name(tenant) == f"{CID} ({uid})"
+    assert display_name(tenant, "carol") == f"{CID} (carol)"
+    assert tenant.key not in (CID, container_tenant(CID).key, pod_tenant(CID, None).key)
+
+
+@pytest.mark.parametrize("path, kind, key, name, own", [
+    ("/lxc.payload.web/init.scope", "container", "lxc:web", "web", "/lxc.payload.web"),
+    ("/lxc.payload.db", "container", "lxc:db", "db", "/lxc.payload.db"),
+    ("/lxc/old", "container", "lxc:old", "old", "/lxc/old"),
+    ("/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope/libvirt/vcpu0", "machine",
+     "machine:qemu\\x2d1\\x2dvm1", "qemu\\x2d1\\x2dvm1",
+     "/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope"),
+    ("/machine.slice/systemd-nspawn@box.service/payload", "machine",
+     "machine:systemd-nspawn@box.service", "systemd-nspawn@box.service",
+     "/machine.slice/systemd-nspawn@box.service"),
+    (f"/machine.slice/libpod-conmon-{CID}.scope", "machine",
+     f"machine:libpod-conmon-{CID}.scope", f"libpod-conmon-{CID}.scope",
+     f"/machine.slice/libpod-conmon-{CID}.scope"),
+])
+def test_lxc_containers_and_machines(path, kind, key, name, own):
+    tenant = parse_tenant_path(path)
+    assert (tenant.kind, tenant.key, tenant.name, tenant.cgroup_path) == (kind, key, name, own)
+    assert display_name(tenant) == name
+    assert tenant_from_key(key).key == key
+
+
+@pytest.mark.parametrize("path, own", [
+    ("/my-batch-group/worker1", "/my-batch-group/worker1"),
+    ("/../../lxc.monitor.web", "/lxc.monitor.web"),
+    (f"/actions_job/abc/kubepods/burstable/pod2fc932ce-fdcc-454b-97bd-aadfdeb4c340/{CID}",
+     f"/actions_job/abc/kubepods/burstable/pod2fc932ce-fdcc-454b-97bd-aadfdeb4c340/{CID}"),
+])
+def test_any_other_cgroup_is_a_tenant_of_its_own(path, own):
+    assert parse_tenant_path(path) is None
+    tenant = any_layout_tenant(path)
+    assert (tenant.kind, tenant.key, tenant.cgroup_path) == ("cgroup", f"cgroup:{own}", own)
+    assert any_layout_tenant("/") is None and any_layout_tenant("/a/../b") is None
 
 
 def test_no_docker_or_podman_container_under_system_slice_is_a_service():
@@ -197,7 +256,7 @@ def test_long_paths_and_components_are_not_claimed():
 @given(st.text(max_size=300))
 def test_no_string_crashes_it(text):
     tenant = parse_tenant_path(text)
-    assert tenant is None or tenant.kind in ("service", "session", "job")
+    assert tenant is None or tenant.kind in ("service", "session", "job", "container", "machine")
 
 
 _PIECES = st.sampled_from([
@@ -214,7 +273,7 @@ def test_paths_built_of_real_pieces_give_consistent_tenants(pieces, leading_slas
     tenant = parse_tenant_path(path)
     if tenant is None:
         return
-    assert tenant.kind in ("service", "session", "job")
+    assert tenant.kind in ("service", "session", "job", "container", "machine")
     own = tenant.cgroup_path
     assert own is not None and own.startswith("/") and ".." not in own.split("/")
     # The tenant's cgroup is the path's head (less any leading ".."), whole components.
@@ -223,6 +282,7 @@ def test_paths_built_of_real_pieces_give_consistent_tenants(pieces, leading_slas
         components.pop(0)
     assert ("/" + "/".join(components) + "/").startswith(own + "/")
     assert tenant.key.startswith(tenant.kind + ":")
+    assert tenant_from_key(tenant.key).key == tenant.key
 
 
 # ------------------------------------------------------------------ the model
@@ -237,7 +297,8 @@ def test_keys_tell_kinds_apart_and_containers_keep_their_id():
                     "process:1000:python3", "process::"]
     assert container_tenant(CID).key == CID
     assert container_tenant(CID).kind == "container" and pod_tenant(CID, None).kind == "pod"
-    assert TENANT_KINDS == ("pod", "container", "service", "session", "job", "process")
+    assert TENANT_KINDS == ("pod", "container", "service", "session", "job", "process",
+                            "machine", "cgroup")
 
 
 def test_display_names():

@@ -23,7 +23,7 @@ import yaml
 
 from gpustats import fakehost
 from gpustats.sources.cgroup_paths import parse_cgroup_path
-from gpustats.sources.tenant_paths import parse_tenant_path
+from gpustats.sources.tenant_paths import any_layout_tenant, parse_tenant_path
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.cgroup_dirs import make_recorded
 from tests.test_tenants_e2e import (
@@ -84,7 +84,8 @@ class RealCgroups:
         """Where the process's cgroup (this test's own) names a tenant or a container, as in
         a user's session, it is moved to that hierarchy's root: else it would be billed there."""
         for controllers, path in _lines(pid):
-            if parse_tenant_path(path) is None and parse_cgroup_path(path) is None:
+            if parse_tenant_path(path) is None and parse_cgroup_path(path) is None \
+                    and any_layout_tenant(path) is None:
                 continue
             root = _hierarchy_dir(controllers)
             try:

@@ -236,7 +236,7 @@ def pod_key(name: str | None, namespace: str | None, uid: str | None,
     """How the page tells pods apart: namespace/name, else the pod UID, else the container."""
     if name:
         return f"{namespace or ''}/{name}"
-    return uid or f"container:{container_id}"
+    return uid or shown(f"container:{container_id}")
 
 
 def _short_id(container_id: str) -> str:

@@ -59,8 +59,9 @@ def entry_identity(entry: ContainerStats) -> TenantIdentity:
 
 
 def is_container(entry: ContainerStats) -> bool:
-    """A container (of a pod or not), not a tenant of another kind."""
-    return entry.kind in (KIND_POD, KIND_CONTAINER)
+    """A node container (of a pod or not, named by its runtime's ID), not a tenant of
+    another kind nor a container that is one (a user's, an LXC container: ``tenants[]``)."""
+    return entry.tenant is None
 
 
 @dataclass(frozen=True)

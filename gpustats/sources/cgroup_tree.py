@@ -14,9 +14,13 @@ import stat
 from typing import Callable, Iterable, Iterator
 
 from gpustats.dir_changes import DirectoryChanges
-from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
+from gpustats.sources.cgroup_paths import CgroupPathInfo, may_hold_node_cgroups, parse_cgroup_path
 
 MAX_DEPTH = 12
+# The most container and pod cgroups kept per hierarchy. Only root makes cgroups where they
+# are looked for (the kubelet's tree, the runtimes' parents); past this many, the rest are
+# left out and the source says so (``over_cap``), so a runaway runtime costs bounded memory.
+MAX_FOUND = 10_000
 
 ListDirs = Callable[[str], "list[str] | None"]
 
@@ -59,8 +63,12 @@ class CgroupTree:
     ``update``. ``list_dirs`` lists a directory's subdirectories (injectable: tests count
     what is listed)."""
 
-    def __init__(self, changes: DirectoryChanges, list_dirs: ListDirs = list_subdirs):
+    def __init__(self, changes: DirectoryChanges, list_dirs: ListDirs = list_subdirs,
+                 max_found: int = MAX_FOUND, kubelet_parent: str = ""):
         self._changes = changes
+        self._kubelet_parent = kubelet_parent
+        self.max_found = max_found
+        self.over_cap = False                 # a container or pod cgroup was left out
         self._list = list_dirs
         self._hierarchies: list[_Hierarchy] = []
         # Watch → the directories it watches (one, but for hierarchies mounted together).
@@ -89,6 +97,9 @@ class CgroupTree:
                 dirty.setdefault(hierarchy, set()).add(f"{rel}/{event.name}")
         if not dirty:
             return False
+        if self.over_cap:                      # what was left out may fit now
+            self._walk_all()
+            return True
         self._found_changed = False
         dropped: set[int] = set()
         for hierarchy, paths in dirty.items():
@@ -115,6 +126,7 @@ class CgroupTree:
         before = set(self._at_watch)
         self._at_watch = {}
         self._unlisted = False
+        self.over_cap = False
         for hierarchy in self._hierarchies:
             hierarchy.listed.clear()
             hierarchy.found.clear()
@@ -145,18 +157,24 @@ class CgroupTree:
                     stack.append(child)
 
     def _classify(self, hierarchy: _Hierarchy, rel: str) -> bool:
-        """Records a container or pod cgroup; whether to descend into ``rel``."""
-        info = parse_cgroup_path(rel)
+        """Records a container or pod cgroup; whether to descend into ``rel`` (only where
+        one may be found below)."""
+        info = parse_cgroup_path(rel, self._kubelet_parent)
         if info is None:
-            return True
+            return may_hold_node_cgroups(rel, self._kubelet_parent)
         if info.container_id is not None:
-            hierarchy.found[rel] = info
-            self._found_changed = True
+            self._record(hierarchy, rel, info)
             return False
         if info.pod_uid is not None and info.pod_path == rel:
-            hierarchy.found[rel] = info
-            self._found_changed = True
+            self._record(hierarchy, rel, info)
         return True
+
+    def _record(self, hierarchy: _Hierarchy, rel: str, info: CgroupPathInfo) -> None:
+        if len(hierarchy.found) >= self.max_found:
+            self.over_cap = True
+            return
+        hierarchy.found[rel] = info
+        self._found_changed = True
 
     def _look_again(self, hierarchy: _Hierarchy, rel: str, dropped: set[int]) -> None:
         """``rel`` came, went or was renamed: what was known of it is dropped, and what is

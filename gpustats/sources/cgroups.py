@@ -157,12 +157,13 @@ class CgroupReader:
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
                  forget_after_ticks: int = 5, kept_files: int = 0,
-                 list_dirs: ListDirs = list_subdirs):
+                 list_dirs: ListDirs = list_subdirs, kubelet_parent: str = ""):
         """``forget_after_ticks``: what is kept of a cgroup (its last CPU sample, start time,
         limit) lasts this many ticks without a read; more than the ticks between its reads.
         ``kept_files``: how many of the files read every few ticks (CPU, memory, devices) may
         stay open between reads (``kept_files.KeptFiles``); the rest are opened for each read.
-        ``list_dirs``: how a cgroup directory's subdirectories are listed."""
+        ``list_dirs``: how a cgroup directory's subdirectories are listed.
+        ``kubelet_parent``: where the kubelet's tree sits if not at the top (``cgroup_paths``)."""
         self._roots = roots
         self._files = KeptFiles(kept_files)
         self._errors = errors
@@ -178,7 +179,7 @@ class CgroupReader:
         self._identities: dict[str, ContainerIdentity] = {}
         self._tick = 0
         self._changes = DirectoryChanges()
-        self._tree = CgroupTree(self._changes, list_dirs)
+        self._tree = CgroupTree(self._changes, list_dirs, kubelet_parent=kubelet_parent)
         self._tree_changed = False               # since the last end_tick
         self._discovered: Discovery | None = None
         self._said_unwatched = False
@@ -402,5 +403,9 @@ class CgroupReader:
         elif self._layout is not None and not self._layout.hierarchies:
             self._errors.failed(SOURCE, "no_hierarchy",
                                 f"no cgroup hierarchy under {self._roots.cgroup}")
+        elif self._tree.over_cap:
+            self._errors.failed(SOURCE, "too_many_cgroups",
+                                f"more than {self._tree.max_found} container and pod cgroups in a "
+                                "hierarchy; the rest are left out")
         else:
             self._errors.succeeded(SOURCE)

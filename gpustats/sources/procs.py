@@ -12,7 +12,7 @@ from gpustats.kept_files import KeptFiles
 from gpustats.model.containers import CgroupRef
 from gpustats.model.tenants import KIND_JOB, TenantRef, process_tenant, with_uid
 from gpustats.sources.cgroup_paths import CgroupPathInfo, parse_cgroup_path
-from gpustats.sources.tenant_paths import parse_tenant_path
+from gpustats.sources.tenant_paths import any_layout_tenant, parse_tenant_path
 
 COMM_BYTES = 64          # TASK_COMM_LEN is 16; kernel threads' names may be longer (6.x)
 _PROC_FILE_BYTES = 65536
@@ -22,9 +22,11 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
     """Controller → path. v1 lines ``N:cpu,cpuacct:/path``; the v2 line ``0::/path`` gives ``""``.
 
     Named hierarchies (``name=systemd``) are kept under their full name; malformed lines skipped.
+    Lines end at ``\n`` only: a path's names are its owner's to choose, and ``str.splitlines``
+    would also end a line at U+2028, U+0085 or ``\r`` in one (a forged ``0::`` line after it).
     """
     paths: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         parts = line.split(":", 2)
         if len(parts) != 3 or not parts[0].isdigit() or not parts[2].startswith("/"):
             continue
@@ -69,20 +71,22 @@ class ProcessContainer:
     cgroup: CgroupRef
 
 
-def container_from_paths(paths: dict[str, str]) -> ProcessContainer | None:
-    """The container these cgroup paths name (the v2 path first, then devices, cpuacct, memory)."""
+def container_from_paths(paths: dict[str, str],
+                         kubelet_parent: str = "") -> ProcessContainer | None:
+    """The node container these cgroup paths name (the v2 path first, then devices, cpuacct,
+    memory); ``kubelet_parent`` as ``parse_cgroup_path``'s."""
     for controller in ("", "devices", "cpuacct", "memory", "cpu", "pids", "name=systemd"):
         path = paths.get(controller)
         if path is None:
             continue
-        info = parse_cgroup_path(path)
+        info = parse_cgroup_path(path, kubelet_parent)
         if info is not None and info.container_id is not None:
             ref = []
             for name in ("", "devices", "cpuacct", "memory"):
                 other = paths.get(name)
                 if other is None:
                     continue
-                other_info = parse_cgroup_path(other)
+                other_info = parse_cgroup_path(other, kubelet_parent)
                 if other_info is not None and other_info.container_id == info.container_id:
                     assert other_info.container_path is not None  # set with container_id
                     ref.append((name, other_info.container_path))
@@ -98,8 +102,9 @@ def parse_comm(data: bytes) -> str:
 
 def parse_real_uid(status_text: str) -> int:
     """The real UID: the first field of ``/proc/<pid>/status``'s ``Uid:`` line (proc(5)).
-    ``ValueError`` when there is none."""
-    for line in status_text.splitlines():
+    ``ValueError`` when there is none. Lines end at ``\n`` only (the ``Name:`` line is the
+    process's own ``comm``: U+2028 in it must not start a forged ``Uid:`` line)."""
+    for line in status_text.split("\n"):
         if line.startswith("Uid:"):
             fields = line[4:].split()
             if fields and fields[0].isascii() and fields[0].isdigit() \
@@ -128,8 +133,9 @@ _TENANT_ORDER = ("", "name=systemd", "cpuacct", "memory", "devices")
 
 
 def tenant_from_paths(paths: dict[str, str]) -> TenantRef | None:
-    """The service, session or Slurm job these cgroup paths (``parse_proc_cgroup``) name;
-    ``None`` for none of them (try ``container_from_paths`` first: containers win)."""
+    """The tenant these cgroup paths (``parse_proc_cgroup``) name (try ``container_from_paths``
+    first: node containers win): a Slurm job, else a service, user, LXC container or machine,
+    else the first non-root cgroup itself (kind ``cgroup``); ``None`` in the root cgroup."""
     parsed: dict[str, TenantRef | None] = {}
 
     def tenant(controller: str) -> TenantRef | None:
@@ -147,7 +153,16 @@ def tenant_from_paths(paths: dict[str, str]) -> TenantRef | None:
             found = tenant(controller)
             if found is not None:
                 return found
+    for controller in _TENANT_ORDER:
+        if controller in paths:
+            found = any_layout_tenant(paths[controller])
+            if found is not None:
+                return found
     return None
+
+
+def _tenant_of(path: str) -> TenantRef | None:
+    return parse_tenant_path(path) or any_layout_tenant(path)
 
 
 def _start_or_none(text: str | None) -> int | None:
@@ -165,7 +180,7 @@ def tenant_cgroup(paths: dict[str, str], tenant: TenantRef) -> CgroupRef | None:
     refs = []
     for controller in ("", "devices", "cpuacct", "memory"):
         path = paths.get(controller)
-        found = parse_tenant_path(path) if path is not None else None
+        found = _tenant_of(path) if path is not None else None
         if found is not None and found.key == tenant.key and found.cgroup_path:
             refs.append((controller, found.cgroup_path))
     return CgroupRef(tuple(refs)) if refs else None
@@ -173,8 +188,9 @@ def tenant_cgroup(paths: dict[str, str], tenant: TenantRef) -> CgroupRef | None:
 
 @dataclass(frozen=True)
 class ProcessOwner:
-    """Who a GPU process is billed to: its container (a pod's or not); else the service,
-    session or job its cgroups name; else itself, by command and user (``tenant``)."""
+    """Who a GPU process is billed to: its node container (a pod's or not); else the tenant
+    its cgroups name (``tenant_from_paths``); else itself, by command and user
+    (``tenant``)."""
 
     container: ProcessContainer | None
     tenant: TenantRef | None                 # None with a container
@@ -182,9 +198,11 @@ class ProcessOwner:
     identity: ProcessIdentity
 
 
-def owner_from(paths: dict[str, str], identity: ProcessIdentity) -> ProcessOwner:
-    """A process's owner from its cgroup paths (``parse_proc_cgroup``): containers first."""
-    container = container_from_paths(paths)
+def owner_from(paths: dict[str, str], identity: ProcessIdentity,
+               kubelet_parent: str = "") -> ProcessOwner:
+    """A process's owner from its cgroup paths (``parse_proc_cgroup``): node containers
+    first."""
+    container = container_from_paths(paths, kubelet_parent)
     if container is not None:
         return ProcessOwner(container, None, container.cgroup, identity)
     tenant = tenant_from_paths(paths)
@@ -199,8 +217,9 @@ class ProcReader:
     stay open between reads (``start_times``)."""
 
     def __init__(self, roots: HostRoots, report: Reporter | None = None, *,
-                 kept_files: int = 0):
+                 kept_files: int = 0, kubelet_parent: str = ""):
         self._roots = roots
+        self._kubelet_parent = kubelet_parent
         self._report = report          # a refused file (FIFO, huge) in a fake or hostile tree
         self._stats = KeptFiles(kept_files)
         self._stat_paths: dict[int, tuple[str, str]] = {}   # last tick's PIDs: name, stat path
@@ -262,7 +281,7 @@ class ProcReader:
         if text is None:
             return None
         return owner_from(parse_proc_cgroup(text),
-                          self.identity(pid) or ProcessIdentity(None, None))
+                          self.identity(pid) or ProcessIdentity(None, None), self._kubelet_parent)
 
     def identity(self, pid: int) -> ProcessIdentity | None:
         """The process's command (``comm``) and real UID (``status``); ``None`` when gone."""

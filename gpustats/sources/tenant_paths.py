@@ -1,18 +1,27 @@
-"""Pure parsing of cgroup paths into systemd service, user session and Slurm job tenants.
+"""Pure parsing of cgroup paths into the tenants that are no node container: systemd
+services, users (sessions, user managers and the containers in them), Slurm jobs, LXC
+containers, machined's machines, and any other cgroup.
 
-Pods and containers are ``cgroup_paths``' (the caller tries it first); a path that names a
-container ID anywhere is never claimed here, so ``system.slice/docker-<id>.scope`` stays a
-container and ``x.service/libpod-payload-<id>`` is not billed to ``x.service``.
+Pods and node containers are ``cgroup_paths``' (the caller tries it first), by where they sit.
+A subtree belongs to whoever owns it, whatever the names in it: a user's delegated
+``user@<uid>.service`` (and anything in ``user-<uid>.slice``) to that user, where a cgroup
+named like a container (``docker-<id>.scope``, ``libpod-<id>.scope``, a kubelet's
+``cri-containerd-<id>.scope``) is that user's container (``user_container_tenant``, keyed
+with the UID); a service's own subtree to the service.
 
 Layouts (cgroup v2 paths, or a v1 hierarchy's):
 
 - **service**: slices, then the first ``*.service`` or ``*.scope`` unit:
   ``system.slice/sshd.service``, ``system.slice/a.slice/a-b.slice/x.service``,
-  ``machine.slice/machine-vm1.scope``, a unit in the root slice (``init.scope``, systemd itself).
+  a unit in the root slice (``init.scope``, systemd itself).
   Cgroups a service delegates below its own belong to it. Names keep systemd's escapes
   (``foo\\x2dbar.service``); only systemd's unit-name characters are taken, 255 at most.
 - **session**: ``user.slice/user-<uid>.slice/...``: a login's ``session-<n>.scope``, the user
   manager ``user@<uid>.service`` and all its units (user@.service(5)), by UID.
+- **container** (LXC, LXD): ``lxc.payload.<name>`` (LXC 4+), ``lxc/<name>`` (older): by name.
+- **machine**: ``machine.slice/<unit>`` (systemd-machined: nspawn, libvirt's
+  ``machine-qemu\\x2d1\\x2dvm.scope``), by the machine's name.
+- **cgroup** (``any_layout_tenant``): any other non-root cgroup, by its path.
 - **job**: Slurm. v1: ``slurm[_<node>]/uid_<uid>/job_<id>/step_<step>/task_<n>`` (each
   controller's hierarchy; ``src/plugins/cgroup/v1/xcgroup.c``). v2: a slice, then
   ``[<node>_]slurmstepd.scope/<job>/step_<step>/{user/task_<n>,user/task_special,slurm}``
@@ -30,7 +39,10 @@ from __future__ import annotations
 
 import re
 
-from gpustats.model.tenants import TenantRef, job_tenant, service_tenant, session_tenant
+from gpustats.model.tenants import (
+    TenantRef, cgroup_tenant, job_tenant, lxc_tenant, machine_tenant, service_tenant,
+    session_tenant, user_container_tenant,
+)
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 
 MAX_PATH_CHARS = 4096           # PATH_MAX
@@ -42,7 +54,9 @@ _UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]+\.(?:service|scope)")
 _SLICE = re.compile(r"[A-Za-z0-9:_.\\-]+\.slice")
 # Any runtime's container component: 64 hex, bare or after a prefix (docker-, libpod-,
 # libpod-payload-, libpod-conmon-, crio-conmon-, cri-containerd-, ...).
-_CONTAINERISH = re.compile(r"(?:[a-z][a-z0-9_-]*-)?[0-9a-f]{64}(?:\.scope)?")
+_CONTAINERISH = re.compile(r"(?:[a-z][a-z0-9_-]*-)?(?P<id>[0-9a-f]{64})(?:\.scope)?")
+_LXC = re.compile(r"lxc\.payload\.(.+)")
+_MACHINE_SCOPE = re.compile(r"machine-(.+)\.scope")
 _USER_SLICE = re.compile(r"user-([0-9]+)\.slice")
 _USER_MANAGER = re.compile(r"user@([0-9]{1,10})\.service")
 _SESSION = re.compile(r"session-[A-Za-z0-9]{1,32}\.scope")
@@ -67,8 +81,7 @@ def _components(path: str) -> list[str] | None:
         start += 1
     components = components[start:]
     for component in components:
-        if len(component) > MAX_COMPONENT_CHARS or component in (".", "..") \
-                or _CONTAINERISH.fullmatch(component):
+        if len(component) > MAX_COMPONENT_CHARS or component in (".", ".."):
             return None
     return components
 
@@ -110,6 +123,11 @@ def _session(components: list[str], user: re.Match[str]) -> TenantRef | None:
         manager = _USER_MANAGER.fullmatch(third)
         if manager is not None and manager.group(1) != user.group(1):
             return None                      # a user manager in another user's slice
+        for position in range(2, len(components)):
+            container = _CONTAINERISH.fullmatch(components[position])
+            if container is not None:        # rootless, or named like one: the user's
+                return user_container_tenant(uid, container.group("id"),
+                                             _joined(components, position + 1))
         if manager is not None or _SESSION.fullmatch(third):
             return session_tenant(uid, _joined(components, 3))
     return session_tenant(uid, _joined(components, 2))
@@ -130,10 +148,29 @@ def _unit(components: list[str]) -> TenantRef | None:
     return None
 
 
-def parse_tenant_path(path: str) -> TenantRef | None:
-    """The service, session or job a cgroup path (relative to a hierarchy root) names.
+def _lxc(components: list[str]) -> TenantRef | None:
+    lxc = _LXC.fullmatch(components[0])
+    if lxc is not None:
+        return lxc_tenant(lxc.group(1), _joined(components, 1))
+    if components[0] == "lxc" and len(components) > 1:
+        return lxc_tenant(components[1], _joined(components, 2))
+    return None
 
-    ``None``: the root cgroup, a container's or pod's path, or a layout none of these has.
+
+def _machine(components: list[str]) -> TenantRef | None:
+    if components[0] != "machine.slice" or len(components) < 2 \
+            or not _UNIT.fullmatch(components[1]):
+        return None
+    scope = _MACHINE_SCOPE.fullmatch(components[1])
+    return machine_tenant(scope.group(1) if scope else components[1], _joined(components, 2))
+
+
+def parse_tenant_path(path: str) -> TenantRef | None:
+    """The service, user (session or container), job, LXC container or machine a cgroup path
+    (relative to a hierarchy root) names.
+
+    ``None``: the root cgroup, a node container's or pod's path, or a layout none of these
+    has (``any_layout_tenant``).
     """
     components = _components(path)
     if not components or parse_cgroup_path(path) is not None:
@@ -145,4 +182,13 @@ def parse_tenant_path(path: str) -> TenantRef | None:
         if components[0] == "user.slice" and len(components) > 1 else None
     if user is not None:
         return _session(components, user)
-    return _unit(components)
+    return _lxc(components) or _machine(components) or _unit(components)
+
+
+def any_layout_tenant(path: str) -> TenantRef | None:
+    """A non-root cgroup no layout names, as a tenant of its own (kind ``cgroup``, its path);
+    ``None`` for the root cgroup, a node container's or pod's, or a path no cgroup has."""
+    components = _components(path)
+    if not components or parse_cgroup_path(path) is not None:
+        return None
+    return cgroup_tenant(_joined(components, len(components)))

@@ -25,10 +25,11 @@ def parse_passwd(text: str) -> dict[int, str]:
 
     The first entry of a UID wins, as ``getpwuid`` finds it. Lines that are not entries
     (empty, comments, NIS ``+``/``-`` lines, a field missing, a UID not a number, a name too
-    long) are skipped.
+    long) are skipped. Lines end at ``\n`` only: a GECOS field is the user's to set
+    (``chfn``), and ``str.splitlines`` would also end one at U+2028, U+0085 or ``\r``.
     """
     names: dict[int, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         fields = line.split(":")
         if len(fields) < 7 or not fields[0] or fields[0][0] in "#+-" \
                 or len(fields[0]) > MAX_NAME_CHARS:

@@ -141,9 +141,12 @@ _LOOSE_CONTAINER = {
 # Slurm job step, or a process in none of these; the identity keys of its kind.
 _TENANT = {
     "type": "object", "required": ["kind", "id", "name"],
-    "properties": {"kind": {"type": "string", "enum": ["service", "session", "job", "process"]},
+    "properties": {"kind": {"type": "string", "enum": ["service", "session", "job", "process",
+                                                       "container", "machine", "cgroup"]},
                    # Its key: service:<unit>, session:<uid>, job:<id>[:<step>],
-                   # process:<uid>:<command>; its processes' container_id label.
+                   # process:<uid>:<command>, container:<uid>:<id> (a user's container),
+                   # lxc:<name>, machine:<name>, cgroup:<path>; its processes' container_id
+                   # label.
                    "id": {"type": "string"},
                    "name": {"type": "string"},   # the unit, user, job <id>, command
                    "unit": {"type": "string"}, "uid": _U64, "user": {"type": "string"},
