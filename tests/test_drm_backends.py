@@ -231,10 +231,12 @@ def test_i915_engine_time_split_and_utilization(tree):
     assert first.utilization_percent is None                 # no interval yet
     tree.update_client(100, 3, engine_ns={"render": 3 * 10**9, "video": 6 * 10**9})
     tree.update_client(200, 3, engine_ns={"render": 10**9})
+    tree.set_idle_residency(INTEL_A, 6000)                   # the GT idled 6 s of 10
     clock.now += 10
     r = sweeper.sweep()[0]
     assert _busy(r) == {100: pytest.approx(9.0), 200: pytest.approx(1.0)}
-    assert r.utilization_percent == 40          # render 4 s / 10 s; video 6 s / (10 s × 2)
+    assert r.utilization_percent == 40          # the GT's own figure, not the clients'
+    assert r.unattributed_engine_seconds == 0.0             # render 4 s / 10 s: all seen
 
 
 def test_xe_cycles_give_busy_seconds_and_utilization(tree):
@@ -251,6 +253,7 @@ def test_xe_cycles_give_busy_seconds_and_utilization(tree):
     ticks = 10 * hz
     tree.update_client(100, 3, cycles={"rcs": 6 * hz, "ccs": 8 * hz}, total_cycles=start + ticks)
     tree.update_client(200, 3, cycles={"rcs": 2 * hz}, total_cycles=start + ticks)
+    tree.set_idle_residency(INTEL_A, 2000)                   # xe's gtidle: idle 2 s of 10
     clock.now += 10
     r = sweeper.sweep()[0]
     assert _busy(r) == {100: pytest.approx(14.0), 200: pytest.approx(2.0)}
@@ -278,11 +281,12 @@ def test_refused_processes_are_unknown(tree):
     amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged))
     intel.sweep()
     amd.sweep()
+    tree.set_idle_residency(INTEL_A, 5000)
     clock.now += 5
     r = intel.sweep()[0]
     assert r.unsupported_fields == frozenset({"processes"})
     assert [p.pid for p in r.processes] == [100]            # what could be read is kept
-    assert r.utilization_percent is None                     # not from a partial scan
+    assert r.utilization_percent == 0               # the GT's own figure: idle all along
     assert r.energy_counter_millijoules is not None
     a = amd.sweep()[0]
     assert a.unsupported_fields == frozenset({"processes"}) and a.processes == ()
@@ -297,9 +301,9 @@ def test_unknown_vendor_is_refused(tree):
 
 def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monkeypatch):
     """The fd scan stops at MAX_FDS_PER_PID entries a process: a million sockets cost no more."""
-    from gpustats.sources.drm import clients
+    from gpustats.sources.drm import clients, fd_walk
     from gpustats.sources.drm.reads import FsReads
-    monkeypatch.setattr(clients, "MAX_FDS_PER_PID", 8)
+    monkeypatch.setattr(fd_walk, "MAX_FDS_PER_PID", 8)
     fd_dir = tmp_path / "4000" / "fd"
     fd_dir.mkdir(parents=True)
     for n in range(50):

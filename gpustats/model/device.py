@@ -163,3 +163,6 @@ class DeviceReading:
     performance_state: int | None = None
     lowest_performance_state: int | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)
+    # DRM: engine seconds of the tick's work no process listed accounts for (the device's own
+    # busy measure above its clients', clients with no owner decided); None: not measured.
+    unattributed_engine_seconds: float | None = None

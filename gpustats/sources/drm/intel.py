@@ -1,9 +1,11 @@
-"""An i915 or xe device's hwmon values, and its utilization from its clients' engine time.
+"""An i915 or xe device's hwmon values, and its duty cycle from its GTs' idle residency.
 
 hwmon (Documentation/ABI/testing/sysfs-driver-intel-{i915,xe}-hwmon): ``energy1_input`` (µJ,
 a 64-bit accumulator the driver advances on each read), ``power1_max`` (PL1, µW; 0 means
 disabled), xe's ``temp2_input`` (package, m°C, 6.15+). Neither driver has a power file: the
-engine derives power from the energy counter's rate. Neither has a memory-used file.
+engine derives power from the energy counter's rate. Neither has a memory-used file. The duty
+cycle is the device's own (``gt_idle.py``), never inferred from the clients the daemon sees: a
+client it does not see would make a busy GPU read idle, and its power be learned as the idle.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Callable, Iterable
 
 from gpustats.sources.drm.clients import ClientTick
 from gpustats.sources.drm.devices import DeviceValues, DrmDevice
+from gpustats.sources.drm.gt_idle import GtIdle
 from gpustats.sources.drm.hwmon import HwmonDirs, celsius, watts
 from gpustats.sources.drm.reads import FsReads
 
@@ -26,6 +29,7 @@ class IntelValues:
         self._fs = fs
         self._monotonic = monotonic
         self._hwmon = HwmonDirs(fs)
+        self._gt_idle = GtIdle(fs, monotonic)
 
     def read(self, device: DrmDevice) -> DeviceValues:
         fs = self._fs
@@ -42,10 +46,13 @@ class IntelValues:
             energy_counter_millijoules=energy_uj // 1000 if energy_uj is not None
             and energy_uj >= 0 else None,
             power_limit_watts=watts(limit) if limit else None,
-            temperature_celsius=celsius(value("temp2_input")))
+            temperature_celsius=celsius(value("temp2_input")),
+            utilization_percent=self._gt_idle.duty_percent(device))
 
     def forget(self, addresses: set[str]) -> None:
-        """Nothing is kept per device but its hwmon directory, found again when needed."""
+        """Drop the GTs' last idle residency read (the hwmon directory is found again when
+        needed)."""
+        self._gt_idle.forget(addresses)
 
 
 def engine_utilization(clients: Iterable[ClientTick], seconds: float | None) -> int | None:
