@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-READS_PER_TICK = 16384
-SECONDS_PER_TICK = 0.05
+READS_PER_TICK = 65536
+SECONDS_PER_TICK = 0.1
 
 
 class ReadBudget:

@@ -12,7 +12,7 @@ tick, bounded by what the tick held (``engine_bounds.py``). What no process seen
 the reading's ``unattributed_engine_seconds``, and makes the next scan a full one. Where some
 process's files were refused, ``"processes"`` is in the reading's ``unsupported_fields``: its
 process list is not the whole. Processes the read budget left for the next scan are counted
-(``record``: reason ``read_budget``).
+(``errors``: the vendor's source, reason ``read_budget``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gpustats.sources.drm.engine_bounds import clamp_device, unseen_seconds
 from gpustats.sources.drm.intel import IntelValues
 from gpustats.sources.drm.listing import ClientLists
 from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.errors import CollectionErrors
 from gpustats.sources.vendors import AMD, INTEL
 
 _VENDORS = {v.name: v for v in (AMD, INTEL)}
@@ -43,7 +44,7 @@ class DrmSweeper:
     def __init__(self, vendor: str, roots: HostRoots, *,
                  monotonic: Callable[[], float] = time.monotonic, rescan_every: int = 12,
                  before_sweep: Callable[[], None] | None = None, fs: FsReads | None = None,
-                 record: Callable[[str, int], None] | None = None):
+                 errors: CollectionErrors | None = None):
         if vendor not in _VENDORS:
             raise ValueError(f"not a DRM vendor: {vendor!r}")
         self._vendor = _VENDORS[vendor]
@@ -56,7 +57,7 @@ class DrmSweeper:
                                                                                monotonic)
         self._identities: dict[str, DeviceIdentity] = {}
         self._lists = ClientLists(roots, self._fs)
-        self._record = record
+        self._errors = errors
         self._force = False
 
     @property
@@ -87,8 +88,8 @@ class DrmSweeper:
             return ()
         scan = self._clients.scan(self._lists.read(devices), force=self._force)
         self._force = False
-        if scan.deferred and self._record is not None:
-            self._record(READ_BUDGET, len(scan.deferred))
+        if scan.deferred and self._errors is not None:
+            self._errors.record(self._vendor.name, READ_BUDGET, len(scan.deferred))
         return tuple(self._reading(index, device, scan)
                      for index, device in enumerate(devices))
 
