@@ -225,6 +225,6 @@ def test_processes_holding_thousands_of_fds_do_not_stall_the_tick(start_daemon, 
         text = daemon.get("/metrics")[1]
     finally:
         mover.stop()
-    assert set(ready) == {200}, ready
+    assert set(ready) == {200}, (ready, ticks)
     assert max(t for t in ticks if t is not None) < 0.2, ticks
     assert tenant_joules(text, AMD_UUID, container_id=ALICE) > 0

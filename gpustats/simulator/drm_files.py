@@ -75,10 +75,16 @@ def amd_files(device: SimDevice, *, busy: bool, watts: float) -> dict[str, str]:
     return files
 
 
-def intel_files(device: SimDevice, *, energy_microjoules: float) -> dict[str, str]:
-    """The i915 or xe hwmon files (``hwmon/<name>``): no busy or memory file in sysfs."""
+def intel_files(device: SimDevice, *, energy_microjoules: float,
+                idle_ms: float = 0.0) -> dict[str, str]:
+    """The i915 or xe hwmon files (``hwmon/<name>``) and the GT's idle residency in ms
+    (i915_gt_sysfs_pm.c, xe_gt_idle.c); no busy or memory file in sysfs."""
     off = device.unsupported
     files = {"hwmon/name": f"{device.driver}\n"}
+    if "utilization" not in off:
+        residency = f"drm/card{device.minor}/gt/gt0/rc6_residency_ms" \
+            if device.driver == "i915" else "tile0/gt0/gtidle/idle_residency_ms"
+        files[residency] = f"{int(idle_ms)}\n"
     if "power" not in off:
         files["hwmon/energy1_input"] = f"{int(energy_microjoules)}\n"
     if "power_limit" not in off:

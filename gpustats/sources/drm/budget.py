@@ -8,7 +8,7 @@ ticks and never starves the same ones. One process's walk is bounded on its own
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Container, Iterable
 
 READS_PER_TICK = 65536
 SECONDS_PER_TICK = 0.1
@@ -34,17 +34,20 @@ class ReadBudget:
 
 
 class RoundRobin:
-    """The order processes are read in: those left over from the last tick first (in the
-    order they were due), then the rest in PID order."""
+    """The order processes are read in: the ones ``cheap`` to read (their DRM files known,
+    one fdinfo read a client) first, in PID order; then those left over from the last tick
+    (in the order they were due); then the rest in PID order."""
 
     def __init__(self) -> None:
         self._carried: list[int] = []
 
-    def order(self, pids: Iterable[int]) -> list[int]:
+    def order(self, pids: Iterable[int], cheap: Container[int] = ()) -> list[int]:
         wanted = set(pids)
-        first = [p for p in self._carried if p in wanted]
-        carried = set(first)
-        return first + sorted(p for p in wanted if p not in carried)
+        first = sorted(p for p in wanted if p in cheap)
+        taken = set(first)
+        first += [p for p in self._carried if p in wanted and p not in taken]
+        taken.update(first)
+        return first + sorted(p for p in wanted if p not in taken)
 
     def carry(self, pids: list[int]) -> None:
         self._carried = list(pids)

@@ -13,13 +13,14 @@ client ID gets one client per (PID, fd).
 Which processes are read: where the kernel lists every device's clients (``debugfs.py``), the
 processes it names, each time (a client is seen at the first scan after it opens). Else the
 bounded scan: PIDs known to hold a DRM fd every scan, a PID not seen before once when it
-appears, and every PID again every ``rescan_every`` scans, or at once when ``force``d (a
-device did work its clients seen do not account for). Each process's files are found by
-``fd_walk.py`` (fd links walked only when its fd table may have changed), within a budget per
-scan (``budget.py``): the processes it leaves are read first at the next scan and reported as
-``deferred``. Reading another user's fds needs ptrace access (CAP_SYS_PTRACE; fs/proc/fd.c):
-a refused PID is counted, logged once per kind of read, retried at the next full rescan, and
-while any is refused the scan is not ``complete``.
+appears, and every PID again every ``rescan_every`` scans (the fd tables of those not known to
+hold one walked again: a process may open the GPU later), or at once when ``force``d (a device
+did work its clients seen do not account for: every fd table walked). Each process's files
+are found by ``fd_walk.py`` (fd links walked only when its fd table may have changed), within
+a budget per scan (``budget.py``): the processes it leaves are read first at the next scan and
+reported as ``deferred``. Reading another user's fds needs ptrace access (CAP_SYS_PTRACE;
+fs/proc/fd.c): a refused PID is counted, logged once per kind of read, retried at the next
+full rescan, and while any is refused the scan is not ``complete``.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
@@ -43,12 +44,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Container, Iterable, Mapping
 
 from gpustats.model.record import record
 from gpustats.sources.drm.budget import ReadBudget, RoundRobin
 from gpustats.sources.drm.fd_walk import (
-    MAX_FDS_PER_PID, REFUSED_FD, REFUSED_FDINFO, FdWalker, Listed, Refused, client_key,
+    MAX_FDS_PER_PID, REFUSED_FD, REFUSED_FDINFO, Deferred, FdWalker, Listed, Refused,
+    client_key,
 )
 from gpustats.sources.drm.fdinfo import DrmFdinfo
 from gpustats.sources.drm.owners import Held as _Held
@@ -137,9 +139,11 @@ class ClientScanner:
         now = self._monotonic()
         interval = now - self._last_at if self._last_at is not None else None
         self._budget.start()
-        force = force or (listed is None and self._scans % self._rescan_every == 0)
-        pids = self._pids_to_read(listed, force)
-        holders, deferred = self._find_clients(pids, listed, force)
+        periodic = listed is None and self._scans % self._rescan_every == 0
+        remembered = self._walker.remembered
+        pids = self._pids_to_read(listed, force or periodic, () if force else remembered)
+        holders, deferred = self._find_clients(
+            pids, listed, lambda pid: force or (periodic and pid not in remembered))
         first = self._scans == 0
         owners = owners_of(holders, listed, self._cgroup)
         clients = tuple(self._tick(key, owners.get(key), files[0][1], files[0][2], now, first,
@@ -150,7 +154,8 @@ class ClientScanner:
         self._last_at = now
         return ClientScan(clients, interval, not self._refused, deferred)
 
-    def _pids_to_read(self, listed: Mapping[int, Listed] | None, force: bool) -> list[int]:
+    def _pids_to_read(self, listed: Mapping[int, Listed] | None, every: bool,
+                      cheap: Container[int]) -> list[int]:
         if listed is not None:
             alive = set(listed)
             pids = list(alive)
@@ -161,26 +166,31 @@ class ClientScanner:
         self._holders &= alive
         self._refused &= alive
         self._walker.forget_except(alive)
-        if listed is None and not force:
+        if listed is None and not every:
             pids = [p for p in pids if p in self._holders or p not in self._seen]
-        return self._turns.order(pids)
+        return self._turns.order(pids, cheap)
 
     def _find_clients(self, pids: list[int], listed: Mapping[int, Listed] | None,
-                      force: bool) -> tuple[dict[tuple, list[_Held]], tuple[int, ...]]:
+                      walk: Callable[[int], bool]
+                      ) -> tuple[dict[tuple, list[_Held]], tuple[int, ...]]:
         """Every holder of each client, by key; the PIDs the budget left for the next scan."""
         found: dict[tuple, list[_Held]] = {}
         for n, pid in enumerate(pids):
             if not self._budget.left():
                 self._turns.carry(pids[n:])
                 return found, tuple(pids[n:])
-            self._seen.add(pid)
             try:
                 files = self._walker.files(pid, listed.get(pid) if listed is not None else None,
-                                           force)
+                                           walk(pid), self._budget.left)
+            except Deferred:                 # not seen yet: read again at the next scan
+                self._turns.carry(pids[n:])
+                return found, tuple(pids[n:])
             except Refused as refused:
+                self._seen.add(pid)
                 self._refuse(refused.kind)
                 self._refused.add(pid)
                 continue
+            self._seen.add(pid)
             self._refused.discard(pid)
             if files:
                 self._holders.add(pid)

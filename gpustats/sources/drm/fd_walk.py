@@ -25,6 +25,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gpustats.hostfs import UnsafeFile
 from gpustats.sources.drm.fdinfo import DrmFdinfo, parse_fdinfo
@@ -37,10 +38,15 @@ DRM_LINK = re.compile(r"/dev/dri/(?:card|renderD)(\d+)")
 # holding a million sockets costs a million link reads a walk otherwise.
 MAX_FDS_PER_PID = 4096
 MAX_DRM_FILES_PER_PID = 64
+WALK_STEP = 256                          # links read between two looks at the budget
 REFUSED_FD = "fd"                        # listing <pid>/fd or reading one of its links
 REFUSED_FDINFO = "fdinfo"
 
 Listed = tuple[tuple[int, "int | None"], ...]   # a tgid's (minor, client ID) as listed, sorted
+
+
+class Deferred(Exception):
+    """The budget ran out in the middle of the process's walk: it goes on next time."""
 
 
 class Refused(Exception):
@@ -65,6 +71,19 @@ class _Memo:
     fds: list[tuple[str, int]] = field(default_factory=list)   # one (fd, minor) a client
 
 
+@dataclass
+class _Walk:
+    """A walk in progress: the fds listed when it began, how far it got, what it found."""
+
+    fds: list[str]
+    listed: Listed | None
+    fd_count: int
+    wanted: dict[int, int] | None
+    at: int = 0
+    drm_reads: int = 0
+    found: dict[tuple, DrmFile] = field(default_factory=dict)
+
+
 def client_key(info: DrmFdinfo, pid: int, fd: str) -> tuple:
     """The client's identity: its ID (with its device: IDs may be per device); a driver that
     prints none gets one client per (PID, fd)."""
@@ -78,25 +97,36 @@ class FdWalker:
         self._proc = proc_root
         self._fs = fs
         self._memo: dict[int, _Memo] = {}
+        self._partial: dict[int, _Walk] = {}       # walks the budget cut short, to go on with
         self.walks = 0
         self.crowded: set[int] = set()             # PIDs with more open files than are read
 
+    @property
+    def remembered(self) -> set[int]:
+        """PIDs whose DRM files were found and are remembered (read cheaply next time)."""
+        return {pid for pid, memo in self._memo.items() if memo.fds}
+
     def forget_except(self, alive: set[int]) -> None:
-        for pid in set(self._memo) - alive:
-            del self._memo[pid]
+        for kept in (self._memo, self._partial):
+            for pid in set(kept) - alive:
+                del kept[pid]
         self.crowded &= alive
 
-    def files(self, pid: int, listed: Listed | None, force: bool = False) -> list[DrmFile]:
+    def files(self, pid: int, listed: Listed | None, force: bool = False,
+              go_on: Callable[[], bool] = lambda: True) -> list[DrmFile]:
         """The DRM files ``pid`` holds, one per client; ``listed``: what the kernel lists under
-        its tgid (None: no list); ``force``: walk whatever is remembered."""
+        its tgid (None: no list); ``force``: walk whatever is remembered. A walk asks
+        ``go_on`` every ``WALK_STEP`` links: where it says no, ``Deferred`` is raised and the
+        walk goes on from there at the next call."""
         memo = self._memo.get(pid)
         fd_count = self._fd_count(pid) if listed is None else 0
         if memo is not None and not force and listed == memo.listed \
                 and (listed is not None or fd_count == memo.fd_count > 0):
             kept = self._read_remembered(pid, memo)
             if kept is not None:
+                self._partial.pop(pid, None)
                 return kept
-        return self._walk(pid, listed, fd_count, stop_early=listed is not None and not force)
+        return self._walk(pid, listed, fd_count, listed is not None and not force, go_on)
 
     def _fd_count(self, pid: int) -> int:
         try:
@@ -114,8 +144,43 @@ class FdWalker:
             out.append(DrmFile(fd, minor, info))
         return out
 
-    def _walk(self, pid: int, listed: Listed | None, fd_count: int,
-              stop_early: bool) -> list[DrmFile]:
+    def _walk(self, pid: int, listed: Listed | None, fd_count: int, stop_early: bool,
+              go_on: Callable[[], bool]) -> list[DrmFile]:
+        walk = self._partial.pop(pid, None)
+        if walk is None or walk.listed != listed:
+            walk = self._start_walk(pid, listed, fd_count, stop_early)
+            if walk is None:
+                return []
+        fd_dir = os.path.join(self._proc, str(pid), "fd")
+        while walk.at < len(walk.fds):
+            if walk.wanted is not None and not any(walk.wanted.values()):
+                break
+            if walk.at % WALK_STEP == 0 and walk.at and not go_on():
+                self._partial[pid] = walk
+                raise Deferred()
+            fd = walk.fds[walk.at]
+            walk.at += 1
+            minor = self._drm_minor(fd_dir, fd)
+            if minor is None or walk.drm_reads >= MAX_DRM_FILES_PER_PID:
+                continue
+            if walk.wanted is not None and not walk.wanted.get(minor):
+                continue                   # a node whose listed clients were all found
+            walk.drm_reads += 1
+            info = self._fdinfo(pid, fd)
+            if info is None:
+                continue
+            key = client_key(info, pid, fd)
+            if key in walk.found:
+                continue                   # a dup of a client already found
+            walk.found[key] = DrmFile(fd, minor, info)
+            if walk.wanted is not None:
+                _tick_off(walk.wanted, minor, info.client_id, listed)
+        self._memo[pid] = _Memo(walk.fd_count, listed, [
+            (f.fd, f.minor) for f in walk.found.values() if f.minor is not None])
+        return list(walk.found.values())
+
+    def _start_walk(self, pid: int, listed: Listed | None, fd_count: int,
+                    stop_early: bool) -> _Walk | None:
         self.walks += 1
         fd_dir = os.path.join(self._proc, str(pid), "fd")
         try:
@@ -124,35 +189,12 @@ class FdWalker:
             raise Refused(REFUSED_FD) from exc
         except OSError:
             self._memo.pop(pid, None)
-            return []
+            return None
         if len(fds) == MAX_FDS_PER_PID and pid not in self.crowded:
             self.crowded.add(pid)
             log.info("PID %d holds %d or more open files: its DRM clients are looked for among "
                      "the first %d only", pid, MAX_FDS_PER_PID, MAX_FDS_PER_PID)
-        wanted = _wanted(listed) if stop_early else None
-        found: dict[tuple, DrmFile] = {}
-        drm_reads = 0
-        for fd in fds:
-            if wanted is not None and not any(wanted.values()):
-                break
-            minor = self._drm_minor(fd_dir, fd)
-            if minor is None or drm_reads >= MAX_DRM_FILES_PER_PID:
-                continue
-            if wanted is not None and not wanted.get(minor):
-                continue                   # a node whose listed clients were all found
-            drm_reads += 1
-            info = self._fdinfo(pid, fd)
-            if info is None:
-                continue
-            key = client_key(info, pid, fd)
-            if key in found:
-                continue                   # a dup of a client already found
-            found[key] = DrmFile(fd, minor, info)
-            if wanted is not None:
-                _tick_off(wanted, minor, info.client_id, listed)
-        self._memo[pid] = _Memo(fd_count, listed, [(f.fd, f.minor) for f in found.values()
-                                                   if f.minor is not None])
-        return list(found.values())
+        return _Walk(fds, listed, fd_count, _wanted(listed) if stop_early else None)
 
     def _drm_minor(self, fd_dir: str, fd: str) -> int | None:
         try:
