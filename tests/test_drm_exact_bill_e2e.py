@@ -81,7 +81,8 @@ def test_a_client_opened_late_is_billed_from_its_first_ticks(start_daemon, tmp_p
         mover.stop()
     gained_early, gained_alice, active, unattributed = _gained(before, after)
     assert active > 1000, (before, after)
-    assert gained_early / active < 0.6, (gained_early, gained_alice, active)
+    # The bounded scan: one tick (of five) before the forced rescan finds the new client.
+    assert gained_early / active < (0.6 if kernel_list else 0.66), (gained_early, active)
     assert gained_alice / active > (0.4 if kernel_list else 0.3), (gained_alice, active)
     assert gained_early + gained_alice + unattributed == pytest.approx(active, rel=0.02)
 

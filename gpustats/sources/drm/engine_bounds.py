@@ -20,7 +20,7 @@ from typing import Iterable
 
 from gpustats.sources.drm.clients import ClientTick
 
-UNSEEN_MARGIN = 0.10
+UNSEEN_MARGIN = 0.25
 
 
 def _capacities(clients: Iterable[ClientTick]) -> tuple[dict[str, float], dict[str, int]]:

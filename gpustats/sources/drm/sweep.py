@@ -9,7 +9,10 @@ clients (matched by ``drm-pdev``, or by the node's minor where a driver prints n
 ``drm-pdev``), each with its clients' resident device memory and engine busy seconds over the
 tick, bounded by what the tick held (``engine_bounds.py``). What no process seen accounts for
 (clients without an owner, work the device's own busy measure shows beyond its clients') is
-the reading's ``unattributed_engine_seconds``, and makes the next scan a full one. Where some
+the reading's ``unattributed_engine_seconds``; work beyond the clients' makes the next scan a
+full one at once, and is left unattributed from the second tick in a row it shows (a single
+tick short is within the two measures' noise, or a client the forced rescan then finds), or at
+once where no client seen did any work. Where some
 process's files were refused, ``"processes"`` is in the reading's ``unsupported_fields``: its
 process list is not the whole. Processes the read budget left for the next scan are counted
 (``errors``: the vendor's source, reason ``read_budget``).
@@ -59,6 +62,7 @@ class DrmSweeper:
         self._lists = ClientLists(roots, self._fs)
         self._errors = errors
         self._force = False
+        self._short: set[str] = set()        # devices whose clients fell short at the last tick
 
     @property
     def calls(self) -> int:
@@ -100,6 +104,12 @@ class DrmSweeper:
         utilization = values.utilization_percent
         unseen = unseen_seconds(clients, scan.interval_seconds, utilization)
         self._force = self._force or unseen > 0
+        working = any(c.busy_seconds > 0 for c in clients)
+        if unseen > 0 and working and device.address not in self._short:
+            self._short.add(device.address)
+            unseen = 0.0                 # one tick short: the counters' noise, or a new client
+        elif unseen == 0:                # the rescan this forces finds at once
+            self._short.discard(device.address)
         unowned = sum(c.busy_seconds for c in clients if c.pid is None)
         return DeviceReading(
             identity=self._identity(index, device, values),
