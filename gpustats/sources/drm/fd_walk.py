@@ -119,9 +119,10 @@ class FdWalker:
         ``go_on`` every ``WALK_STEP`` links: where it says no, ``Deferred`` is raised and the
         walk goes on from there at the next call."""
         memo = self._memo.get(pid)
-        fd_count = self._fd_count(pid) if listed is None else 0
+        held = memo is not None and bool(memo.fds)
+        fd_count = self._fd_count(pid) if listed is None and held else 0
         if memo is not None and not force and listed == memo.listed \
-                and (listed is not None or fd_count == memo.fd_count > 0):
+                and (listed is not None or (held and fd_count == memo.fd_count > 0)):
             kept = self._read_remembered(pid, memo)
             if kept is not None:
                 self._partial.pop(pid, None)
@@ -151,33 +152,50 @@ class FdWalker:
             walk = self._start_walk(pid, listed, fd_count, stop_early)
             if walk is None:
                 return []
-        fd_dir = os.path.join(self._proc, str(pid), "fd")
-        while walk.at < len(walk.fds):
-            if walk.wanted is not None and not any(walk.wanted.values()):
+        links = os.path.join(self._proc, str(pid), "fd", "")    # + the fd: no join a link
+        fds, wanted, found = walk.fds, walk.wanted, walk.found
+        for at in range(walk.at, len(fds)):
+            if wanted is not None and not any(wanted.values()):
                 break
-            if walk.at % WALK_STEP == 0 and walk.at and not go_on():
+            if at % WALK_STEP == 0 and at and not go_on():
+                walk.at = at
                 self._partial[pid] = walk
                 raise Deferred()
-            fd = walk.fds[walk.at]
-            walk.at += 1
-            minor = self._drm_minor(fd_dir, fd)
-            if minor is None or walk.drm_reads >= MAX_DRM_FILES_PER_PID:
+            fd = fds[at]
+            try:
+                match = DRM_LINK.fullmatch(self._fs.link_or_raise(links + fd))
+            except PermissionError as exc:
+                raise Refused(REFUSED_FD) from exc
+            except OSError:
+                continue                   # closed meanwhile
+            if match is None or walk.drm_reads >= MAX_DRM_FILES_PER_PID:
                 continue
-            if walk.wanted is not None and not walk.wanted.get(minor):
+            minor = int(match.group(1))
+            if wanted is not None and not wanted.get(minor):
                 continue                   # a node whose listed clients were all found
             walk.drm_reads += 1
             info = self._fdinfo(pid, fd)
             if info is None:
                 continue
             key = client_key(info, pid, fd)
-            if key in walk.found:
+            if key in found:
                 continue                   # a dup of a client already found
-            walk.found[key] = DrmFile(fd, minor, info)
-            if walk.wanted is not None:
-                _tick_off(walk.wanted, minor, info.client_id, listed)
-        self._memo[pid] = _Memo(walk.fd_count, listed, [
-            (f.fd, f.minor) for f in walk.found.values() if f.minor is not None])
-        return list(walk.found.values())
+            found[key] = DrmFile(fd, minor, info)
+            if wanted is not None:
+                _tick_off(wanted, minor, info.client_id, listed)
+        self._remember(pid, walk)
+        return list(found.values())
+
+    def _remember(self, pid: int, walk: _Walk) -> None:
+        """What the walk found, one fd a client; without the kernel's list, a process without
+        DRM files is not remembered (it is walked again only at a rescan)."""
+        if walk.listed is None and not walk.found:
+            self._memo.pop(pid, None)
+            return
+        fd_count = walk.fd_count or (self._fd_count(pid) if walk.listed is None else 0)
+        self._memo[pid] = _Memo(fd_count, walk.listed, [(f.fd, f.minor) for f in
+                                                        walk.found.values()
+                                                        if f.minor is not None])
 
     def _start_walk(self, pid: int, listed: Listed | None, fd_count: int,
                     stop_early: bool) -> _Walk | None:
@@ -195,16 +213,6 @@ class FdWalker:
             log.info("PID %d holds %d or more open files: its DRM clients are looked for among "
                      "the first %d only", pid, MAX_FDS_PER_PID, MAX_FDS_PER_PID)
         return _Walk(fds, listed, fd_count, _wanted(listed) if stop_early else None)
-
-    def _drm_minor(self, fd_dir: str, fd: str) -> int | None:
-        try:
-            target = self._fs.link_or_raise(os.path.join(fd_dir, fd))
-        except PermissionError as exc:
-            raise Refused(REFUSED_FD) from exc
-        except OSError:
-            return None                    # closed meanwhile
-        match = DRM_LINK.fullmatch(target)
-        return int(match.group(1)) if match is not None else None
 
     def _fdinfo(self, pid: int, fd: str) -> DrmFdinfo | None:
         try:
