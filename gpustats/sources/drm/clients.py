@@ -20,7 +20,8 @@ are found by ``fd_walk.py`` (fd links walked only when its fd table may have cha
 a budget per scan (``budget.py``): the processes it leaves are read first at the next scan and
 reported as ``deferred``. Reading another user's fds needs ptrace access (CAP_SYS_PTRACE;
 fs/proc/fd.c): a refused PID is counted, logged once per kind of read, retried at the next
-full rescan, and while any is refused the scan is not ``complete``.
+full rescan, and while any is refused the scan is not ``complete``. A process's open files
+are looked at up to ``fd_walk.MAX_FDS_PER_PID``.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
@@ -49,8 +50,7 @@ from typing import Callable, Container, Iterable, Mapping
 from gpustats.model.record import record
 from gpustats.sources.drm.budget import ReadBudget, RoundRobin
 from gpustats.sources.drm.fd_walk import (
-    MAX_FDS_PER_PID, REFUSED_FD, REFUSED_FDINFO, Deferred, FdWalker, Listed, Refused,
-    client_key,
+    REFUSED_FD, REFUSED_FDINFO, Deferred, FdWalker, Listed, Refused, client_key,
 )
 from gpustats.sources.drm.fdinfo import DrmFdinfo
 from gpustats.sources.drm.owners import Held as _Held
@@ -61,8 +61,6 @@ log = logging.getLogger(__name__)
 
 LOCAL_REGIONS = ("vram", "local")        # amdgpu vram, xe vram<N>, i915 local<N>
 CGROUP_BYTES = 65536
-__all__ = ["MAX_FDS_PER_PID", "REFUSED_FD", "REFUSED_FDINFO", "ClientScanner", "ClientTick",
-           "ClientScan", "local_memory", "within_tick"]
 
 
 @record

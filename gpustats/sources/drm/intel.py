@@ -11,9 +11,8 @@ client it does not see would make a busy GPU read idle, and its power be learned
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from typing import Callable
 
-from gpustats.sources.drm.clients import ClientTick
 from gpustats.sources.drm.devices import DeviceValues, DrmDevice
 from gpustats.sources.drm.gt_idle import GtIdle
 from gpustats.sources.drm.hwmon import HwmonDirs, celsius, watts
@@ -53,21 +52,3 @@ class IntelValues:
         """Drop the GTs' last idle residency read (the hwmon directory is found again when
         needed)."""
         self._gt_idle.forget(addresses)
-
-
-def engine_utilization(clients: Iterable[ClientTick], seconds: float | None) -> int | None:
-    """The busiest engine class's utilization over the tick: Σ of the clients' busy engine
-    seconds / (tick × the class's capacity), 0 to 100. ``None`` without an interval (the
-    first scan)."""
-    if seconds is None or not seconds > 0:
-        return None
-    busy: dict[str, float] = {}
-    capacity: dict[str, int] = {}
-    for client in clients:
-        for engine, engine_seconds in client.engine_seconds.items():
-            busy[engine] = busy.get(engine, 0.0) + engine_seconds
-            capacity[engine] = max(capacity.get(engine, 1), client.capacity.get(engine, 1))
-    if not busy:
-        return 0
-    percent = max(busy[e] / (seconds * capacity[e]) for e in busy) * 100
-    return int(round(min(100.0, max(0.0, percent))))
