@@ -229,3 +229,6 @@ def test_processes_holding_thousands_of_fds_do_not_stall_the_tick(start_daemon, 
     assert set(ready) == {200}, (ready, ticks)
     assert max(t for t in ticks if t is not None) < 0.2, ticks
     assert tenant_joules(text, AMD_UUID, container_id=ALICE) > 0
+    # The first walks of the attackers' fd tables did not fit in a tick: counted, carried.
+    assert metric_value(text, "gpustats_collection_errors_total", source="amd",
+                        reason="read_budget") > 0
