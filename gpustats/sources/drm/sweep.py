@@ -62,6 +62,8 @@ class DrmSweeper:
         self._lists = ClientLists(roots, self._fs)
         self._errors = errors
         self._force = False
+        self._rescan_every = max(1, rescan_every)
+        self._since_forced = self._rescan_every   # sweeps since the last forced rescan
         self._short: set[str] = set()        # devices whose clients fell short at the last tick
 
     @property
@@ -90,7 +92,11 @@ class DrmSweeper:
                 del self._identities[address]
         if not devices:
             return ()
-        scan = self._clients.scan(self._lists.read(devices), force=self._force)
+        # At once; again while work stays unseen (a process that cannot be read), at the
+        # periodic rescan's pace: a forced rescan walks every fd table.
+        force = self._force and self._since_forced >= self._rescan_every
+        self._since_forced = 0 if force else self._since_forced + 1
+        scan = self._clients.scan(self._lists.read(devices), force=force)
         self._force = False
         if scan.deferred and self._errors is not None:
             self._errors.record(self._vendor.name, READ_BUDGET, len(scan.deferred))
