@@ -336,3 +336,18 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
     sweeper.unsupported = frozenset()
     reported.sweep()
     assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]
+
+
+def test_an_intel_gpu_without_gt_idle_residency_has_no_duty_cycle(tree):
+    """Older kernels: no residency file, so no duty cycle (absent, never 0 nor the clients')."""
+    tree.add_intel_gpu(INTEL_A, driver="i915")
+    tree.set_idle_residency(INTEL_A, None)
+    tree.add_process(100, {3: DrmClient("i915", INTEL_A, 1, engine_ns={"render": 0})})
+    clock = Clock(0.0)
+    sweeper = _sweeper(tree, VENDOR_INTEL, clock)
+    sweeper.sweep()
+    tree.update_client(100, 3, engine_ns={"render": 4 * 10**9})
+    clock.now += 10
+    r = sweeper.sweep()[0]
+    assert r.utilization_percent is None
+    assert r.unattributed_engine_seconds == 0.0 and r.processes[0].engine_busy_seconds == 4.0
