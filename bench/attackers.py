@@ -322,6 +322,50 @@ def deleted_files(pid: int) -> int:
     return count
 
 
+def drm_fd_dups(proc: Path, first_pid: int, fdinfo: str, *, processes: int = 50,
+                fds: int = 4096, node: str = "renderD128") -> list[int]:
+    """Processes under a fake ``proc`` that each dup their one DRM client's fd ``fds`` times
+    (the kernel shows every copy: a link to the node, and the same fdinfo text ``fdinfo``,
+    hard-linked here): a daemon reading every DRM fd's fdinfo every tick reads
+    ``processes`` × ``fds`` of them. Returns the PIDs."""
+    pids = list(range(first_pid, first_pid + processes))
+    for pid in pids:
+        fd_dir, info_dir = _fd_dirs(proc, pid)
+        first = info_dir / "0"
+        first.write_text(fdinfo.replace("{pid}", str(pid)))
+        for fd in range(fds):
+            (fd_dir / str(fd)).symlink_to(f"/dev/dri/{node}")
+            if fd:
+                os.link(first, info_dir / str(fd))
+    return pids
+
+
+def drm_fd_crowd(proc: Path, first_pid: int, fdinfo: str, *, processes: int = 50,
+                 fds: int = 4096, node: str = "renderD128") -> list[int]:
+    """Processes that each hold ``fds`` − 1 ``/dev/null`` fds and their DRM client last: a
+    daemon finding DRM fds by reading every link reads ``processes`` × ``fds`` links a
+    tick. Returns the PIDs."""
+    pids = list(range(first_pid, first_pid + processes))
+    for pid in pids:
+        fd_dir, info_dir = _fd_dirs(proc, pid)
+        null = info_dir / "0"
+        null.write_text("pos:\t0\nflags:\t0100002\nmnt_id:\t25\nino:\t5\n")
+        for fd in range(fds - 1):
+            (fd_dir / str(fd)).symlink_to("/dev/null")
+            if fd:
+                os.link(null, info_dir / str(fd))
+        (fd_dir / str(fds - 1)).symlink_to(f"/dev/dri/{node}")
+        (info_dir / str(fds - 1)).write_text(fdinfo.replace("{pid}", str(pid)))
+    return pids
+
+
+def _fd_dirs(proc: Path, pid: int) -> tuple[Path, Path]:
+    fd_dir, info_dir = proc / str(pid) / "fd", proc / str(pid) / "fdinfo"
+    fd_dir.mkdir(parents=True, exist_ok=True)
+    info_dir.mkdir(exist_ok=True)
+    return fd_dir, info_dir
+
+
 class Probe(_Attacker):
     """Times ``path`` on a fresh connection every 0.5 s with a 1 s timeout, as a kubelet would."""
 

@@ -25,13 +25,14 @@ from dataclasses import field
 from typing import Iterable, Mapping, TypeGuard
 
 from gpustats.model.attribution import (
-    SHARE_ACCOUNTING, SHARE_ENGINE_TIME, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
+    SHARE_ACCOUNTING, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
     SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
     DeviceAttribution, ProcessAttribution,
 )
 from gpustats.model.device import MigInstanceReading, ProcessReading, ProcessSample
 from gpustats.model.record import record
+from gpustats.engine_time import engine_seconds, weights_by_engine_time
 
 # A counter delta above GLITCH_FACTOR × the largest plausible power × dt is a glitch or a
 # reset, not energy. Without a power limit, FALLBACK_MAX_WATTS bounds a board (B200: 1000 W).
@@ -106,7 +107,7 @@ def idle_tick(processes_known: bool, processes: tuple[ProcessReading, ...],
             or idle_performance_state(performance_state, lowest_performance_state)
     if duty_percent != 0:
         return False
-    measured = _engine_seconds(processes)
+    measured = engine_seconds(processes)
     if measured is not None:                  # the driver measured each one's engine time
         return not any(measured.values())
     if samples is None or any(p.accounted is not None for p in processes):
@@ -200,6 +201,7 @@ class DeviceTickInput:
     # PID -> the seconds of this tick the process lived, for those that started during it
     # (missing: the whole tick)
     lived_seconds: Mapping[int, float] = field(default_factory=dict)
+    unattributed_engine_seconds: float = 0.0           # DRM: work no process seen accounts for
 
 
 def _sm_by_pid(samples: Iterable[ProcessSample]) -> dict[int, list[float]]:
@@ -246,32 +248,6 @@ def _weights(processes: tuple[ProcessReading, ...],
     if total > 0:
         return {pid: value / total for pid, value in sums.items()}, SHARE_SM_UTIL
     return {pid: 1.0 / len(pids) for pid in pids}, SHARE_EQUAL
-
-
-def _engine_seconds(processes: tuple[ProcessReading, ...]) -> dict[int, float] | None:
-    """Each process's engine busy seconds over the tick, where the driver measured them for
-    every process (DRM fdinfo); ``None`` otherwise."""
-    if not processes:
-        return None
-    busy: dict[int, float] = {}
-    for p in processes:
-        seconds = p.engine_busy_seconds
-        if not _finite(seconds):
-            return None
-        busy[p.pid] = max(0.0, seconds)
-    return busy
-
-
-def _weights_by_engine_time(busy: Mapping[int, float]) -> tuple[dict[int, float], str]:
-    """Shares by the engine time each process used in the tick, as the driver measured it:
-    not sampled, so a time-sliced GPU splits as its clients used it. No engine time at all
-    while the GPU drew power above idle: equal, as ``_weights`` does without samples."""
-    if len(busy) == 1:
-        return {pid: 1.0 for pid in busy}, SHARE_EXCLUSIVE
-    total = sum(busy.values())
-    if total > 0:
-        return {pid: seconds / total for pid, seconds in busy.items()}, SHARE_ENGINE_TIME
-    return {pid: 1.0 / len(busy) for pid in busy}, SHARE_EQUAL
 
 
 def _weights_with_accounting(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
@@ -378,9 +354,9 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         by_pid = {p.pid: p for p in processes}     # without MIG a PID is one process
         unique = tuple(by_pid.values())
         values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
-        measured = _engine_seconds(unique)
+        measured = engine_seconds(unique)
         if measured is not None:
-            weights, method = _weights_by_engine_time(measured)
+            weights, method = weights_by_engine_time(measured, inp.unattributed_engine_seconds)
             methods = dict.fromkeys(by_pid, method)
         elif any(p.accounted is not None for p in unique):
             weights, methods = _weights_with_accounting(inp, unique, values)

@@ -221,8 +221,8 @@ class Daemon:
     def _drm_opener(self, vendor: Vendor, roots: HostRoots, refresh):
         def open_session():
             from gpustats.sources.drm.sweep import DrmSweeper
-            return ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
-                                       vendor.name, self.errors), None
+            sweeper = DrmSweeper(vendor.name, roots, before_sweep=refresh, errors=self.errors)
+            return ReportedDrmSweeper(sweeper, vendor.name, self.errors), None
         return open_session
 
     def _persisted(self, problem: Problem | None) -> None:

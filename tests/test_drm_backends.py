@@ -233,10 +233,12 @@ def test_i915_engine_time_split_and_utilization(tree):
     assert first.utilization_percent is None                 # no interval yet
     tree.update_client(100, 3, engine_ns={"render": 3 * 10**9, "video": 6 * 10**9})
     tree.update_client(200, 3, engine_ns={"render": 10**9})
+    tree.set_idle_residency(INTEL_A, 6000)                   # the GT idled 6 s of 10
     clock.now += 10
     r = sweeper.sweep()[0]
     assert _busy(r) == {100: pytest.approx(9.0), 200: pytest.approx(1.0)}
-    assert r.utilization_percent == 40          # render 4 s / 10 s; video 6 s / (10 s × 2)
+    assert r.utilization_percent == 40          # the GT's own figure, not the clients'
+    assert r.unattributed_engine_seconds == 0.0             # render 4 s / 10 s: all seen
 
 
 def test_xe_cycles_give_busy_seconds_and_utilization(tree):
@@ -253,6 +255,7 @@ def test_xe_cycles_give_busy_seconds_and_utilization(tree):
     ticks = 10 * hz
     tree.update_client(100, 3, cycles={"rcs": 6 * hz, "ccs": 8 * hz}, total_cycles=start + ticks)
     tree.update_client(200, 3, cycles={"rcs": 2 * hz}, total_cycles=start + ticks)
+    tree.set_idle_residency(INTEL_A, 2000)                   # xe's gtidle: idle 2 s of 10
     clock.now += 10
     r = sweeper.sweep()[0]
     assert _busy(r) == {100: pytest.approx(14.0), 200: pytest.approx(2.0)}
@@ -280,11 +283,12 @@ def test_refused_processes_are_unknown(tree):
     amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged))
     intel.sweep()
     amd.sweep()
+    tree.set_idle_residency(INTEL_A, 5000)
     clock.now += 5
     r = intel.sweep()[0]
     assert r.unsupported_fields == frozenset({"processes"})
     assert [p.pid for p in r.processes] == [100]            # what could be read is kept
-    assert r.utilization_percent is None                     # not from a partial scan
+    assert r.utilization_percent == 0               # the GT's own figure: idle all along
     assert r.energy_counter_millijoules is not None
     a = amd.sweep()[0]
     assert a.unsupported_fields == frozenset({"processes"}) and a.processes == ()
@@ -299,9 +303,9 @@ def test_unknown_vendor_is_refused(tree):
 
 def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monkeypatch):
     """The fd scan stops at MAX_FDS_PER_PID entries a process: a million sockets cost no more."""
-    from gpustats.sources.drm import clients
+    from gpustats.sources.drm import clients, fd_walk
     from gpustats.sources.drm.reads import FsReads
-    monkeypatch.setattr(clients, "MAX_FDS_PER_PID", 8)
+    monkeypatch.setattr(fd_walk, "MAX_FDS_PER_PID", 8)
     fd_dir = tmp_path / "4000" / "fd"
     fd_dir.mkdir(parents=True)
     for n in range(50):
@@ -342,7 +346,7 @@ def test_intel_cards_are_named_by_pci_device_id_and_sized_from_the_drivers_sysfs
     lists under a platform whose product is not pinned down is named by its family."""
     xe = tree.add_intel_gpu(INTEL_A, driver="xe", card=1, device_id="0x56c0")
     for tile in ("tile0", "tile1"):
-        (xe / tile).mkdir()
+        (xe / tile).mkdir(exist_ok=True)
         (xe / tile / "physical_vram_size_bytes").write_text(f"{8 << 30}\n")
     backport = tree.add_intel_gpu(INTEL_B, driver="i915", card=2, device_id="0x0bd9")
     (backport / "drm" / "card2" / "lmem_total_bytes").write_text(f"{64 << 30}\n")
@@ -410,3 +414,18 @@ def test_a_gpu_whose_config_space_reads_all_ones_is_off_the_bus(tree):
     assert sweeper.sweep()[0].kernel_health.off_bus is False
     (d / "config").write_bytes(b"\xff" * 64)
     assert sweeper.sweep()[0].kernel_health.off_bus is True
+
+
+def test_an_intel_gpu_without_gt_idle_residency_has_no_duty_cycle(tree):
+    """Older kernels: no residency file, so no duty cycle (absent, never 0 nor the clients')."""
+    tree.add_intel_gpu(INTEL_A, driver="i915")
+    tree.set_idle_residency(INTEL_A, None)
+    tree.add_process(100, {3: DrmClient("i915", INTEL_A, 1, engine_ns={"render": 0})})
+    clock = Clock(0.0)
+    sweeper = _sweeper(tree, VENDOR_INTEL, clock)
+    sweeper.sweep()
+    tree.update_client(100, 3, engine_ns={"render": 4 * 10**9})
+    clock.now += 10
+    r = sweeper.sweep()[0]
+    assert r.utilization_percent is None
+    assert r.unattributed_engine_seconds == 0.0 and r.processes[0].engine_busy_seconds == 4.0

@@ -6,15 +6,14 @@ move in the tree while the daemon runs."""
 
 from __future__ import annotations
 
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from gpustats import fakehost
 from tests.support.daemon import http_get
-from tests.support.drm_tree import DrmClient, DrmTree
+from tests.support.drm_node import Mover, node, start
+from tests.support.drm_tree import DrmClient
 from tests.support.fakehost import metric_value, write_scenario
 from tests.support.gpus import GPU_A, device
 
@@ -22,44 +21,10 @@ AMD_GPU = "0000:19:00.0"
 AMD_UUID = "amd-2b4a1c0e9f8d7e6a"
 INTEL_GPU = "0000:03:00.0"
 INTEL_UUID = "intel-0000:03:00.0"
-ARGS = ("--housekeeping-interval", "0.25", "--pod-resources-socket", "", "--runtime-socket", "",
-        "--log-root", "")
 ALICE, BOB = fakehost.container_id(0xA11CE), fakehost.container_id(0xB0B)
 
 
-class Mover(threading.Thread):
-    """Moves a tree's counters every few milliseconds, each as a function of the time since
-    the mover started, until stopped."""
-
-    def __init__(self, step):
-        super().__init__(daemon=True)
-        self._step = step
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        while not self._halt.wait(0.004):
-            self._step(time.monotonic() - started)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-
-def _node(root: Path) -> tuple[DrmTree, Path]:
-    """A DRM tree whose proc root also holds the node's files, and an empty cgroup v2 tree."""
-    tree = DrmTree(root / "tree")
-    fakehost.copy_node_files(tree.proc)
-    cgroup = root / "cgroup"
-    fakehost.start_cgroup_tree(cgroup)
-    return tree, cgroup
-
-
-def _start(start_daemon, tree: DrmTree, cgroup: Path, *args: str):
-    daemon = start_daemon("--sysfs-root", str(tree.sysfs), "--proc-root", str(tree.proc),
-                          "--cgroup-root", str(cgroup), *ARGS, *args)
-    daemon.wait_ready()
-    return daemon
+_node, _start = node, start
 
 
 def _gpu(daemon, uuid: str) -> dict | None:

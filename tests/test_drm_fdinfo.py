@@ -162,12 +162,34 @@ def test_a_client_shared_by_dup_and_fork_counts_once_for_the_lowest_pid(tree):
     shared = DrmClient("amdgpu", AMD, 5, engine_ns={"gfx": 0})
     tree.add_process(300, {3: shared, 4: shared})           # dup'ed in one process
     tree.add_process(200, {7: shared, 1: "/dev/null"})     # inherited by another
+    for pid in (200, 300):                                 # a fork: one cgroup
+        (tree.proc / str(pid) / "cgroup").write_text("0::/system.slice/app.service\n")
     scanner = _scanner(tree, clock)
     scanner.scan()
     tree.update_client(300, 3, engine_ns={"gfx": 2_000_000_000})
     clock.now += 5
     scan = scanner.scan()
     assert _busy(scan) == {200: pytest.approx(2.0)}
+
+
+def test_a_client_held_across_cgroups_has_no_owner_unless_the_kernel_names_it(tree):
+    """Passed over a unix socket to another tenant's process: billed to neither holder by
+    PID order; the kernel's clients list (with IDs) names the process that uses it."""
+    clock = Clock(100.0)
+    shared = DrmClient("amdgpu", AMD, 5, engine_ns={"gfx": 0})
+    tree.add_process(500, {3: shared})
+    tree.add_process(200, {9: shared})
+    (tree.proc / "500" / "cgroup").write_text("0::/system.slice/docker-a.scope\n")
+    (tree.proc / "200" / "cgroup").write_text("0::/system.slice/docker-b.scope\n")
+    scanner = _scanner(tree, clock)
+    scanner.scan()
+    tree.update_client(500, 3, engine_ns={"gfx": 2_000_000_000})
+    clock.now += 5
+    assert _busy(scanner.scan()) == {None: pytest.approx(2.0)}
+    listed = {500: ((129, 5),), 200: ((129, 7),)}     # renderD129: card1's
+    tree.update_client(500, 3, engine_ns={"gfx": 3_000_000_000})
+    clock.now += 5
+    assert _busy(scanner.scan(listed)) == {500: pytest.approx(1.0)}
 
 
 def test_first_scan_is_a_baseline_and_a_later_client_counts_whole(tree):

@@ -9,7 +9,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpustats"
 PURE = {"model"}
 RULES = {
     "model": set(),
-    "attribution": PURE,
+    "attribution": PURE | {"engine_time"},
+    "engine_time": PURE,         # shares by the engine time DRM drivers measure (pure)
     "health": PURE,
     "saturation": PURE,
     "hostfs": set(),
@@ -27,7 +28,8 @@ RULES = {
     "commands": {"usage", "config", "documents", "engine.statedir"},
     "sources": {"model", "hostfs", "kept_files", "dir_changes", "documents"},
     "simulator": {"documents"},  # a tool below pynvml, not a source: no other layer
-    "engine": {"model", "attribution", "health", "saturation", "sources", "hostfs"},
+    "engine": {"model", "attribution", "engine_time", "health", "saturation", "sources",
+               "hostfs"},
     "export": {"model", "engine.store"},
     "web": {"export", "engine.store", "model", "usage"},
     # NVSentinel's GpuService over gRPC: the web layer's peer, with the providers' store

@@ -136,7 +136,7 @@ class EnergyAccountant:
             mig_instances=reading.mig_instances,
             mig_activity=mig_activity or {},
             lived_seconds=self._lived(reading, dt, starts) if starts else {},
-        ))
+            unattributed_engine_seconds=reading.unattributed_engine_seconds or 0.0))
 
     def _lived(self, reading: DeviceReading, dt: float,
                starts: Mapping[tuple[str, int], int | None]) -> dict[int, float]:

@@ -166,3 +166,6 @@ class DeviceReading:
     # AMD and Intel: the driver's RAS, retired-page and hang files (None: an NVML sweep)
     kernel_health: KernelHealthReading | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)
+    # DRM: engine seconds of the tick's work no process listed accounts for (the device's own
+    # busy measure above its clients', clients with no owner decided); None: not measured.
+    unattributed_engine_seconds: float | None = None

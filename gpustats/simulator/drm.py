@@ -10,6 +10,9 @@ fdinfo entries of their processes, under one root, rewritten by ``render()`` as 
   (``226:<minor>``, each with a ``device`` link back), ``hwmon/hwmonK/``, and the files of
   ``drm_files.py``: amdgpu's busy, memory, ``unique_id`` and ``product_name`` files and hwmon
   power (µW) and temperatures (m°C); i915's and xe's hwmon energy (µJ) and power limit.
+- Intel's GT idle residency (ms): i915 ``drm/cardN/gt/gt0/rc6_residency_ms``, xe
+  ``tile0/gt0/gtidle/idle_residency_ms``: the GT idles while the device is in an idle phase, and
+  in a busy phase for the part of the time its clients leave (``sm_util_percent`` summed).
 - ``sys/bus/pci/devices/<BDF>`` and ``sys/bus/pci/drivers/<driver>/<BDF>`` link to it,
   ``sys/class/drm/cardN`` and ``renderDM`` to its ``drm/`` entries.
 - Each process with a client on it: ``proc/<pid>/fd/0..2`` → ``/dev/null``, then one fd per
@@ -73,6 +76,7 @@ class SimulatedDrm:
         self._lock = threading.Lock()
         self._started = self._advanced_at = monotonic()
         self._energy_uj: dict[str, float] = {}
+        self._idle_ms: dict[str, float] = {}                      # Intel GT idle residency
         self._busy_seconds: dict[tuple[int, str], float] = {}     # (pid, uuid) -> engine time
         self._client_ids: dict[tuple[int, str], int] = {}
         self._next_client_id = 1
@@ -136,6 +140,11 @@ class SimulatedDrm:
                 device.uuid, device.energy_counter_base_millijoules * 1000.0) + energy_joules(
                 device.power_watts, device.idle_cycle, t0, t1) * 1e6
             busy = _busy_seconds(device.idle_cycle, t0, t1)
+            working = min(1.0, sum(p.sm_util_percent or 0 for p in
+                                   self._scenario.processes_by_device.get(device.uuid, ()))
+                          / 100.0)
+            self._idle_ms[device.uuid] = self._idle_ms.get(device.uuid, 0.0) + (
+                t1 - t0 - busy * working) * 1000.0
             for p in self._scenario.processes_by_device.get(device.uuid, ()):
                 if p.sm_util_percent:
                     key = (p.pid, p.device)
@@ -200,7 +209,8 @@ class SimulatedDrm:
                                    watts=power_at(device.power_watts, device.idle_cycle, seconds)))
         else:
             files.update(intel_files(device, energy_microjoules=self._energy_uj.get(
-                device.uuid, device.energy_counter_base_millijoules * 1000.0)))
+                device.uuid, device.energy_counter_base_millijoules * 1000.0),
+                idle_ms=self._idle_ms.get(device.uuid, 0.0)))
         for name, text in files.items():
             tree[f"{dev}/{name.replace('hwmon/', f'hwmon/hwmon{k}/')}"] = (_FILE, text)
         nodes = (f"card{device.minor}", device.minor), (f"renderD{render_minor(device)}",

@@ -79,11 +79,17 @@ def amd_files(device: SimDevice, *, busy: bool, watts: float) -> dict[str, str]:
     return files
 
 
-def intel_files(device: SimDevice, *, energy_microjoules: float) -> dict[str, str]:
-    """The i915 or xe hwmon files (``hwmon/<name>``), and the card's local memory: xe's tile
+def intel_files(device: SimDevice, *, energy_microjoules: float,
+                idle_ms: float = 0.0) -> dict[str, str]:
+    """The i915 or xe hwmon files (``hwmon/<name>``), the GT's idle residency in ms
+    (i915_gt_sysfs_pm.c, xe_gt_idle.c) and the card's local memory: xe's tile
     (xe_tile_sysfs.c), the out-of-tree i915's card attribute; no busy or memory-used file."""
     off = device.unsupported
     files = {"hwmon/name": f"{device.driver}\n"}
+    if "utilization" not in off:
+        residency = f"drm/card{device.minor}/gt/gt0/rc6_residency_ms" \
+            if device.driver == "i915" else "tile0/gt0/gtidle/idle_residency_ms"
+        files[residency] = f"{int(idle_ms)}\n"
     if "memory" not in off:
         memory = "tile0/physical_vram_size_bytes" if device.driver == "xe" \
             else f"drm/card{device.minor}/lmem_total_bytes"

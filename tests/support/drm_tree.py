@@ -15,6 +15,11 @@ What is written, and from where:
   ``energy1_input`` (µJ) and ``power1_max`` (µW); xe's ``temp2_input`` (m°C). i915's per-GT
   instances (``i915_gt<N>``) are written too, numbered *before* the device's, so a reader
   that takes the first instance rather than the one named ``i915`` reads the wrong one.
+- GT idle residency (ms): i915 ``drm/card<N>/gt/gt<M>/rc6_residency_ms``
+  (intel_gt_sysfs_pm.c), xe ``tile0/gt<M>/gtidle/idle_residency_ms`` (xe_gt_idle.c).
+- debugfs ``sys/kernel/debug/dri/<minor>/clients`` (drm_debugfs.c ``drm_clients_info``):
+  ``DrmTree.list_clients`` writes it, with or without the name and id columns of newer
+  kernels.
 - ``proc/<pid>/fd/<n>``: a link to ``/dev/dri/renderD<N>`` (or any other target), and
   ``proc/<pid>/fdinfo/<n>``: ``pos``/``flags``/``mnt_id``/``ino`` then the driver's ``drm-``
   lines, a tab after the colon, sizes as drm_file.c's print_size writes them
@@ -182,10 +187,48 @@ class DrmTree:
         if driver == "i915":
             for gt in range(gts):
                 self.add_hwmon(address, f"i915_gt{gt}", energy1_input=7_000_000_000 + gt)
+        for gt in range(gts):
+            self.set_idle_residency(address, 0, gt)
         self.add_hwmon(address, driver, device_level=True, energy1_input=energy_uj,
                        power1_max=power_max_uw, power1_rated_max=power_max_uw,
                        temp2_input=temp_mc)
         return d
+
+    def idle_residency_file(self, address: str, gt: int = 0) -> Path:
+        d = self.device_dir(address)
+        if os.readlink(d / "driver").endswith("/i915"):
+            card = next(n for n in sorted(os.listdir(d / "drm")) if n.startswith("card"))
+            return d / "drm" / card / "gt" / f"gt{gt}" / "rc6_residency_ms"
+        return d / "tile0" / f"gt{gt}" / "gtidle" / "idle_residency_ms"
+
+    def set_idle_residency(self, address: str, milliseconds: int | None, gt: int = 0) -> None:
+        """A GT's idle residency counter (None removes it: an older kernel)."""
+        path = self.idle_residency_file(address, gt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_value(path, milliseconds)
+
+    def list_clients(self, minor: int, clients: list[tuple[str, int, int, int | None]], *,
+                     names: bool = False, ids: bool = False) -> Path:
+        """``sys/kernel/debug/dri/<minor>/clients``: one line per (command, tgid, minor the
+        file was opened through, client ID) in drm_clients_info's format; ``names``: the
+        client name column (6.14), ``ids``: and the client ID column after it."""
+        header = f"{'command':>20} {'tgid':>5} {'dev':>3} master a {'uid':>5} {'magic':>10}"
+        if names:
+            header += f" {'name':>64}"
+        if ids:
+            header += f" {'id':>20}"
+        lines = [header]
+        for command, tgid, dev, client_id in clients:
+            line = f"{command:>20} {tgid:5d} {dev:3d}   n    n {0:5d} {0:10d}"
+            if names:
+                line += f" {'<unset>':>64}"
+            if ids:
+                line += f" {client_id or 0:20d}"
+            lines.append(line)
+        path = self.sysfs / "kernel" / "debug" / "dri" / str(minor) / "clients"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, "\n".join(lines) + "\n")
+        return path
 
     def add_hwmon(self, address: str, name: str, *, device_level: bool = False,
                   **files: int | str | None) -> Path:

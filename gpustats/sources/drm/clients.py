@@ -5,60 +5,69 @@ A DRM file is an fd whose ``<proc>/<pid>/fd/<fd>`` link names ``/dev/dri/card<N>
 
 Counting each client once: the spec (drm-usage-stats.rst) makes ``drm-client-id`` unique to
 one open file (globally, or per device: so it is keyed with ``drm-pdev``); a dup'ed,
-inherited or passed fd shows the same client, in the same or another PID. It is counted once
-and attributed to the lowest PID holding it. A driver that prints no client ID gets one
-client per (PID, fd).
+inherited or passed fd shows the same client, in the same or another PID. It is counted once;
+whose it is where several processes hold it is ``owners.py``'s rule (a client without an owner
+is still counted: its engine time is the device's, unattributed). A driver that prints no
+client ID gets one client per (PID, fd).
 
-Bounding the cost: PIDs known to hold a DRM fd are read every scan, a PID not seen before
-once when it appears, and every PID again every ``rescan_every`` scans (a process may open
-the GPU later); of a process's open files, the first ``MAX_FDS_PER_PID``. Reading another
-user's fds needs ptrace access (CAP_SYS_PTRACE; fs/proc/fd.c): a refused PID is counted,
-logged once per kind of read, retried at the next full rescan, and while any is refused the
-scan is not ``complete``.
+Which processes are read: where the kernel lists every device's clients (``debugfs.py``), the
+processes it names, each time (a client is seen at the first scan after it opens). Else the
+bounded scan: PIDs known to hold a DRM fd every scan, a PID not seen before once when it
+appears, and every PID again every ``rescan_every`` scans (the fd tables of those not known to
+hold one walked again: a process may open the GPU later), or at once when ``force``d (a device
+did work its clients seen do not account for: every fd table walked). Each process's files
+are found by ``fd_walk.py`` (fd links walked only when its fd table may have changed), within
+a budget per scan (``budget.py``): the processes it leaves are read first at the next scan and
+reported as ``deferred``. Reading another user's fds needs ptrace access (CAP_SYS_PTRACE;
+fs/proc/fd.c): a refused PID is counted, logged once per kind of read, retried at the next
+full rescan, and while any is refused the scan is not ``complete``. A process's open files
+are looked at up to ``fd_walk.MAX_FDS_PER_PID``.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
 - A client found by the daemon's first scan is a baseline (0 this tick); one found by a later
   scan opened since the previous one (or was only now found by a rescan), so its whole
-  cumulative value counts in this tick.
+  cumulative value counts in this tick, up to the bound below.
 - i915 and amdgpu: Δ``drm-engine-<class>`` ns / 1e9. xe: Δ``drm-cycles-<class>`` /
   Δ``drm-total-cycles-<class>`` × the time since the client's previous read (for a client new
   since the last scan: its cycles over the GPU clock's rate seen from that device's other
   clients, else 0).
-- These are *engine* seconds: a class with N engines can give up to N seconds per second.
-  Nothing is divided by capacity here, so two clients whose ``drm-engine-gfx`` grow 3:1 get
-  busy seconds 3:1 whatever the class; a utilization divides by capacity (``intel.py``).
+- A client last read before the previous scan (its holder refused, or left by the budget)
+  counts the tick's part of what grew since, spread evenly (``within_tick``).
+- These are *engine* seconds: a class with N engines (``drm-engine-capacity``) can give up to
+  N seconds per second, and no client counts more than that over the tick. Two clients whose
+  ``drm-engine-gfx`` grow 3:1 get busy seconds 3:1 whatever the class; a utilization divides
+  by capacity (``engine_bounds.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Container, Iterable, Mapping
 
-from gpustats.hostfs import UnsafeFile
 from gpustats.model.record import record
-from gpustats.sources.drm.fdinfo import DrmFdinfo, parse_fdinfo
+from gpustats.sources.drm.budget import ReadBudget, RoundRobin
+from gpustats.sources.drm.fd_walk import (
+    REFUSED_FD, REFUSED_FDINFO, Deferred, FdWalker, Listed, Refused, client_key,
+)
+from gpustats.sources.drm.fdinfo import DrmFdinfo
+from gpustats.sources.drm.owners import Held as _Held
+from gpustats.sources.drm.owners import owners_of
 from gpustats.sources.drm.reads import FsReads
 
 log = logging.getLogger(__name__)
 
-_DRM_LINK = re.compile(r"/dev/dri/(?:card|renderD)(\d+)")
 LOCAL_REGIONS = ("vram", "local")        # amdgpu vram, xe vram<N>, i915 local<N>
-REFUSED_FD = "fd"                        # listing <pid>/fd or reading one of its links
-REFUSED_FDINFO = "fdinfo"
-# The open files looked at per process: a GPU process opens /dev/dri early, and a server
-# holding a million sockets costs a million link reads a scan otherwise.
-MAX_FDS_PER_PID = 4096
+CGROUP_BYTES = 65536
 
 
 @record
 class ClientTick:
     """One DRM client in one scan."""
 
-    pid: int                                  # the lowest PID holding it
+    pid: int | None                           # its owner (owners.py); None: none decided
     driver: str
     pdev: str | None                          # PCI address, from drm-pdev
     node_minor: int | None                    # from the /dev/dri node name in the fd's link
@@ -76,6 +85,7 @@ class ClientScan:
     clients: tuple[ClientTick, ...]
     interval_seconds: float | None            # since the previous scan; None on the first
     complete: bool                            # no process's files were refused
+    deferred: tuple[int, ...] = ()            # PIDs the budget left for the next scan
 
 
 @dataclass
@@ -100,7 +110,8 @@ class ClientScanner:
     """Scans ``<proc>`` for the DRM clients of some drivers, scan after scan."""
 
     def __init__(self, proc_root: str, fs: FsReads, drivers: Iterable[str], *,
-                 rescan_every: int = 12, monotonic: Callable[[], float]):
+                 rescan_every: int = 12, monotonic: Callable[[], float],
+                 budget: ReadBudget | None = None):
         self._proc = proc_root
         self._fs = fs
         self._drivers = frozenset(drivers)
@@ -111,94 +122,87 @@ class ClientScanner:
         self._seen: set[int] = set()              # PIDs listed at least once
         self._holders: set[int] = set()           # PIDs that held a DRM fd when last read
         self._refused: set[int] = set()
-        self._crowded: set[int] = set()           # PIDs with more open files than are read
+        self._walker = FdWalker(proc_root, fs)
+        self._budget = budget or ReadBudget(lambda: fs.calls, monotonic)
+        self._turns = RoundRobin()
         self._kept: dict[tuple, _Kept] = {}
         self._gpu_hz: dict[str | None, float] = {}   # xe: the GPU clock's rate per device
         self.refusals: dict[str, int] = {REFUSED_FD: 0, REFUSED_FDINFO: 0}
 
-    def scan(self) -> ClientScan:
+    def scan(self, listed: Mapping[int, Listed] | None = None, force: bool = False
+             ) -> ClientScan:
+        """One scan. ``listed``: what the kernel lists per tgid for every device (None: no
+        list: the bounded scan of every process); ``force``: a full rescan now, every fd
+        table walked (the devices did work their clients seen do not account for)."""
         now = self._monotonic()
         interval = now - self._last_at if self._last_at is not None else None
-        found = self._find_clients(self._pids_to_read())
+        self._budget.start()
+        periodic = listed is None and self._scans % self._rescan_every == 0
+        remembered = self._walker.remembered
+        pids = self._pids_to_read(listed, force or periodic, () if force else remembered)
+        holders, deferred = self._find_clients(
+            pids, listed, lambda pid: force or (periodic and pid not in remembered))
         first = self._scans == 0
-        clients = tuple(self._tick(key, pid, minor, info, now, first)
-                        for key, (pid, minor, info) in found.items())
-        self._age_unseen(found)
+        owners = owners_of(holders, listed, self._cgroup)
+        clients = tuple(self._tick(key, owners.get(key), files[0][1], files[0][2], now, first,
+                                   interval)
+                        for key, files in holders.items())
+        self._age_unseen(holders, deferred)
         self._scans += 1
         self._last_at = now
-        return ClientScan(clients, interval, not self._refused)
+        return ClientScan(clients, interval, not self._refused, deferred)
 
-    def _pids_to_read(self) -> list[int]:
-        pids = sorted(int(n) for n in self._fs.names(self._proc) if n.isascii() and n.isdigit())
-        alive = set(pids)
+    def _pids_to_read(self, listed: Mapping[int, Listed] | None, every: bool,
+                      cheap: Container[int]) -> list[int]:
+        if listed is not None:
+            alive = set(listed)
+            pids = list(alive)
+        else:
+            pids = [int(n) for n in self._fs.names(self._proc) if n.isascii() and n.isdigit()]
+            alive = set(pids)
         self._seen &= alive
         self._holders &= alive
         self._refused &= alive
-        self._crowded &= alive
-        if self._scans % self._rescan_every == 0:
-            return pids
-        return [p for p in pids if p in self._holders or p not in self._seen]
+        self._walker.forget_except(alive)
+        if listed is None and not every:
+            pids = [p for p in pids if p in self._holders or p not in self._seen]
+        return self._turns.order(pids, cheap)
 
-    def _find_clients(self, pids: list[int]) -> dict[tuple, tuple[int, int | None, DrmFdinfo]]:
-        """Each client once, under its key, with the lowest PID holding it (``pids`` sorted)."""
-        found: dict[tuple, tuple[int, int | None, DrmFdinfo]] = {}
-        for pid in pids:
-            self._seen.add(pid)
-            files = self._drm_files(pid)
-            if files is None:
+    def _find_clients(self, pids: list[int], listed: Mapping[int, Listed] | None,
+                      walk: Callable[[int], bool]
+                      ) -> tuple[dict[tuple, list[_Held]], tuple[int, ...]]:
+        """Every holder of each client, by key; the PIDs the budget left for the next scan."""
+        found: dict[tuple, list[_Held]] = {}
+        for n, pid in enumerate(pids):
+            if not self._budget.left():
+                self._turns.carry(pids[n:])
+                return found, tuple(pids[n:])
+            try:
+                files = self._walker.files(pid, listed.get(pid) if listed is not None else None,
+                                           walk(pid), self._budget.left)
+            except Deferred:                 # not seen yet: read again at the next scan
+                self._turns.carry(pids[n:])
+                return found, tuple(pids[n:])
+            except Refused as refused:
+                self._seen.add(pid)
+                self._refuse(refused.kind)
                 self._refused.add(pid)
                 continue
+            self._seen.add(pid)
             self._refused.discard(pid)
             if files:
                 self._holders.add(pid)
             else:
                 self._holders.discard(pid)
-            for fd, minor, info in files:
-                if info.driver not in self._drivers:
-                    continue
-                key = (info.pdev, info.client_id) if info.client_id is not None \
-                    else (info.pdev, pid, fd)
-                found.setdefault(key, (pid, minor, info))
-        return found
+            for f in files:
+                if f.info.driver in self._drivers:
+                    found.setdefault(client_key(f.info, pid, f.fd), []).append(
+                        (pid, f.minor, f.info))
+        self._turns.carry([])
+        return found, ()
 
-    def _drm_files(self, pid: int) -> list[tuple[str, int | None, DrmFdinfo]] | None:
-        """The DRM files a PID holds (fd, node minor, stats); ``None`` when refused. A process
-        that ended meanwhile holds none."""
-        fd_dir = os.path.join(self._proc, str(pid), "fd")
-        try:
-            fds = self._fs.names_or_raise(fd_dir, MAX_FDS_PER_PID)
-        except PermissionError:
-            self._refuse(REFUSED_FD)
-            return None
-        except OSError:
-            return []
-        if len(fds) == MAX_FDS_PER_PID and pid not in self._crowded:
-            self._crowded.add(pid)
-            log.info("PID %d holds %d or more open files: its DRM clients are looked for among "
-                     "the first %d only", pid, MAX_FDS_PER_PID, MAX_FDS_PER_PID)
-        files: list[tuple[str, int | None, DrmFdinfo]] = []
-        for fd in fds:
-            try:
-                target = self._fs.link_or_raise(os.path.join(fd_dir, fd))
-            except PermissionError:
-                self._refuse(REFUSED_FD)
-                return None
-            except OSError:
-                continue                              # closed meanwhile
-            match = _DRM_LINK.fullmatch(target)
-            if match is None:
-                continue
-            try:
-                data = self._fs.data_or_raise(os.path.join(self._proc, str(pid), "fdinfo", fd))
-            except PermissionError:
-                self._refuse(REFUSED_FDINFO)
-                return None
-            except (OSError, UnsafeFile):
-                continue
-            info = parse_fdinfo(data.decode("utf-8", "replace"))
-            if info is not None:
-                files.append((fd, int(match.group(1)), info))
-        return files
+    def _cgroup(self, pid: int) -> str | None:
+        return self._fs.text(os.path.join(self._proc, str(pid), "cgroup"), CGROUP_BYTES)
 
     def _refuse(self, kind: str) -> None:
         self.refusals[kind] += 1
@@ -208,8 +212,8 @@ class ClientScanner:
                         "PID namespace) to read other users' DRM clients. Refusals are counted, "
                         "not logged again", "open files" if kind == REFUSED_FD else "fdinfo")
 
-    def _tick(self, key: tuple, pid: int, minor: int | None, info: DrmFdinfo,
-              now: float, first: bool) -> ClientTick:
+    def _tick(self, key: tuple, pid: int | None, minor: int | None, info: DrmFdinfo,
+              now: float, first: bool, tick: float | None) -> ClientTick:
         kept = self._kept.get(key)
         if kept is None:
             kept = self._kept[key] = _Kept()
@@ -223,8 +227,8 @@ class ClientScanner:
         for engine, busy in self._cycle_seconds(kept, info, interval).items():
             seconds.setdefault(engine, busy)       # a class timed in ns too is not counted twice
         return ClientTick(pid=pid, driver=info.driver, pdev=info.pdev, node_minor=minor,
-                          engine_seconds=seconds, capacity=dict(info.capacity),
-                          local_memory_bytes=local_memory(info))
+                          engine_seconds=within_tick(seconds, info.capacity, tick, interval),
+                          capacity=dict(info.capacity), local_memory_bytes=local_memory(info))
 
     def _cycle_seconds(self, kept: _Kept, info: DrmFdinfo,
                        interval: float | None) -> dict[str, float]:
@@ -249,15 +253,29 @@ class ClientScanner:
             kept.total_cycles[engine] = total
         return out
 
-    def _age_unseen(self, found: dict) -> None:
+    def _age_unseen(self, found: Mapping[tuple, list[_Held]], deferred: tuple[int, ...]
+                    ) -> None:
         """A client not found for ``rescan_every`` scans is forgotten (closed; IDs are not
-        reused). Kept that long, one whose holder could not be read for a while is not
-        counted from zero again when it is read."""
+        reused). Kept that long, one whose holder could not be read for a while (refused,
+        or left for a later scan by the budget) is not counted from zero again when it is."""
         for key in [k for k in self._kept if k not in found]:
             kept = self._kept[key]
             kept.unseen_scans += 1
-            if kept.unseen_scans > self._rescan_every:
+            if kept.unseen_scans > self._rescan_every * (2 if deferred else 1):
                 del self._kept[key]
+
+
+def within_tick(seconds: dict[str, float], capacity: Mapping[str, int], tick: float | None,
+                since: float | None) -> dict[str, float]:
+    """A client's engine seconds as this tick's: what grew since its previous read spread
+    evenly over the time since (``since``: longer than the tick where its holder was not read
+    at the previous scan; the earlier ticks' part was theirs, left unattributed there), then
+    at most the tick's length × the class's engines (``drm-engine-capacity``, 1 when absent):
+    no client may claim more engine time than the tick held."""
+    if tick is None or not tick > 0:
+        return seconds
+    part = min(1.0, tick / since) if since is not None and since > 0 else 1.0
+    return {e: min(busy * part, tick * max(1, capacity.get(e, 1))) for e, busy in seconds.items()}
 
 
 def _grow(kept: dict[str, int], now: dict[str, int]) -> dict[str, int]:

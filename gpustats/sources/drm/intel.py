@@ -1,19 +1,21 @@
-"""An i915 or xe device's hwmon values, and its utilization from its clients' engine time; its
+"""An i915 or xe device's hwmon values, and its duty cycle from its GTs' idle residency; its
 name by PCI device ID and its local memory (``intel_models``).
 
 hwmon (Documentation/ABI/testing/sysfs-driver-intel-{i915,xe}-hwmon): ``energy1_input`` (µJ,
 a 64-bit accumulator the driver advances on each read), ``power1_max`` (PL1, µW; 0 means
 disabled), xe's ``temp2_input`` (package, m°C, 6.15+). Neither driver has a power file: the
-engine derives power from the energy counter's rate. Neither has a memory-used file.
+engine derives power from the energy counter's rate. Neither has a memory-used file. The duty
+cycle is the device's own (``gt_idle.py``), never inferred from the clients the daemon sees: a
+client it does not see would make a busy GPU read idle, and its power be learned as the idle.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from typing import Callable
 
-from gpustats.sources.drm.clients import ClientTick
 from gpustats.sources.drm.devices import DeviceValues, DrmDevice
+from gpustats.sources.drm.gt_idle import GtIdle
 from gpustats.sources.drm.hwmon import HwmonDirs, celsius, watts
 from gpustats.sources.drm.intel_models import local_memory_bytes, model_name
 from gpustats.sources.drm.reads import FsReads
@@ -30,6 +32,7 @@ class IntelValues:
         self._monotonic = monotonic
         self._hwmon = HwmonDirs(fs)
         self._identity: dict[str, tuple[str | None, int | None]] = {}
+        self._gt_idle = GtIdle(fs, monotonic)
 
     def read(self, device: DrmDevice) -> DeviceValues:
         fs = self._fs
@@ -48,13 +51,15 @@ class IntelValues:
             energy_counter_millijoules=energy_uj // 1000 if energy_uj is not None
             and energy_uj >= 0 else None,
             power_limit_watts=watts(limit) if limit else None,
-            temperature_celsius=celsius(value("temp2_input")))
+            temperature_celsius=celsius(value("temp2_input")),
+            utilization_percent=self._gt_idle.duty_percent(device))
 
     def forget(self, addresses: set[str]) -> None:
-        """Drop the names and memory kept of devices no longer on the bus (the hwmon
-        directory is found again when needed)."""
+        """Drop the names and memory kept of devices no longer on the bus and the GTs' last
+        idle residency read (the hwmon directory is found again when needed)."""
         for address in addresses & set(self._identity):
             del self._identity[address]
+        self._gt_idle.forget(addresses)
 
     def _identity_of(self, device: DrmDevice) -> tuple[str | None, int | None]:
         """The card's name (by PCI device ID) and local memory, read once per device (the
@@ -65,21 +70,3 @@ class IntelValues:
             kept = self._identity[device.address] = (
                 name, local_memory_bytes(self._fs, device.path, device.card))
         return kept
-
-
-def engine_utilization(clients: Iterable[ClientTick], seconds: float | None) -> int | None:
-    """The busiest engine class's utilization over the tick: Σ of the clients' busy engine
-    seconds / (tick × the class's capacity), 0 to 100. ``None`` without an interval (the
-    first scan)."""
-    if seconds is None or not seconds > 0:
-        return None
-    busy: dict[str, float] = {}
-    capacity: dict[str, int] = {}
-    for client in clients:
-        for engine, engine_seconds in client.engine_seconds.items():
-            busy[engine] = busy.get(engine, 0.0) + engine_seconds
-            capacity[engine] = max(capacity.get(engine, 1), client.capacity.get(engine, 1))
-    if not busy:
-        return 0
-    percent = max(busy[e] / (seconds * capacity[e]) for e in busy) * 100
-    return int(round(min(100.0, max(0.0, percent))))
