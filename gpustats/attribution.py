@@ -9,7 +9,8 @@ Active energy is split across processes: exclusive → all of it; time-sliced or
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 a process NVML's accounting saw end during the tick, without samples of it → by utilization ×
 the part of the tick each process ran (``_weights_with_accounting``); processes whose engine
-busy time the driver measured (DRM fdinfo: AMD, Intel) → by that time (``SHARE_ENGINE_TIME``);
+busy time the driver measured (DRM fdinfo: AMD, Intel) → by that time (``SHARE_ENGINE_TIME``;
+bounded by the tick's length where some process could not be read: ``engine_time_weights``);
 MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
 active as the mean of the known ones; equal only when none is known), then equally across each
 instance's processes. Idle energy is never attributed. No process is billed for more of a
@@ -25,11 +26,12 @@ from dataclasses import field
 from typing import Iterable, Mapping, TypeGuard
 
 from gpustats.model.attribution import (
-    SHARE_ACCOUNTING, SHARE_ENGINE_TIME, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
+    SHARE_ACCOUNTING, SHARE_EQUAL, SHARE_EXCLUSIVE, SHARE_MIG_ACTIVITY,
     SHARE_MIG_ASSUMED, SHARE_MIG_EQUAL, SHARE_SM_UTIL,
     SHARING_EXCLUSIVE, SHARING_MIG, SHARING_MPS, SHARING_TIME_SLICING,
     DeviceAttribution, ProcessAttribution,
 )
+from gpustats.attribution_engine_time import engine_time_weights
 from gpustats.model.device import MigInstanceReading, ProcessReading, ProcessSample
 from gpustats.model.record import record
 
@@ -191,6 +193,7 @@ class DeviceTickInput:
     device_energy_joules: float | None = None          # the device counter's gain (ledger)
     processes: tuple[ProcessReading, ...] = ()
     processes_known: bool = True                       # False: the process list is unreadable
+    unseen_holders: bool = False                       # some process could not be read at all
     samples: tuple[ProcessSample, ...] | None = None   # None: no sample source
     mps: bool | None = None
     mig_enabled: bool = False
@@ -260,18 +263,6 @@ def _engine_seconds(processes: tuple[ProcessReading, ...]) -> dict[int, float] |
             return None
         busy[p.pid] = max(0.0, seconds)
     return busy
-
-
-def _weights_by_engine_time(busy: Mapping[int, float]) -> tuple[dict[int, float], str]:
-    """Shares by the engine time each process used in the tick, as the driver measured it:
-    not sampled, so a time-sliced GPU splits as its clients used it. No engine time at all
-    while the GPU drew power above idle: equal, as ``_weights`` does without samples."""
-    if len(busy) == 1:
-        return {pid: 1.0 for pid in busy}, SHARE_EXCLUSIVE
-    total = sum(busy.values())
-    if total > 0:
-        return {pid: seconds / total for pid, seconds in busy.items()}, SHARE_ENGINE_TIME
-    return {pid: 1.0 / len(busy) for pid in busy}, SHARE_EQUAL
 
 
 def _weights_with_accounting(inp: DeviceTickInput, processes: tuple[ProcessReading, ...],
@@ -380,7 +371,8 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
         measured = _engine_seconds(unique)
         if measured is not None:
-            weights, method = _weights_by_engine_time(measured)
+            weights, method = engine_time_weights(
+                measured, inp.dt_seconds if inp.unseen_holders else None)
             methods = dict.fromkeys(by_pid, method)
         elif any(p.accounted is not None for p in unique):
             weights, methods = _weights_with_accounting(inp, unique, values)

@@ -20,6 +20,7 @@ from gpustats.config import Config, ConfigError, build_arg_parser, reload_change
 from gpustats.engine.collector import Housekeeper
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.dra import ClaimResolver
+from gpustats.engine.drm_source import ReportedDrmSweeper
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
@@ -98,29 +99,6 @@ class _ReportedSweeper:
             self._errors.failed("nvml", "driver_gone", f"NVML session lost: {exc}")
             raise
         self._errors.succeeded("nvml")
-        return readings
-
-
-class _ReportedDrmSweeper:
-    """An AMD or Intel sweeper whose every sweep marks its source (``amd``, ``intel``) working,
-    or failing while other processes' DRM fdinfo is refused (their GPUs' processes unknown)."""
-
-    def __init__(self, sweeper, vendor: str, errors: CollectionErrors):
-        self._sweeper = sweeper
-        self._vendor = vendor
-        self._errors = errors
-
-    def __getattr__(self, name: str):
-        return getattr(self._sweeper, name)
-
-    def sweep(self):
-        readings = self._sweeper.sweep()
-        if any("processes" in r.unsupported_fields for r in readings):
-            self._errors.failed(self._vendor, "fdinfo_refused",
-                                "other processes' DRM fdinfo is refused (CAP_SYS_PTRACE "
-                                "missing?): their GPU processes are unknown")
-        elif readings:
-            self._errors.succeeded(self._vendor)
         return readings
 
 
@@ -265,8 +243,8 @@ class Daemon:
     def _drm_opener(self, vendor: Vendor, roots: HostRoots, refresh):
         def open_session():
             from gpustats.sources.drm.sweep import DrmSweeper
-            return _ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
-                                       vendor.name, self.errors), None
+            return ReportedDrmSweeper(DrmSweeper(vendor.name, roots, before_sweep=refresh),
+                                      vendor.name, self.errors), None
         return open_session
 
     def _persisted(self, problem: Problem | None) -> None:

@@ -274,8 +274,9 @@ def test_refused_processes_are_unknown(tree):
     tree.refuse(300)
     clock = Clock(0.0)
     fs = FsReads(listdir=listdir_as_unprivileged)
-    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=fs)
-    amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged))
+    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=fs, capabilities=lambda: 0)
+    amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged),
+                   capabilities=lambda: 0)
     intel.sweep()
     amd.sweep()
     clock.now += 5
@@ -313,7 +314,7 @@ def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monke
 
 def test_a_refused_scan_marks_the_vendors_source_failing():
     """The daemon's wrapper turns "processes unknown" into the source's state and reason."""
-    from gpustats.cli import _ReportedDrmSweeper
+    from gpustats.engine.drm_source import ReportedDrmSweeper
     from gpustats.model.device import DeviceIdentity, DeviceReading
     from gpustats.sources.errors import CollectionErrors
 
@@ -325,10 +326,30 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
                                   monotonic_seconds=0.0, unsupported_fields=self.unsupported),)
 
     errors, sweeper = CollectionErrors(), Sweeper()
-    reported = _ReportedDrmSweeper(sweeper, "amd", errors)
+    reported = ReportedDrmSweeper(sweeper, "amd", errors, capabilities=lambda: 1 << 19)
     reported.sweep()
-    assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == [
-        ("amd", "failing", "fdinfo_refused")]
+    [state] = errors.states()
+    assert (state.source, state.state, state.last_error_reason) == (
+        "amd", "failing", "fdinfo_refused")
+    assert "the daemon lacks CAP_DAC_READ_SEARCH;" in state.last_error     # not the one held
     sweeper.unsupported = frozenset()
     reported.sweep()
     assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]
+
+
+def test_an_unreadable_process_is_named_and_the_source_stays_ok():
+    from gpustats.engine.drm_source import ReportedDrmSweeper
+    from gpustats.model.device import DeviceIdentity, DeviceReading
+    from gpustats.sources.errors import CollectionErrors
+
+    class Sweeper:
+        def sweep(self):
+            return (DeviceReading(identity=DeviceIdentity(index=0, uuid="amd-1", vendor="amd"),
+                                  monotonic_seconds=0.0, unreadable_pids=(4242,)),)
+
+    errors = CollectionErrors()
+    ReportedDrmSweeper(Sweeper(), "amd", errors, capabilities=lambda: 0x80004).sweep()
+    [state] = errors.states()
+    assert (state.state, state.last_error_reason) == ("ok", "process_unreadable")
+    assert state.last_error.startswith("PID 4242 cannot be read although the daemon holds")
+    assert ("amd", "process_unreadable", 1) in errors.totals()

@@ -9,7 +9,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpustats"
 PURE = {"model"}
 RULES = {
     "model": set(),
-    "attribution": PURE,
+    "attribution": PURE | {"attribution_engine_time"},
+    "attribution_engine_time": PURE,    # the engine-time split of DRM GPUs (pure)
     "health": PURE,
     "saturation": PURE,
     "hostfs": set(),

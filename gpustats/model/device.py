@@ -163,3 +163,7 @@ class DeviceReading:
     performance_state: int | None = None
     lowest_performance_state: int | None = None
     unsupported_fields: frozenset[str] = field(default_factory=frozenset)
+    # PIDs whose GPU use could not be read whatever the daemon's capabilities (DRM fdinfo
+    # refused by a security module): the process list is whole but for them, which may be
+    # on this GPU.
+    unreadable_pids: tuple[int, ...] = ()

@@ -12,9 +12,11 @@ client per (PID, fd).
 Bounding the cost: PIDs known to hold a DRM fd are read every scan, a PID not seen before
 once when it appears, and every PID again every ``rescan_every`` scans (a process may open
 the GPU later); of a process's open files, the first ``MAX_FDS_PER_PID``. Reading another
-user's fds needs ptrace access (CAP_SYS_PTRACE; fs/proc/fd.c): a refused PID is counted,
-logged once per kind of read, retried at the next full rescan, and while any is refused the
-scan is not ``complete``.
+user's fds needs CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (``proc_access``): a refused PID is
+counted, logged once per kind of read (naming the capability the daemon lacks), retried at
+the next full rescan, and while any is refused for want of a capability the scan is not
+``complete``. A PID refused although the daemon holds both (a security module, another user
+namespace) is ``unreadable``: it alone stays unknown, and the scan of the others is complete.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
@@ -42,13 +44,15 @@ from gpustats.hostfs import UnsafeFile
 from gpustats.model.record import record
 from gpustats.sources.drm.fdinfo import DrmFdinfo, parse_fdinfo
 from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.proc_access import READ_FD, READ_FDINFO, missing, read_effective, \
+    refusal_words
 
 log = logging.getLogger(__name__)
 
 _DRM_LINK = re.compile(r"/dev/dri/(?:card|renderD)(\d+)")
 LOCAL_REGIONS = ("vram", "local")        # amdgpu vram, xe vram<N>, i915 local<N>
-REFUSED_FD = "fd"                        # listing <pid>/fd or reading one of its links
-REFUSED_FDINFO = "fdinfo"
+REFUSED_FD = READ_FD                     # listing <pid>/fd or reading one of its links
+REFUSED_FDINFO = READ_FDINFO
 # The open files looked at per process: a GPU process opens /dev/dri early, and a server
 # holding a million sockets costs a million link reads a scan otherwise.
 MAX_FDS_PER_PID = 4096
@@ -75,7 +79,9 @@ class ClientTick:
 class ClientScan:
     clients: tuple[ClientTick, ...]
     interval_seconds: float | None            # since the previous scan; None on the first
-    complete: bool                            # no process's files were refused
+    complete: bool                            # no process's files were refused for want
+                                              # of a capability
+    unreadable: tuple[int, ...] = ()          # PIDs refused although the daemon holds them
 
 
 @dataclass
@@ -100,7 +106,8 @@ class ClientScanner:
     """Scans ``<proc>`` for the DRM clients of some drivers, scan after scan."""
 
     def __init__(self, proc_root: str, fs: FsReads, drivers: Iterable[str], *,
-                 rescan_every: int = 12, monotonic: Callable[[], float]):
+                 rescan_every: int = 12, monotonic: Callable[[], float],
+                 capabilities: Callable[[], int | None] = read_effective):
         self._proc = proc_root
         self._fs = fs
         self._drivers = frozenset(drivers)
@@ -110,7 +117,10 @@ class ClientScanner:
         self._last_at: float | None = None
         self._seen: set[int] = set()              # PIDs listed at least once
         self._holders: set[int] = set()           # PIDs that held a DRM fd when last read
-        self._refused: set[int] = set()
+        self._refused: set[int] = set()           # for want of a capability
+        self._unreadable: set[int] = set()        # whatever the daemon's capabilities
+        self._capabilities = capabilities()       # the daemon's effective set, once
+        self._logged: set[str] = set()            # kinds of refusal logged
         self._crowded: set[int] = set()           # PIDs with more open files than are read
         self._kept: dict[tuple, _Kept] = {}
         self._gpu_hz: dict[str | None, float] = {}   # xe: the GPU clock's rate per device
@@ -126,7 +136,7 @@ class ClientScanner:
         self._age_unseen(found)
         self._scans += 1
         self._last_at = now
-        return ClientScan(clients, interval, not self._refused)
+        return ClientScan(clients, interval, not self._refused, tuple(sorted(self._unreadable)))
 
     def _pids_to_read(self) -> list[int]:
         pids = sorted(int(n) for n in self._fs.names(self._proc) if n.isascii() and n.isdigit())
@@ -134,6 +144,7 @@ class ClientScanner:
         self._seen &= alive
         self._holders &= alive
         self._refused &= alive
+        self._unreadable &= alive
         self._crowded &= alive
         if self._scans % self._rescan_every == 0:
             return pids
@@ -146,9 +157,9 @@ class ClientScanner:
             self._seen.add(pid)
             files = self._drm_files(pid)
             if files is None:
-                self._refused.add(pid)
-                continue
+                continue                              # refused: _refuse placed it
             self._refused.discard(pid)
+            self._unreadable.discard(pid)
             if files:
                 self._holders.add(pid)
             else:
@@ -168,7 +179,7 @@ class ClientScanner:
         try:
             fds = self._fs.names_or_raise(fd_dir, MAX_FDS_PER_PID)
         except PermissionError:
-            self._refuse(REFUSED_FD)
+            self._refuse(REFUSED_FD, pid)
             return None
         except OSError:
             return []
@@ -181,7 +192,7 @@ class ClientScanner:
             try:
                 target = self._fs.link_or_raise(os.path.join(fd_dir, fd))
             except PermissionError:
-                self._refuse(REFUSED_FD)
+                self._refuse(REFUSED_FD, pid)
                 return None
             except OSError:
                 continue                              # closed meanwhile
@@ -191,7 +202,7 @@ class ClientScanner:
             try:
                 data = self._fs.data_or_raise(os.path.join(self._proc, str(pid), "fdinfo", fd))
             except PermissionError:
-                self._refuse(REFUSED_FDINFO)
+                self._refuse(REFUSED_FDINFO, pid)
                 return None
             except (OSError, UnsafeFile):
                 continue
@@ -200,13 +211,25 @@ class ClientScanner:
                 files.append((fd, int(match.group(1)), info))
         return files
 
-    def _refuse(self, kind: str) -> None:
+    def _refuse(self, kind: str, pid: int) -> None:
+        """A refused PID: for want of a capability (every GPU's processes unknown), or
+        unreadable whatever the capabilities (that PID alone unknown)."""
         self.refusals[kind] += 1
-        if self.refusals[kind] == 1:
-            log.warning("reading processes' %s was refused (permission denied): GPU processes "
-                        "are not fully known; the daemon needs CAP_SYS_PTRACE (and the host's "
-                        "PID namespace) to read other users' DRM clients. Refusals are counted, "
-                        "not logged again", "open files" if kind == REFUSED_FD else "fdinfo")
+        lacking = missing(kind, self._capabilities)
+        if not lacking:
+            if not self._unreadable:
+                log.warning("PID %d: %s; its GPU use, if any, stays unattributed. Other such "
+                            "PIDs are named in the source's reason, not logged", pid,
+                            refusal_words(kind, lacking))
+            self._unreadable.add(pid)
+            self._refused.discard(pid)
+            return
+        self._refused.add(pid)
+        self._unreadable.discard(pid)
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("%s; GPU processes are not fully known. Refusals are counted, not "
+                        "logged again", refusal_words(kind, lacking))
 
     def _tick(self, key: tuple, pid: int, minor: int | None, info: DrmFdinfo,
               now: float, first: bool) -> ClientTick:

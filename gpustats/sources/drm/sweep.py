@@ -5,8 +5,10 @@ Each sweep: the vendor's GPUs on the PCI bus (``devices.py``), one scan of ``/pr
 DRM clients (``clients.py``), each device's sysfs and hwmon values (``amdgpu.py``,
 ``intel.py``). A device's processes are the PIDs of its clients (matched by ``drm-pdev``, or by
 the node's minor where a driver prints no ``drm-pdev``), each with its clients' resident
-device memory and engine busy seconds over the tick. Where some process's files were refused,
-``"processes"`` is in the reading's ``unsupported_fields``: its process list is not the whole.
+device memory and engine busy seconds over the tick. Where some process's files were refused
+for want of a capability, ``"processes"`` is in the reading's ``unsupported_fields``: its
+process list is not the whole. PIDs refused whatever the daemon's capabilities are the
+reading's ``unreadable_pids``: the list is whole but for them.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class DrmSweeper:
 
     def __init__(self, vendor: str, roots: HostRoots, *,
                  monotonic: Callable[[], float] = time.monotonic, rescan_every: int = 12,
-                 before_sweep: Callable[[], None] | None = None, fs: FsReads | None = None):
+                 before_sweep: Callable[[], None] | None = None, fs: FsReads | None = None,
+                 capabilities: Callable[[], int | None] | None = None):
         if vendor not in _VENDORS:
             raise ValueError(f"not a DRM vendor: {vendor!r}")
         self._vendor = _VENDORS[vendor]
@@ -41,7 +44,8 @@ class DrmSweeper:
         self._before_sweep = before_sweep
         self._discovery = DeviceDiscovery(roots, self._vendor, self._fs)
         self._clients = ClientScanner(roots.proc, self._fs, self._vendor.drivers,
-                                      rescan_every=rescan_every, monotonic=monotonic)
+                                      rescan_every=rescan_every, monotonic=monotonic,
+                                      **({"capabilities": capabilities} if capabilities else {}))
         self._values = (AmdgpuValues if vendor == VENDOR_AMD else IntelValues)(self._fs,
                                                                                monotonic)
         self._identities: dict[str, DeviceIdentity] = {}
@@ -95,7 +99,8 @@ class DrmSweeper:
             processes=_processes(clients),
             process_samples=None,
             mig_enabled=None,
-            unsupported_fields=frozenset() if scan.complete else _UNKNOWN_PROCESSES)
+            unsupported_fields=frozenset() if scan.complete else _UNKNOWN_PROCESSES,
+            unreadable_pids=scan.unreadable)
 
     def _identity(self, index: int, device: DrmDevice, values: DeviceValues) -> DeviceIdentity:
         """The same object tick after tick while nothing in it changes."""
