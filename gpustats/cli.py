@@ -127,6 +127,7 @@ class Daemon:
         scanner: PciScan
         if config.simulate:
             from gpustats.simulator import SimulatedDrm, SimulatedNvml
+            from gpustats.simulator.drm import fake_host_proc
             from gpustats.simulator.scenario import load_scenario
             # The simulated driver keeps its energy counters across daemon restarts, as
             # hardware does (it counts from the driver's load, not the daemon's start).
@@ -137,7 +138,7 @@ class Daemon:
             # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
             if load_scenario(config.simulate).drm_devices:
                 self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
-                    config.state_dir, "simulated-drm"))
+                    config.state_dir, "simulated-drm"), proc_root=fake_host_proc(config.proc_root))
         else:
             scanner = PciScanner(self.roots)
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
