@@ -30,7 +30,7 @@ from gpustats.engine.gpus import GpuBackends, GpuSource, PciScan, SessionUnavail
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
-from gpustats.engine.statedir import StateDirError, choose_state_dir
+from gpustats.engine.statedir import StateDirError, choose_state_dir, existing_state_dir
 from gpustats.engine.store import SnapshotStore
 from gpustats.export.gpu_events import GpuEventLog
 from gpustats.export.prometheus import MetricsBodies
@@ -163,8 +163,8 @@ class Daemon:
             NvmlEventSource, ignored_xids=frozenset(config.xid_ignore),
             wait_ms=SIMULATED_EVENT_WAIT_MS if self.simulator else DRIVER_EVENT_WAIT_MS,
             interrupt=self.simulator.interrupt_event_waits if self.simulator else None)
-        self.persister = Persister(self.counters, config.persist_interval,
-                                   report=self._persisted)
+        self.persister = Persister(self.counters, config.persist_interval,   # --once: no report
+                                   report=self._persisted if write_state else None)
         kept_cgroup_files, kept_proc_files = kept_file_shares()
         usage_every = max(1, round(config.cgroup_stats_interval / config.housekeeping_interval))
         self.cgroups = cgroups = CgroupReader(self.roots, errors=self.errors,
@@ -469,9 +469,10 @@ def _run(config: Config, args, demo=None) -> int:
 
 
 def _start(config: Config, args, demo, bound: tuple[Listeners, WatchStreams] | None) -> int:
+    choose = existing_state_dir if args.once else choose_state_dir    # --once writes nothing
     try:
-        state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
-                                 environ=os.environ)
+        state = choose(config.state_dir, explicit="state_dir" in config.explicit,
+                       environ=os.environ)
     except StateDirError as exc:
         print(f"gpustats: {exc}", file=sys.stderr)
         return 2

@@ -229,3 +229,15 @@ def test_the_dcgm_scrape_client_is_loaded_only_where_one_is_configured(tmp_path)
                           timeout=60, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["without False", "with True"]
+
+
+def test_once_reads_the_state_dir_where_it_is_and_makes_none(tmp_path):
+    from gpustats.engine.statedir import existing_state_dir
+    default, user = tmp_path / "var-lib", tmp_path / "xdg"
+    environ = {"XDG_STATE_HOME": str(user)}
+    assert existing_state_dir(str(default), explicit=False, environ=environ).path == str(default)
+    (user / "gpustats").mkdir(parents=True)
+    assert existing_state_dir(str(default), explicit=False,
+                              environ=environ).path == str(user / "gpustats")
+    assert existing_state_dir(str(default), explicit=True, environ=environ).path == str(default)
+    assert not default.exists()
