@@ -30,6 +30,24 @@ def run_cli(*args, env=None, preexec=(), cwd=None, timeout=60):
                           cwd=cwd or str(REPO_ROOT))
 
 
+def serve_until_ready(*args, env=None, preexec=(), cwd=None) -> tuple[int, str]:
+    """The daemon serving on a port of the kernel's choice, stopped (SIGTERM) once it says it
+    serves, or run to its exit: (exit status, what it logged)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTATS_")}
+    full_env.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    proc = subprocess.Popen([*preexec, sys.executable, "-m", "gpustats", "--listen",
+                             "127.0.0.1:0", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=full_env,
+                            cwd=cwd or str(REPO_ROOT))
+    lines = []
+    assert proc.stderr is not None
+    for line in proc.stderr:                  # until it serves, or its output ends
+        lines.append(line)
+        if "serving on" in line:
+            proc.terminate()
+    return proc.wait(30), "".join(lines)
+
+
 def quiet(tmp_path):
     """Flags that keep a start-up off the host's GPUs and sockets."""
     return ("--sysfs-root", str(tmp_path / "nosys"), "--pod-resources-socket", "",
@@ -77,7 +95,7 @@ def test_given_state_dir_not_writable_is_one_line_and_exit_2(tmp_path, how):
     (tmp_path / "a-file").write_text("")
     bad = str(tmp_path / "a-file" / "state")           # under a file: unwritable even for root
     args, env = (["--state-dir", bad], None) if how == "flag" else ([], {"GPUSTATS_STATE_DIR": bad})
-    result = run_cli("--once", *args, *quiet(tmp_path), env=env)
+    result = run_cli("--listen", "127.0.0.1:0", *args, *quiet(tmp_path), env=env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"gpustats: state dir {bad} is not writable (Not a directory); pass a writable "
@@ -104,18 +122,22 @@ def test_default_state_dir_falls_back_to_the_users_for_a_non_root_user():
         if writable.returncode == 0:
             pytest.skip(f"{default} is writable by an unprivileged user here")
         env = {"HOME": home, "XDG_STATE_HOME": f"{home}/xdg"}
+        status, log = serve_until_ready(*quiet(Path(home)), env=env, preexec=drop, cwd=home)
+        assert status == 0, log
+        said = [line for line in log.splitlines() if "state dir" in line]
+        assert len(said) == 1 and "WARNING" in said[0]
+        assert f"keeping energy counters in {home}/xdg/gpustats" in said[0]
+        assert "Traceback" not in log
+        assert (Path(home) / "xdg" / "gpustats").is_dir()
+        # --once reads it there, and says nothing of a state dir it does not write.
         result = run_cli("--once", *quiet(Path(home)), env=env, preexec=drop, cwd=home)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["node"]["nodeName"]
-        said = [line for line in result.stderr.splitlines() if "state dir" in line]
-        assert len(said) == 1 and "WARNING" in said[0]
-        assert f"keeping energy counters in {home}/xdg/gpustats" in said[0]
-        assert "Traceback" not in result.stderr
-        assert (Path(home) / "xdg" / "gpustats").is_dir()        # chosen (--once writes none)
+        assert "state dir" not in result.stderr
         # Without XDG_STATE_HOME: ~/.local/state/gpustats.
-        result = run_cli("--once", *quiet(Path(home)), env={"HOME": home}, preexec=drop,
-                         cwd=home)
-        assert result.returncode == 0, result.stderr
+        status, log = serve_until_ready(*quiet(Path(home)), env={"HOME": home},
+                                        preexec=drop, cwd=home)
+        assert status == 0, log
         assert (Path(home) / ".local" / "state" / "gpustats").is_dir()
     finally:
         shutil.rmtree(home, ignore_errors=True)
