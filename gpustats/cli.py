@@ -21,6 +21,7 @@ from gpustats.engine.collector import Housekeeper
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.dra import ClaimResolver
 from gpustats.engine.drm_source import ReportedDrmSweeper
+from gpustats.engine.simulated_bus import SimulatedBus
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
@@ -55,7 +56,7 @@ from gpustats.sources.nvml.session import NvmlSession, NvmlUnavailable
 from gpustats.sources.nvml.sweep import DeviceSweeper
 from gpustats.serving import Interrupt, ListenError, Listeners
 from gpustats.sources.driver_procfs import DriverProcfs, normalize_bus_id
-from gpustats.sources.pci import PciGpu, PciScanner
+from gpustats.sources.pci import PciScanner
 from gpustats.sources.vendors import AMD, INTEL, Vendor
 from gpustats.sources.psutil_root import use_proc_root
 from gpustats.watch_streams import WatchStreams
@@ -68,17 +69,6 @@ log = logging.getLogger("gpustats")
 SHUTDOWN_BUDGET_SECONDS = 2.0
 DRIVER_EVENT_WAIT_MS = 500
 SIMULATED_EVENT_WAIT_MS = 10_000
-
-
-class _SimulatedBus:
-    """With ``--simulate`` the simulated GPUs stand in for what the PCI scan would find."""
-
-    def __init__(self, simulator):
-        self._simulator = simulator
-
-    def scan(self) -> tuple[PciGpu, ...]:
-        return tuple(PciGpu(address=normalize_bus_id(d.pci_bus_id))
-                     for d in self._simulator.scenario.devices)
 
 
 class _ReportedSweeper:
@@ -121,6 +111,8 @@ class Daemon:
         self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
                                cgroup=config.cgroup_root, host=config.host_root)
         use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
+        for line in self.roots.absent():
+            log.warning("%s", line)
         self.errors = CollectionErrors()
         self.store = SnapshotStore()
         self.simulator = self.simulated_drm = None
@@ -134,7 +126,7 @@ class Daemon:
             self.simulator = SimulatedNvml(config.simulate, driver_state=os.path.join(
                 config.state_dir, "simulated-driver.json"))
             self.simulator.install()
-            scanner = _SimulatedBus(self.simulator)
+            scanner = SimulatedBus(self.simulator)
             # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
             if load_scenario(config.simulate).drm_devices:
                 self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(

@@ -117,6 +117,7 @@ class DemoNode:
         self.kind = KINDS[kind]
         self.scenario = root / "scenario.yaml"
         self.tree = self.kind.build(root)
+        (root / "sys").mkdir(exist_ok=True)      # --sysfs-root: no PCI device but the simulated
         self._clock = clock
         self._started = clock()
         write_scenario(self.scenario, self.kind.scenario_at(0.0))
