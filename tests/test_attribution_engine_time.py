@@ -61,3 +61,25 @@ def test_with_an_unreadable_process_each_is_billed_its_engine_time_over_the_tick
                                     ProcessReading(pid=2, engine_busy_seconds=4.0),
                                     unseen=True).processes}
     assert full[1].energy_joules == pytest.approx(60.0)          # the tick is covered: 6:4
+
+
+def test_the_accountant_bounds_shares_where_a_reading_names_unreadable_pids():
+    """From the DRM sweep's reading to the split: ``unreadable_pids`` leaves the known process
+    its engine time over the tick's, the rest unattributed."""
+    from gpustats.engine.counters import EnergyCounters
+    from gpustats.engine.energy import EnergyAccountant
+    from gpustats.model.device import DeviceIdentity, DeviceReading
+
+    accountant = EnergyAccountant(lambda uuid: 100.0, EnergyCounters())
+    identity = DeviceIdentity(index=0, uuid="amd-1", vendor="amd")
+
+    def reading(at, unreadable):
+        return DeviceReading(identity=identity, monotonic_seconds=at, power_watts=300.0,
+                             processes=(ProcessReading(pid=1, engine_busy_seconds=2.5),),
+                             unreadable_pids=unreadable)
+    for unreadable, billed in (((), 1000.0), ((9,), 500.0)):
+        accountant.account(reading(0.0, unreadable))
+        result = accountant.account(reading(5.0, unreadable))
+        assert result.tick_active_energy_joules == pytest.approx(1000.0)    # 200 W × 5 s
+        assert result.processes[0].energy_joules == pytest.approx(billed)   # 2.5 s of 5 s
+        accountant.forget_missing(set())

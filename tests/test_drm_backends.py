@@ -291,6 +291,25 @@ def test_refused_processes_are_unknown(tree):
     assert intel.refusals["fd"] >= 1
 
 
+def test_a_process_no_capability_opens_is_named_and_the_rest_are_known(tree):
+    """Refused although the daemon holds both capabilities: that PID is the reading's
+    ``unreadable_pids``, the others are listed as known, and no utilization is made from them
+    alone."""
+    tree.add_intel_gpu(INTEL_A, driver="i915")
+    tree.add_process(100, {3: DrmClient("i915", INTEL_A, 1)})
+    tree.add_process(200, {3: DrmClient("i915", INTEL_A, 2)})
+    tree.refuse(200)
+    clock = Clock(0.0)
+    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=FsReads(listdir=listdir_as_unprivileged),
+                     capabilities=lambda: 1 << 2 | 1 << 19)
+    intel.sweep()
+    clock.now += 5
+    r = intel.sweep()[0]
+    assert r.unsupported_fields == frozenset() and r.unreadable_pids == (200,)
+    assert [p.pid for p in r.processes] == [100]
+    assert r.utilization_percent is None
+
+
 def test_unknown_vendor_is_refused(tree):
     with pytest.raises(ValueError):
         DrmSweeper("nvidia", tree.roots)

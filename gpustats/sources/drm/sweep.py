@@ -86,7 +86,7 @@ class DrmSweeper:
         utilization = values.utilization_percent
         if self._vendor is INTEL:
             utilization = engine_utilization(clients, scan.interval_seconds) \
-                if scan.complete else None
+                if scan.complete and not scan.unreadable else None     # not from a part
         return DeviceReading(
             identity=self._identity(index, device, values),
             monotonic_seconds=values.monotonic_seconds,
