@@ -26,7 +26,8 @@ def unreadable_message(pids: tuple[int, ...]) -> str:
     shown = ", ".join(str(p) for p in pids[:NAMED_PIDS])
     more = f" and {len(pids) - NAMED_PIDS} more" if len(pids) > NAMED_PIDS else ""
     return (f"PID {shown}{more} cannot be read although the daemon holds CAP_DAC_READ_SEARCH "
-            f"and CAP_SYS_PTRACE (a security module or another user namespace refuses it): "
+            f"and CAP_SYS_PTRACE (a security module, another user namespace or a sandbox "
+            f"refuses it): "
             f"its GPU use, if any, stays unattributed; every other process is read")
 
 

@@ -15,7 +15,8 @@ Linux 6.x (fs/proc/fd.c, fs/proc/base.c), for a reader of another user's process
 A root reader without capabilities lists a root process's ``fd`` (it owns it) but reads no
 link of one that holds capabilities. With both capabilities every process of the host is
 readable, except where something no capability overrides refuses: a security module (an
-AppArmor or SELinux policy), or a reader inside a user namespace of its own.
+AppArmor or SELinux policy), a reader inside a user namespace of its own, or a sandbox (a
+sandboxed host's init, whose links the kernel refuses even to root holding both).
 """
 
 from __future__ import annotations
@@ -67,5 +68,5 @@ def refusal_words(read: str, lacking: tuple[str, ...]) -> str:
                 f"{' and '.join(lacking)} (docs/security.md, \"Reading other users' GPU "
                 f"processes\")")
     return (f"reading a process's {what} was refused although the daemon holds "
-            f"CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE: a security module (AppArmor, SELinux) "
-            f"or another user namespace keeps it from the daemon")
+            f"CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE: a security module (AppArmor, SELinux), "
+            f"another user namespace or a sandbox keeps it from the daemon")
