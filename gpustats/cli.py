@@ -111,8 +111,6 @@ class Daemon:
         self.roots = HostRoots(sysfs=config.sysfs_root, proc=config.proc_root,
                                cgroup=config.cgroup_root, host=config.host_root)
         use_proc_root(config.proc_root)      # psutil's root is process-wide: set before readers
-        for line in self.roots.absent():
-            log.warning("%s", line)
         self.errors = CollectionErrors()
         self.store = SnapshotStore()
         self.simulator = self.simulated_drm = None
@@ -140,6 +138,8 @@ class Daemon:
             self.state_files.reset()
         # NewerStateVersion stops start-up
         self.counters.load(self.state_files, write=write_state)
+        for line in self.roots.absent():     # once the scenario and the state are read
+            log.warning("%s", line)
         lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
                                   self.counters.devices, normalize_bus_id,
                                   logging.getLogger("gpustats.engine.gpus").error)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -32,20 +33,28 @@ def run_cli(*args, env=None, preexec=(), cwd=None, timeout=60):
 
 def serve_until_ready(*args, env=None, preexec=(), cwd=None) -> tuple[int, str]:
     """The daemon serving on a port of the kernel's choice, stopped (SIGTERM) once it says it
-    serves, or run to its exit: (exit status, what it logged)."""
+    serves, or run to its exit: (exit status, what it logged). Killed if it outlives that."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTATS_")}
     full_env.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
-    proc = subprocess.Popen([*preexec, sys.executable, "-m", "gpustats", "--listen",
-                             "127.0.0.1:0", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=full_env,
-                            cwd=cwd or str(REPO_ROOT))
-    lines = []
-    assert proc.stderr is not None
-    for line in proc.stderr:                  # until it serves, or its output ends
-        lines.append(line)
-        if "serving on" in line:
-            proc.terminate()
-    return proc.wait(30), "".join(lines)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([*preexec, sys.executable, "-m", "gpustats", "--listen",
+                                 "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=log,
+                                text=True, env=full_env, cwd=cwd or str(REPO_ROOT))
+        try:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                log.seek(0)
+                if "serving on" in log.read():
+                    proc.terminate()
+                    break
+                time.sleep(0.05)
+            status = proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        return status, log.read()
 
 
 def quiet(tmp_path):
