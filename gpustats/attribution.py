@@ -9,7 +9,8 @@ Active energy is split across processes: exclusive → all of it; time-sliced or
 utilization samples since the last timestamp; processes but no usable samples → equal split;
 a process NVML's accounting saw end during the tick, without samples of it → by utilization ×
 the part of the tick each process ran (``_weights_with_accounting``); processes whose engine
-busy time the driver measured (DRM fdinfo: AMD, Intel) → by that time (``SHARE_ENGINE_TIME``);
+busy time the driver measured (DRM fdinfo: AMD, Intel) → by that time (``SHARE_ENGINE_TIME``;
+bounded by the tick's length where some process could not be read: ``weights_by_engine_time``);
 MIG → across busy instances by activity (an instance whose activity is unknown is assumed as
 active as the mean of the known ones; equal only when none is known), then equally across each
 instance's processes. Idle energy is never attributed. No process is billed for more of a
@@ -192,6 +193,7 @@ class DeviceTickInput:
     device_energy_joules: float | None = None          # the device counter's gain (ledger)
     processes: tuple[ProcessReading, ...] = ()
     processes_known: bool = True                       # False: the process list is unreadable
+    unseen_holders: bool = False                       # some process could not be read at all
     samples: tuple[ProcessSample, ...] | None = None   # None: no sample source
     mps: bool | None = None
     mig_enabled: bool = False
@@ -356,7 +358,9 @@ def attribute_device(inp: DeviceTickInput) -> DeviceAttribution:
         values = _sm_by_pid(inp.samples or ())     # once, for the shares and the means
         measured = engine_seconds(unique)
         if measured is not None:
-            weights, method = weights_by_engine_time(measured, inp.unattributed_engine_seconds)
+            weights, method = weights_by_engine_time(
+                measured, inp.unattributed_engine_seconds,
+                inp.dt_seconds if inp.unseen_holders else None)
             methods = dict.fromkeys(by_pid, method)
         elif any(p.accounted is not None for p in unique):
             weights, methods = _weights_with_accounting(inp, unique, values)

@@ -21,6 +21,8 @@ from gpustats.config import Config, ConfigError, build_arg_parser, reload_change
 from gpustats.engine.collector import Housekeeper
 from gpustats.engine.containers import ContainerTracker
 from gpustats.engine.dra import ClaimResolver
+from gpustats.engine.drm_source import ReportedDrmSweeper
+from gpustats.engine.simulated_bus import SimulatedBus
 from gpustats.engine.counters import EnergyCounters
 from gpustats.engine.state_files import NewerStateVersion, StateFiles
 from gpustats.engine.energy import EnergyAccountant
@@ -30,8 +32,8 @@ from gpustats.engine.gpus import GpuBackends, GpuSource, PciScan, SessionUnavail
 from gpustats.engine.loop import Housekeeping
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.engine.persister import Persister, Problem
-from gpustats.engine.reported_sweepers import ReportedDrmSweeper, ReportedSweeper, SimulatedBus
-from gpustats.engine.statedir import StateDirError, choose_state_dir
+from gpustats.engine.reported_sweepers import ReportedSweeper
+from gpustats.engine.statedir import StateDirError, choose_state_dir, existing_state_dir
 from gpustats.deviceapi.server import start_device_api
 from gpustats.engine.provider_health import ProvidedHealthStore
 from gpustats.export.gpu_events import GpuEventLog
@@ -95,6 +97,7 @@ class Daemon:
         scanner: PciScan
         if config.simulate:
             from gpustats.simulator import SimulatedDrm, SimulatedNvml
+            from gpustats.simulator.drm import fake_host_proc
             from gpustats.simulator.scenario import load_scenario
             # The simulated driver keeps its energy counters across daemon restarts, as
             # hardware does (it counts from the driver's load, not the daemon's start).
@@ -105,7 +108,7 @@ class Daemon:
             # The scenario's AMD and Intel GPUs, as sysfs and fdinfo trees of their own.
             if load_scenario(config.simulate).drm_devices:
                 self.simulated_drm = SimulatedDrm(config.simulate, os.path.join(
-                    config.state_dir, "simulated-drm"))
+                    config.state_dir, "simulated-drm"), proc_root=fake_host_proc(config.proc_root))
         else:
             scanner = PciScanner(self.roots)
         self.counters = EnergyCounters(retention_seconds=config.counter_retention)
@@ -115,6 +118,8 @@ class Daemon:
             self.state_files.reset()
         # NewerStateVersion stops start-up
         self.counters.load(self.state_files, write=write_state)
+        for line in self.roots.absent():     # once the scenario and the state are read
+            log.warning("%s", line)
         lost_namer = LostGpuNamer(DriverProcfs(self.roots).gpu_information,
                                   self.counters.devices, normalize_bus_id,
                                   logging.getLogger("gpustats.engine.gpus").error)
@@ -130,8 +135,8 @@ class Daemon:
             NvmlEventSource, ignored_xids=frozenset(config.xid_ignore),
             wait_ms=SIMULATED_EVENT_WAIT_MS if self.simulator else DRIVER_EVENT_WAIT_MS,
             interrupt=self.simulator.interrupt_event_waits if self.simulator else None)
-        self.persister = Persister(self.counters, config.persist_interval,
-                                   report=self._persisted)
+        self.persister = Persister(self.counters, config.persist_interval,   # --once: no report
+                                   report=self._persisted if write_state else None)
         # Usage by the hour in the state dir, written off the tick by a thread of its own.
         self.usage = UsageRecorder(
             config.state_dir, price=config.price_per_kwh, carbon=config.carbon_intensity,
@@ -464,9 +469,10 @@ def _run(config: Config, args, demo=None) -> int:
 
 
 def _start(config: Config, args, demo, bound: tuple[Listeners, WatchStreams] | None) -> int:
+    choose = existing_state_dir if args.once else choose_state_dir    # --once writes nothing
     try:
-        state = choose_state_dir(config.state_dir, explicit="state_dir" in config.explicit,
-                                 environ=os.environ)
+        state = choose(config.state_dir, explicit="state_dir" in config.explicit,
+                       environ=os.environ)
     except StateDirError as exc:
         print(f"gpustats: {exc}", file=sys.stderr)
         return 2

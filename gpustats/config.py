@@ -218,8 +218,10 @@ class Config:
         parsers.parse_demo, None,
         "run on a demo node: simulated GPUs with a moving load on a fake host in a temporary "
         "directory removed on exit (of this host, only the node's CPU and memory figures are "
-        "read): kubernetes (the flag alone: named pods, one GPU in MIG mode) or bare-metal "
-        "(a Slurm job, a systemd service, a Docker container and a user's notebook)",
+        "read): kubernetes (the flag alone: named pods, one GPU in MIG mode), bare-metal "
+        "(a Slurm job, a systemd service, a Docker container and a user's notebook), or those "
+        "tenants on other vendors' GPUs: mixed (an NVIDIA H100, an AMD MI300X and an Intel "
+        "Flex 170), amd or intel",
         "KIND", const="kubernetes")
     # --- Logging
     log_level: str = _option(
@@ -261,6 +263,7 @@ HELP_EXAMPLES = """examples:
   gpustats                                        serve on 127.0.0.1:9477 with defaults
   gpustats --demo                                 a simulated node with named pods
   gpustats --demo bare-metal                      a Slurm job, a service, a container
+  gpustats --demo mixed                           the same on NVIDIA, AMD and Intel GPUs
   gpustats --simulate examples/two-gpus.yaml      the daemon on simulated GPUs
   gpustats --once                                 two ticks, the summary JSON, exit
   gpustats --listen 0.0.0.0:9477 --kepler-compat  every interface, with Kepler's names

@@ -169,7 +169,7 @@ def parse_bool(value: Any) -> bool:
 
 
 # The demo nodes (--demo KIND); the flag alone, or true, is the Kubernetes one.
-DEMO_KINDS = ("kubernetes", "bare-metal")
+DEMO_KINDS = ("kubernetes", "bare-metal", "mixed", "amd", "intel")
 
 
 def parse_demo(value: Any) -> str | None:

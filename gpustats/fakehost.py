@@ -6,7 +6,7 @@ v2) and Docker containers, processes with a command and a user, and a host root 
 
 Everything is written below the roots it is given; nothing of the real host is changed. The
 node-wide /proc files (CPU, memory, boot id) are copied from the real host where it has them,
-so the node's figures stay plausible.
+so the node's figures stay plausible (the demo copies them again as it runs).
 """
 
 from __future__ import annotations
@@ -147,7 +147,9 @@ def _copy(source: Path, target: Path) -> None:
     except OSError:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    temporary = target.with_name(f".{target.name}.tmp")     # a reader sees old or new, whole
+    temporary.write_text(text)
+    temporary.replace(target)
 
 
 def add_log_names(log_root: Path, namespace: str, pod: str, uid: str, container: str,

@@ -34,6 +34,21 @@ class HostRoots:
     def host_path(self, *parts: str) -> str:
         return os.path.join(self.host, *(p.lstrip("/") for p in parts))
 
+    def absent(self) -> tuple[str, ...]:
+        """One line for each root that is no directory (a mistyped path): read as it is, it
+        would show a host without GPUs, processes or tenants, and nothing would say why."""
+        return tuple(f"{flag} {path} is not a directory: {what}"
+                     for flag, path, what in (
+                         ("--sysfs-root", self.sysfs, "no GPU on the PCI bus, nor any device "
+                          "value, can be read below it"),
+                         ("--proc-root", self.proc, "no GPU process, nor its tenant, can be "
+                          "read below it"),
+                         ("--cgroup-root", self.cgroup, "no tenant's CPU or memory can be read "
+                          "below it"),
+                         ("--host-root", self.host, "no user or container name can be read "
+                          "below it"))
+                     if not os.path.isdir(path))
+
 
 CHUNK_BYTES = 65536
 MAX_FILE_BYTES = 4 * 1024 * 1024      # a cgroup or proc file is a few KB; more is not one

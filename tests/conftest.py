@@ -31,8 +31,8 @@ def start_daemon(tmp_path):
     started: list[DaemonProcess] = []
 
     def _start(*args: str, env: dict[str, str] | None = None,
-               port: int | None = None) -> DaemonProcess:
-        daemon = DaemonProcess(list(args), tmp_path, env, port)
+               port: int | None = None, wrapper: tuple[str, ...] = ()) -> DaemonProcess:
+        daemon = DaemonProcess(list(args), tmp_path, env, port, wrapper)
         started.append(daemon)
         return daemon
 

@@ -56,3 +56,32 @@ def test_once_leaves_the_state_dir_as_found(tmp_path):
                           cwd=str(REPO_ROOT))
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in once.iterdir()) == ["simulated-driver.json"]  # the fake's
+
+
+def test_once_neither_makes_a_state_dir_nor_says_persistence_fails(tmp_path):
+    """Nothing is written, so nothing is said to be at risk, and a state dir that is not
+    there is not made (only read, where it is)."""
+    absent = tmp_path / "absent"
+    done = subprocess.run([sys.executable, "-m", "gpustats", "--once", "--state-dir",
+                           str(absent), "--sysfs-root", str(tmp_path), "--cgroup-root",
+                           str(tmp_path), "--pod-resources-socket", "", "--log-root", ""],
+                          capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr
+    assert not absent.exists()
+    assert "persistence" not in done.stderr and "crash now loses" not in done.stderr
+    assert json.loads(done.stdout)["node"]["nodeName"]
+
+
+def test_a_root_that_is_not_there_is_said_by_its_option(tmp_path):
+    """A mistyped --sysfs-root or --host-root is named, not read as a host without GPUs."""
+    done = subprocess.run([sys.executable, "-m", "gpustats", "--once", "--state-dir",
+                           str(tmp_path / "state"), "--sysfs-root", str(tmp_path / "sys-typo"),
+                           "--host-root", str(tmp_path / "host-typo"), "--cgroup-root",
+                           str(tmp_path), "--pod-resources-socket", "", "--log-root", ""],
+                          capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr
+    said = [x for x in done.stderr.splitlines() if "is not a directory" in x]
+    assert len(said) == 2 and all("WARNING" in x for x in said), done.stderr
+    assert f"--sysfs-root {tmp_path / 'sys-typo'} is not a directory: no GPU" in said[0]
+    assert f"--host-root {tmp_path / 'host-typo'} is not a directory" in said[1]
+

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,32 @@ def run_cli(*args, env=None, preexec=(), cwd=None, timeout=60):
     return subprocess.run([*preexec, sys.executable, "-m", "gpustats", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd or str(REPO_ROOT))
+
+
+def serve_until_ready(*args, env=None, preexec=(), cwd=None) -> tuple[int, str]:
+    """The daemon serving on a port of the kernel's choice, stopped (SIGTERM) once it says it
+    serves, or run to its exit: (exit status, what it logged). Killed if it outlives that."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTATS_")}
+    full_env.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([*preexec, sys.executable, "-m", "gpustats", "--listen",
+                                 "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=log,
+                                text=True, env=full_env, cwd=cwd or str(REPO_ROOT))
+        try:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                log.seek(0)
+                if "serving on" in log.read():
+                    proc.terminate()
+                    break
+                time.sleep(0.05)
+            status = proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        return status, log.read()
 
 
 def quiet(tmp_path):
@@ -77,7 +104,7 @@ def test_given_state_dir_not_writable_is_one_line_and_exit_2(tmp_path, how):
     (tmp_path / "a-file").write_text("")
     bad = str(tmp_path / "a-file" / "state")           # under a file: unwritable even for root
     args, env = (["--state-dir", bad], None) if how == "flag" else ([], {"GPUSTATS_STATE_DIR": bad})
-    result = run_cli("--once", *args, *quiet(tmp_path), env=env)
+    result = run_cli("--listen", "127.0.0.1:0", *args, *quiet(tmp_path), env=env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"gpustats: state dir {bad} is not writable (Not a directory); pass a writable "
@@ -104,18 +131,22 @@ def test_default_state_dir_falls_back_to_the_users_for_a_non_root_user():
         if writable.returncode == 0:
             pytest.skip(f"{default} is writable by an unprivileged user here")
         env = {"HOME": home, "XDG_STATE_HOME": f"{home}/xdg"}
+        status, log = serve_until_ready(*quiet(Path(home)), env=env, preexec=drop, cwd=home)
+        assert status == 0, log
+        said = [line for line in log.splitlines() if "state dir" in line]
+        assert len(said) == 1 and "WARNING" in said[0]
+        assert f"keeping energy counters in {home}/xdg/gpustats" in said[0]
+        assert "Traceback" not in log
+        assert (Path(home) / "xdg" / "gpustats").is_dir()
+        # --once reads it there, and says nothing of a state dir it does not write.
         result = run_cli("--once", *quiet(Path(home)), env=env, preexec=drop, cwd=home)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["node"]["nodeName"]
-        said = [line for line in result.stderr.splitlines() if "state dir" in line]
-        assert len(said) == 1 and "WARNING" in said[0]
-        assert f"keeping energy counters in {home}/xdg/gpustats" in said[0]
-        assert "Traceback" not in result.stderr
-        assert (Path(home) / "xdg" / "gpustats").is_dir()        # chosen (--once writes none)
+        assert "state dir" not in result.stderr
         # Without XDG_STATE_HOME: ~/.local/state/gpustats.
-        result = run_cli("--once", *quiet(Path(home)), env={"HOME": home}, preexec=drop,
-                         cwd=home)
-        assert result.returncode == 0, result.stderr
+        status, log = serve_until_ready(*quiet(Path(home)), env={"HOME": home},
+                                        preexec=drop, cwd=home)
+        assert status == 0, log
         assert (Path(home) / ".local" / "state" / "gpustats").is_dir()
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -229,3 +260,15 @@ def test_the_dcgm_scrape_client_is_loaded_only_where_one_is_configured(tmp_path)
                           timeout=60, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["without False", "with True"]
+
+
+def test_once_reads_the_state_dir_where_it_is_and_makes_none(tmp_path):
+    from gpustats.engine.statedir import existing_state_dir
+    default, user = tmp_path / "var-lib", tmp_path / "xdg"
+    environ = {"XDG_STATE_HOME": str(user)}
+    assert existing_state_dir(str(default), explicit=False, environ=environ).path == str(default)
+    (user / "gpustats").mkdir(parents=True)
+    assert existing_state_dir(str(default), explicit=False,
+                              environ=environ).path == str(user / "gpustats")
+    assert existing_state_dir(str(default), explicit=True, environ=environ).path == str(default)
+    assert not default.exists()

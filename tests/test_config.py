@@ -95,8 +95,8 @@ def test_design_flags_exist():
     ([], {"GPUSTATS_DCGM_HOSTNAME_LABEL": ""}, "GPUSTATS_DCGM_HOSTNAME_LABEL"),
     (["--demo", "maybe"], {}, "--demo"),
     ([], {"GPUSTATS_DEMO": "2"}, "GPUSTATS_DEMO"),
-    (["--demo", "baremetal"], {}, "expected kubernetes, bare-metal, true or false, got "
-                                  "'baremetal'"),
+    (["--demo", "baremetal"], {}, "expected kubernetes, bare-metal, mixed, amd, intel, true or "
+                                  "false, got 'baremetal'"),
     ([], {"GPUSTATS_DEMO": "slurm"}, "invalid GPUSTATS_DEMO: expected kubernetes, bare-metal"),
     ([], {"GPUSTATS_DEMO": ""}, "GPUSTATS_DEMO"),
     (["--demo", "bare-metal", "--simulate", "s.yaml"], {}, "cannot be combined with --simulate"),

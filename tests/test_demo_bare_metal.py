@@ -133,7 +133,8 @@ def test_a_demo_kind_not_known_is_refused_before_anything_is_made(tmp_path):
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path),
                  **env})
         assert result.returncode == 2, result
-        assert result.stderr.startswith(f"gpustats: invalid {origin}: expected kubernetes, "
-                                        "bare-metal, true or false, got "), result.stderr
+        assert result.stderr.startswith(
+            f"gpustats: invalid {origin}: expected kubernetes, bare-metal, mixed, amd, intel, "
+            "true or false, got "), result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []

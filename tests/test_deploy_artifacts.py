@@ -59,6 +59,21 @@ def test_systemd_security_score_is_ok(tmp_path):
     assert float(match.group(1)) <= 3.0, match.group(0)
 
 
+def test_amd_intel_drop_in_keeps_the_two_capabilities_the_kernel_checks(tmp_path):
+    """The AMD/Intel drop-in adds exactly the capabilities reading other users' DRM clients
+    needs to the unit, which keeps none; systemd takes the unit with it."""
+    drop_in = UNIT.parent / "gpustats.service.d" / "amd-intel-gpus.conf"
+    lines = [x for x in drop_in.read_text().splitlines() if x and not x.startswith("#")]
+    assert lines == ["[Service]", "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_SYS_PTRACE"]
+    assert "CapabilityBoundingSet=\n" in UNIT.read_text()
+    unit = _unit_for_checks(tmp_path)
+    (tmp_path / "gpustats.service.d").mkdir()
+    shutil.copy(drop_in, tmp_path / "gpustats.service.d")
+    result = subprocess.run([_tool("systemd-analyze"), "verify", str(unit)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "gpustats.service" not in result.stderr, result.stderr
+
+
 def test_unit_contract():
     text = UNIT.read_text()
     for line in ("Type=notify", "Restart=on-failure", "StateDirectory=gpustats",
@@ -336,7 +351,8 @@ def _render_component(tmp_path, component: str, **extra) -> dict:
 
 def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
     """AMD and Intel nodes: no NVIDIA runtime or device request, those nodes' labels, and
-    CAP_SYS_PTRACE (other users' DRM fdinfo) as the one capability kept."""
+    CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE (other users' /proc/<pid>/fd and DRM fdinfo) as the
+    only capabilities kept."""
     daemonset = _render_component(tmp_path, "amd-intel-gpu-nodes", nameSuffix="-drm")
     spec = daemonset["spec"]["template"]["spec"]
     assert daemonset["metadata"]["name"] == "gpustats-drm"
@@ -345,7 +361,8 @@ def test_kustomize_renders_the_amd_intel_gpu_nodes_component(tmp_path):
     assert [t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]] == [
         "feature.node.kubernetes.io/amd-gpu", "intel.feature.node.kubernetes.io/gpu"]
     gpustats = spec["containers"][0]
-    assert gpustats["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert gpustats["securityContext"]["capabilities"] == {
+        "drop": ["ALL"], "add": ["DAC_READ_SEARCH", "SYS_PTRACE"]}
     assert not any(e["name"].startswith("NVIDIA_") for e in gpustats["env"])
     assert "nvidia-devices" not in [v["name"] for v in spec["volumes"]]
     assert {"/host/sys", "/host/proc"} <= {m["mountPath"] for m in gpustats["volumeMounts"]}

@@ -279,8 +279,9 @@ def test_refused_processes_are_unknown(tree):
     tree.refuse(300)
     clock = Clock(0.0)
     fs = FsReads(listdir=listdir_as_unprivileged)
-    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=fs)
-    amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged))
+    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=fs, capabilities=lambda: 0)
+    amd = _sweeper(tree, VENDOR_AMD, clock, fs=FsReads(listdir=listdir_as_unprivileged),
+                   capabilities=lambda: 0)
     intel.sweep()
     amd.sweep()
     tree.set_idle_residency(INTEL_A, 5000)
@@ -294,6 +295,26 @@ def test_refused_processes_are_unknown(tree):
     assert a.unsupported_fields == frozenset({"processes"}) and a.processes == ()
     assert a.utilization_percent == 0                        # the SMU's figure still stands
     assert intel.refusals["fd"] >= 1
+
+
+def test_a_process_no_capability_opens_is_named_and_the_rest_are_known(tree):
+    """Refused although the daemon holds both capabilities: that PID is the reading's
+    ``unreadable_pids``, the others are listed as known; the duty cycle is the GPU's own (GT
+    idle residency: busy all the tick here), and the work the known clients do not account for
+    is the reading's unattributed engine time, never theirs."""
+    tree.add_intel_gpu(INTEL_A, driver="i915")
+    tree.add_process(100, {3: DrmClient("i915", INTEL_A, 1)})
+    tree.add_process(200, {3: DrmClient("i915", INTEL_A, 2)})
+    tree.refuse(200)
+    clock = Clock(0.0)
+    intel = _sweeper(tree, VENDOR_INTEL, clock, fs=FsReads(listdir=listdir_as_unprivileged),
+                     capabilities=lambda: 1 << 2 | 1 << 19)
+    intel.sweep()
+    clock.now += 5
+    r = intel.sweep()[0]
+    assert r.unsupported_fields == frozenset() and r.unreadable_pids == (200,)
+    assert [p.pid for p in r.processes] == [100]
+    assert r.utilization_percent == 100 and r.unattributed_engine_seconds == 5.0
 
 
 def test_unknown_vendor_is_refused(tree):
@@ -319,7 +340,7 @@ def test_a_process_with_very_many_open_files_is_read_only_so_far(tmp_path, monke
 
 def test_a_refused_scan_marks_the_vendors_source_failing():
     """The daemon's wrapper turns "processes unknown" into the source's state and reason."""
-    from gpustats.engine.reported_sweepers import ReportedDrmSweeper
+    from gpustats.engine.drm_source import ReportedDrmSweeper
     from gpustats.model.device import DeviceIdentity, DeviceReading
     from gpustats.sources.errors import CollectionErrors
 
@@ -331,10 +352,12 @@ def test_a_refused_scan_marks_the_vendors_source_failing():
                                   monotonic_seconds=0.0, unsupported_fields=self.unsupported),)
 
     errors, sweeper = CollectionErrors(), Sweeper()
-    reported = ReportedDrmSweeper(sweeper, "amd", errors)
+    reported = ReportedDrmSweeper(sweeper, "amd", errors, capabilities=lambda: 1 << 19)
     reported.sweep()
-    assert [(s.source, s.state, s.last_error_reason) for s in errors.states()] == [
-        ("amd", "failing", "fdinfo_refused")]
+    [state] = errors.states()
+    assert (state.source, state.state, state.last_error_reason) == (
+        "amd", "failing", "fdinfo_refused")
+    assert "the daemon lacks CAP_DAC_READ_SEARCH;" in state.last_error     # not the one held
     sweeper.unsupported = frozenset()
     reported.sweep()
     assert [(s.source, s.state) for s in errors.states()] == [("amd", "ok")]
@@ -429,3 +452,21 @@ def test_an_intel_gpu_without_gt_idle_residency_has_no_duty_cycle(tree):
     r = sweeper.sweep()[0]
     assert r.utilization_percent is None
     assert r.unattributed_engine_seconds == 0.0 and r.processes[0].engine_busy_seconds == 4.0
+
+
+def test_an_unreadable_process_is_named_and_the_source_stays_ok():
+    from gpustats.engine.drm_source import ReportedDrmSweeper
+    from gpustats.model.device import DeviceIdentity, DeviceReading
+    from gpustats.sources.errors import CollectionErrors
+
+    class Sweeper:
+        def sweep(self):
+            return (DeviceReading(identity=DeviceIdentity(index=0, uuid="amd-1", vendor="amd"),
+                                  monotonic_seconds=0.0, unreadable_pids=(4242,)),)
+
+    errors = CollectionErrors()
+    ReportedDrmSweeper(Sweeper(), "amd", errors, capabilities=lambda: 0x80004).sweep()
+    [state] = errors.states()
+    assert (state.state, state.last_error_reason) == ("ok", "process_unreadable")
+    assert state.last_error.startswith("PID 4242 cannot be read although the daemon holds")
+    assert ("amd", "process_unreadable", 1) in errors.totals()

@@ -148,9 +148,12 @@ def tree(tmp_path):
     return t
 
 
-def _scanner(tree, clock, fs=None, rescan_every=12):
+def _scanner(tree, clock, fs=None, rescan_every=12, capabilities=0):
+    """``capabilities``: the daemon's effective set as it reads it (none by default: a
+    refusal is for want of one)."""
     return ClientScanner(str(tree.proc), fs or FsReads(), ("amdgpu",),
-                         rescan_every=rescan_every, monotonic=clock)
+                         rescan_every=rescan_every, monotonic=clock,
+                         capabilities=lambda: capabilities)
 
 
 def _busy(scan):
@@ -279,7 +282,8 @@ def test_refused_processes_make_the_scan_incomplete_logged_once(tree, caplog):
     assert [c.pid for c in scan.clients] == [10] and not scan.complete
     assert not again.complete and not rescan.complete
     assert scanner.refusals["fd"] == 4                  # both, at scans 0 and 2
-    assert len([r for r in caplog.records if "CAP_SYS_PTRACE" in r.getMessage()]) == 1
+    logged = [r.getMessage() for r in caplog.records if "CAP_SYS_PTRACE" in r.getMessage()]
+    assert len(logged) == 1 and "lacks CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE" in logged[0]
     tree.remove_process(20)
     tree.remove_process(30)
     clock.now += 5
@@ -299,3 +303,39 @@ def test_xe_gpu_timestamp_going_back_is_taken_afresh(tree):
         tree.update_client(10, 3, cycles={"rcs": cycles}, total_cycles=total)
         clock.now += 5
         assert _busy(scanner.scan())[10] == pytest.approx(expected), total
+
+
+def test_a_process_refused_whatever_the_capabilities_is_named_and_the_rest_complete(tree,
+                                                                                      caplog):
+    """With CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE held, a refusal is a security module's or
+    another user namespace's: that PID alone is unknown, the scan of the others complete."""
+    clock = Clock(0.0)
+    tree.add_process(10, {3: DrmClient("amdgpu", AMD, 1)})
+    tree.add_process(20, {3: DrmClient("amdgpu", AMD, 2)})
+    tree.refuse(20)
+    both = 1 << 2 | 1 << 19
+    scanner = _scanner(tree, clock, FsReads(listdir=listdir_as_unprivileged),
+                       capabilities=both)
+    with caplog.at_level(logging.WARNING):
+        scan = scanner.scan()
+        clock.now += 5
+        again = scanner.scan()
+    assert [c.pid for c in scan.clients] == [10]
+    assert scan.complete and scan.unreadable == (20,) and again.unreadable == (20,)
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and logged[0].startswith("PID 20: ")
+    assert "although the daemon holds CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE" in logged[0]
+    tree.remove_process(20)
+    clock.now += 5
+    assert scanner.scan().unreadable == ()
+
+
+def test_a_refusal_names_only_the_capability_the_daemon_lacks(tree, caplog):
+    tree.add_process(10, {3: DrmClient("amdgpu", AMD, 1)})
+    tree.refuse(10)
+    ptrace_only = 1 << 19
+    scanner = _scanner(tree, Clock(0.0), FsReads(listdir=listdir_as_unprivileged),
+                       capabilities=ptrace_only)
+    with caplog.at_level(logging.WARNING):
+        assert not scanner.scan().complete
+    assert "the daemon lacks CAP_DAC_READ_SEARCH (" in caplog.records[0].getMessage()

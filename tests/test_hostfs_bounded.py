@@ -267,3 +267,12 @@ def test_kept_files_and_watches_never_closed_are_closed_when_collected(tmp_path)
     del kept, changes
     gc.collect()
     assert len(open_descriptors()) == before
+
+
+def test_absent_roots_are_each_named():
+    from gpustats.hostfs import HostRoots
+    assert HostRoots().absent() == ()
+    lines = HostRoots(sysfs="/no/sys", proc="/no/proc", cgroup="/no/cg", host="/no/host").absent()
+    assert [x.split(" is not")[0] for x in lines] == [
+        "--sysfs-root /no/sys", "--proc-root /no/proc", "--cgroup-root /no/cg",
+        "--host-root /no/host"]

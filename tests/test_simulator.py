@@ -384,3 +384,30 @@ def test_an_interrupt_ends_a_blocked_event_wait_and_never_takes_an_event(simulat
     sim.interrupt_event_waits()
     assert pynvml.nvmlEventSetWait_v2(es, 10_000).eventData == 79
     pynvml.nvmlEventSetFree(es)
+
+
+@pytest.mark.parametrize("scenario, words", [
+    ({"devices": [{"uuid": "GPU-1", "power_wats": 300}]},
+     "devices[0]: unknown key 'power_wats' (did you mean 'power_watts'?)"),
+    ({"devices": [{"uuid": "GPU-1"}], "processes": [{"pid": 1, "device": "GPU-1", "smutil": 5}]},
+     "processes[0]: unknown key 'smutil'"),
+    ({"devices": [{"uuid": "GPU-1", "mig_instances": [{"gpu_instance_id": 1, "profil": "x"}]}]},
+     "devices[0].mig_instances[0]: unknown key 'profil' (did you mean 'profile'?)"),
+    ({"devices": [], "xid_event": []}, "scenario: unknown key 'xid_event' (did you mean "
+                                       "'xid_events'?)"),
+    ({"devices": [{"uuid": "GPU-1"}], "xid_events": [{"device": "GPU-1", "xid": 79,
+                                                      "after": 3}]},
+     "xid_events[0]: unknown key 'after'"),
+])
+def test_an_unknown_scenario_key_is_refused_by_name(scenario, words):
+    with pytest.raises(ValueError) as refused:
+        parse_scenario(scenario)
+    assert str(refused.value).startswith(words), refused.value
+
+
+def test_a_misspelt_key_in_a_scenario_file_names_the_file_and_the_key(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("devices:\n  - {uuid: GPU-1, vendor: amd, power_wats: 300}\n")
+    with pytest.raises(ValueError, match=r"s\.yaml: devices\[0\]: unknown key 'power_wats' "
+                                         r"\(did you mean 'power_watts'\?\)"):
+        load_scenario(str(path))

@@ -89,13 +89,13 @@ def scenario_at(t: float) -> dict:
     return {"devices": devices, "processes": processes}
 
 
-def build_host(root: Path) -> tuple[Path, Path, Path]:
+def build_host(root: Path, tenants: tuple[Tenant, ...] = TENANTS) -> tuple[Path, Path, Path]:
     """The tenants' cgroups and processes, and the host root that names them, below ``root``:
     (cgroup, proc, host root)."""
     cgroup, proc, host = root / "cgroup", root / "proc", root / "host"
     fakehost.start_cgroup_tree(cgroup)
     fakehost.copy_node_files(proc)
-    for tenant in TENANTS:
+    for tenant in tenants:
         for rel in dict.fromkeys((tenant.cgroup, tenant.tenant_cgroup or tenant.cgroup)):
             fakehost.add_container(cgroup, rel, usage_usec=tenant.number * 10_000_000,
                                    memory_bytes=tenant.number * (512 << 20))

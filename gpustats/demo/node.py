@@ -1,10 +1,13 @@
 """The demo's temporary node: a fake host in a temporary directory, a simulator scenario that a
-thread rewrites as the load moves, and the options that point the daemon at them. Two kinds:
-``kubernetes`` (named pods, ``demo.load``) and ``bare-metal`` (``demo.bare_metal``)."""
+thread rewrites as the load moves (and the node's CPU and memory files, copied again from the
+real host's), and the options that point the daemon at them. Kinds: ``kubernetes`` (named pods,
+``demo.load``), ``bare-metal`` (``demo.bare_metal``), and ``mixed``, ``amd`` and ``intel``
+(bare metal on other vendors' GPUs too, ``demo.vendors``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import tempfile
 import threading
@@ -17,7 +20,7 @@ import yaml
 
 from gpustats import fakehost
 from gpustats.config import Config, IdlePower
-from gpustats.demo import bare_metal, load
+from gpustats.demo import bare_metal, load, vendors
 from gpustats.demo.load import IDLE_WATTS, TENANTS
 
 log = logging.getLogger(__name__)
@@ -69,18 +72,31 @@ def _describe_pods() -> str:
     return f"3 simulated H100s (GPU 2 in MIG mode), {len(TENANTS)} pods: {pods}"
 
 
+def _vendor_tree(host: vendors.Host, root: Path) -> Tree:
+    cgroup, proc, host_root = bare_metal.build_host(root, host.tenants)
+    return Tree(cgroup, proc, host_root, None)
+
+
 @dataclass(frozen=True)
 class Kind:
-    """A kind of demo node: its trees below a root, its load at a moment, and its words."""
+    """A kind of demo node: its trees below a root, its load at a moment, its words, and the
+    idle power of its GPUs."""
 
     build: Callable[[Path], Tree]
     scenario_at: Callable[[float], dict]
     describe: Callable[[], str]
+    idle_power: IdlePower = IdlePower(default_watts=IDLE_WATTS)
+
+
+def _vendor_kind(host: vendors.Host) -> Kind:
+    return Kind(functools.partial(_vendor_tree, host), functools.partial(vendors.scenario_at, host),
+                host.describe, IdlePower(default_watts=IDLE_WATTS, per_uuid=host.idle_watts()))
 
 
 KINDS = {
     "kubernetes": Kind(_kubernetes_tree, load.scenario_at, _describe_pods),
     "bare-metal": Kind(_bare_metal_tree, bare_metal.scenario_at, bare_metal.describe),
+    **{name: _vendor_kind(host) for name, host in vendors.HOSTS.items()},
 }
 
 
@@ -94,11 +110,14 @@ def write_scenario(path: Path, scenario: dict) -> None:
 class DemoNode:
     """Owns the temporary directory from ``start`` to ``close``; ``close`` removes it."""
 
-    def __init__(self, root: Path, clock=time.monotonic, kind: str = "kubernetes"):
+    def __init__(self, root: Path, clock=time.monotonic, kind: str = "kubernetes",
+                 real_proc: Path = Path("/proc")):
         self.root = root
+        self._real_proc = real_proc
         self.kind = KINDS[kind]
         self.scenario = root / "scenario.yaml"
         self.tree = self.kind.build(root)
+        (root / "sys").mkdir(exist_ok=True)      # --sysfs-root: no PCI device but the simulated
         self._clock = clock
         self._started = clock()
         write_scenario(self.scenario, self.kind.scenario_at(0.0))
@@ -119,11 +138,16 @@ class DemoNode:
 
     def _run(self) -> None:
         while not self._stop.wait(REWRITE_SECONDS):
-            try:
-                write_scenario(self.scenario,
-                               self.kind.scenario_at(self._clock() - self._started))
-            except OSError as exc:       # the directory was removed under the demo
-                log.warning("demo: cannot move the load: %s", exc)
+            self.move()
+
+    def move(self) -> None:
+        """The load as of now, and the node's CPU and memory as the real host's are now (the
+        node's figures live, not those of the demo's start)."""
+        try:
+            write_scenario(self.scenario, self.kind.scenario_at(self._clock() - self._started))
+            fakehost.copy_node_files(self.tree.proc, self._real_proc)
+        except OSError as exc:       # the directory was removed under the demo
+            log.warning("demo: cannot move the load: %s", exc)
 
     def configure(self, config: Config) -> Config:
         """``config`` pointed at the demo's node; options the user gave keep their value where
@@ -139,7 +163,7 @@ class DemoNode:
             state_dir=config.state_dir if "state_dir" in given else str(self.root / "state"),
             node_name=config.node_name if "node_name" in given else DEMO_NODE_NAME,
             idle_power_watts=config.idle_power_watts if "idle_power_watts" in given
-            else IdlePower(default_watts=IDLE_WATTS),
+            else self.kind.idle_power,
             housekeeping_interval=config.housekeeping_interval
             if "housekeeping_interval" in given else DEMO_HOUSEKEEPING_SECONDS)
 

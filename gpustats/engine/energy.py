@@ -130,6 +130,7 @@ class EnergyAccountant:
             device_energy_joules=device_energy,
             processes=reading.processes,
             processes_known="processes" not in reading.unsupported_fields,
+            unseen_holders=bool(reading.unreadable_pids),
             samples=reading.process_samples,
             mps=reading.mps,
             mig_enabled=bool(reading.mig_enabled),

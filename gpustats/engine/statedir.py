@@ -42,6 +42,16 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def existing_state_dir(configured: str, *, explicit: bool,
+                       environ: Mapping[str, str]) -> StateDirChoice:
+    """For reading alone (``--once``): the configured dir, or, it being the default and
+    absent, the user's where that exists. Nothing is created or probed."""
+    if explicit or os.path.isdir(configured):
+        return StateDirChoice(configured)
+    fallback = user_state_dir(environ)
+    return StateDirChoice(fallback if os.path.isdir(fallback) else configured)
+
+
 def choose_state_dir(configured: str, *, explicit: bool,
                      environ: Mapping[str, str]) -> StateDirChoice:
     """The configured dir when writable; else, only when it is the default, the user's."""

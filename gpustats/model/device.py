@@ -169,3 +169,7 @@ class DeviceReading:
     # DRM: engine seconds of the tick's work no process listed accounts for (the device's own
     # busy measure above its clients', clients with no owner decided); None: not measured.
     unattributed_engine_seconds: float | None = None
+    # PIDs whose GPU use could not be read whatever the daemon's capabilities (DRM fdinfo
+    # refused by a security module): the process list is whole but for them, which may be
+    # on this GPU.
+    unreadable_pids: tuple[int, ...] = ()

@@ -2,7 +2,9 @@
 fdinfo entries of their processes, under one root, rewritten by ``render()`` as time passes.
 
 ``SimulatedDrm(scenario, root)`` writes ``<root>/sys`` (``sysfs_root``) and ``<root>/proc``
-(``proc_root``), so a reader given those roots reads them as it would the host's. Per device
+(``proc_root``), so a reader given those roots reads them as it would the host's; given
+``proc_root``, the processes' entries go into that fake host's ``/proc`` instead, beside the
+files that place them in their cgroups, so their tenants are billed. Per device
 (``<BDF>`` in sysfs form, N its card number, M = 128 + N, K its place among these devices):
 
 - ``sys/devices/pci<domain>:<bus>/<BDF>/``: ``vendor``, ``device``, ``class``, ``driver`` (a link
@@ -62,11 +64,16 @@ class SimulatedDrm:
     up to now (the daemon calls it before each sweep)."""
 
     def __init__(self, scenario: Scenario | str, root: str, *,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, proc_root: str | None = None):
         self.root = os.path.abspath(root)
         self.sysfs_root = os.path.join(self.root, "sys")
-        self.proc_root = os.path.join(self.root, "proc")
+        self.proc_root = os.path.abspath(proc_root) if proc_root is not None \
+            else os.path.join(self.root, "proc")
         self._staging = os.path.join(self.root, ".simulated-drm")    # temporary files
+        # A fake host's /proc may be on another file system: its own staging directory there,
+        # so that each file is still renamed into place.
+        self._proc_staging = self._staging if proc_root is None \
+            else os.path.join(self.proc_root, ".simulated-drm")
         self._path: str | None = None
         if isinstance(scenario, str):
             self._path, scenario = scenario, load_scenario(scenario)
@@ -82,7 +89,7 @@ class SimulatedDrm:
         self._next_client_id = 1
         self._written: dict[str, tuple[str, str]] = {}            # path under root -> entry
         self._link_names = itertools.count()
-        for directory in (self.sysfs_root, self.proc_root, self._staging):
+        for directory in (self.sysfs_root, self.proc_root, self._staging, self._proc_staging):
             os.makedirs(directory, exist_ok=True)
         self.render()
 
@@ -230,7 +237,7 @@ class SimulatedDrm:
         for rel, entry in tree.items():
             if self._written.get(rel) == entry:
                 continue
-            path = os.path.join(self.root, rel)
+            path = self._target(rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if entry[0] == _FILE:
                 self._replace_file(path, entry[1])
@@ -241,10 +248,19 @@ class SimulatedDrm:
         # Links first: a reader that follows one never finds its device half removed.
         for rel in sorted(gone, key=lambda r: self._written[r][0] != _LINK):
             del self._written[rel]
-            self._remove(os.path.join(self.root, rel))
+            self._remove(self._target(rel))
+
+    def _target(self, rel: str) -> str:
+        """Where an entry of the tree (``sys/...``, ``proc/...``) is written."""
+        if rel.startswith("proc/"):
+            return os.path.join(self.proc_root, rel[len("proc/"):])
+        return os.path.join(self.root, rel)
+
+    def _staging_for(self, path: str) -> str:
+        return self._proc_staging if path.startswith(self.proc_root + os.sep) else self._staging
 
     def _replace_file(self, path: str, text: str) -> None:
-        fd, temporary = tempfile.mkstemp(dir=self._staging)
+        fd, temporary = tempfile.mkstemp(dir=self._staging_for(path))
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -255,7 +271,8 @@ class SimulatedDrm:
             raise
 
     def _replace_link(self, path: str, target: str) -> None:
-        temporary = os.path.join(self._staging, f"link-{os.getpid()}-{next(self._link_names)}")
+        temporary = os.path.join(self._staging_for(path),
+                                 f"link-{os.getpid()}-{next(self._link_names)}")
         _unlink(temporary)                 # one a killed run left behind
         os.symlink(target, temporary)
         try:
@@ -274,6 +291,14 @@ class SimulatedDrm:
             except OSError:            # not empty: another entry, or a fake host's file
                 return
             directory = os.path.dirname(directory)
+
+
+def fake_host_proc(proc_root: str) -> str | None:
+    """``proc_root`` where it is a fake host's tree the simulated processes belong in; ``None``
+    where it is a procfs (its ``self`` link), which the simulator never writes to."""
+    if os.path.islink(os.path.join(proc_root, "self")) or not os.path.isdir(proc_root):
+        return None
+    return proc_root
 
 
 def _link(tree: dict, link: str, target: str) -> None:

@@ -121,6 +121,7 @@ from gpustats.simulator.drm_vendors import (
     DEFAULT_DEVICE_IDS, DEFAULT_NAMES, DEFAULT_PCI_CLASS, DRIVERS, ENGINES, NVIDIA, VENDORS,
 )
 from gpustats.simulator.idle_cycle import IdleCycle
+from gpustats.simulator.scenario_keys import check_scenario_keys
 
 GIB = 1024 ** 3
 MAX_SCENARIO_BYTES = 16 << 20      # a scenario of thousands of simulated processes fits
@@ -624,7 +625,7 @@ def _event(value: Any, where: str, vendors: dict[str, str]) -> SimEvent:
 
 def parse_scenario(data: Any) -> Scenario:
     """A Scenario from already-loaded YAML data."""
-    data = _mapping(data, "scenario")
+    check_scenario_keys(data := _mapping(data, "scenario"))     # a misspelt key is refused
     raw_devices = _list(data.get("devices"), "devices")
     uuids = set()
     for i, raw in enumerate(raw_devices):

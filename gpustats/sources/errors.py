@@ -58,6 +58,18 @@ class CollectionErrors:
         if failing_since is not None:
             log.info("%s recovered after %.1f s failing", source, now - failing_since)
 
+    def noted(self, source: str, reason: str, message: str) -> None:
+        """``source`` worked, but for something it names (``message``): it stays ``ok`` with
+        this as its last error, counted under ``reason``."""
+        now = self._wall()
+        with self._lock:
+            key = (source, reason)
+            self._counts[key] = self._counts.get(key, 0) + 1
+            old = self._states.get(source)
+            since = old.since if old is not None and old.state == STATE_OK else now
+            self._states[source] = SourceState(source, STATE_OK, since, now, reason, message,
+                                               now)
+
     def absent(self, source: str) -> None:
         """Configured but not there (a socket not created yet): neither working nor failing."""
         now = self._wall()

@@ -47,12 +47,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, dict | str]:
 class DaemonProcess:
     """``python -m gpustats`` in a subprocess. Without ``port`` it binds port 0 and the port the
     kernel gave it is read from the daemon's own "serving on" log line (no race with another
-    process taking a port picked beforehand)."""
+    process taking a port picked beforehand). ``wrapper``: a command the daemon runs under
+    (``setpriv`` with some capabilities)."""
 
     _started = itertools.count(1)
 
     def __init__(self, args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
-                 port: int | None = None):
+                 port: int | None = None, wrapper: tuple[str, ...] = ()):
         self._port = port
         self.log_path = tmp_path / f"daemon-{next(self._started)}.log"
         full_env = dict(os.environ)
@@ -60,7 +61,7 @@ class DaemonProcess:
         full_env.update(env or {})
         with open(self.log_path, "w") as log:     # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{port or 0}",
+                [*wrapper, sys.executable, "-m", "gpustats", "--listen", f"127.0.0.1:{port or 0}",
                  "--state-dir", str(tmp_path / "state"), *args],
                 stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=str(tmp_path),
             )

@@ -18,10 +18,13 @@ hold one walked again: a process may open the GPU later), or at once when ``forc
 did work its clients seen do not account for: every fd table walked). Each process's files
 are found by ``fd_walk.py`` (fd links walked only when its fd table may have changed), within
 a budget per scan (``budget.py``): the processes it leaves are read first at the next scan and
-reported as ``deferred``. Reading another user's fds needs ptrace access (CAP_SYS_PTRACE;
-fs/proc/fd.c): a refused PID is counted, logged once per kind of read, retried at the next
-full rescan, and while any is refused the scan is not ``complete``. A process's open files
-are looked at up to ``fd_walk.MAX_FDS_PER_PID``.
+reported as ``deferred``. Reading another user's fds needs CAP_DAC_READ_SEARCH and
+CAP_SYS_PTRACE (``proc_access``): a refused PID is counted, logged once per kind of read
+(naming the capability the daemon lacks), retried at the next full rescan, and while any is
+refused for want of a capability the scan is not ``complete``. A PID refused although the
+daemon holds both (a security module, another user namespace) is ``unreadable``: it alone
+stays unknown, and the scan of the others is complete. A process's open files are looked at
+up to ``fd_walk.MAX_FDS_PER_PID``.
 
 Engine time per client and tick (deltas of cumulative counters):
 - A counter may dip briefly (spec): the larger previous value is kept until it catches up.
@@ -56,6 +59,7 @@ from gpustats.sources.drm.fdinfo import DrmFdinfo
 from gpustats.sources.drm.owners import Held as _Held
 from gpustats.sources.drm.owners import owners_of
 from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.proc_access import missing, read_effective, refusal_words
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +88,10 @@ class ClientTick:
 class ClientScan:
     clients: tuple[ClientTick, ...]
     interval_seconds: float | None            # since the previous scan; None on the first
-    complete: bool                            # no process's files were refused
+    complete: bool                            # no process's files were refused for want
+                                              # of a capability
     deferred: tuple[int, ...] = ()            # PIDs the budget left for the next scan
+    unreadable: tuple[int, ...] = ()          # PIDs refused although the daemon holds them
 
 
 @dataclass
@@ -111,7 +117,8 @@ class ClientScanner:
 
     def __init__(self, proc_root: str, fs: FsReads, drivers: Iterable[str], *,
                  rescan_every: int = 12, monotonic: Callable[[], float],
-                 budget: ReadBudget | None = None):
+                 budget: ReadBudget | None = None,
+                 capabilities: Callable[[], int | None] = read_effective):
         self._proc = proc_root
         self._fs = fs
         self._drivers = frozenset(drivers)
@@ -121,7 +128,10 @@ class ClientScanner:
         self._last_at: float | None = None
         self._seen: set[int] = set()              # PIDs listed at least once
         self._holders: set[int] = set()           # PIDs that held a DRM fd when last read
-        self._refused: set[int] = set()
+        self._refused: set[int] = set()           # for want of a capability
+        self._unreadable: set[int] = set()        # whatever the daemon's capabilities
+        self._capabilities = capabilities()       # the daemon's effective set, once
+        self._logged: set[str] = set()            # kinds of refusal logged
         self._walker = FdWalker(proc_root, fs)
         self._budget = budget or ReadBudget(lambda: fs.calls, monotonic)
         self._turns = RoundRobin()
@@ -150,7 +160,8 @@ class ClientScanner:
         self._age_unseen(holders, deferred)
         self._scans += 1
         self._last_at = now
-        return ClientScan(clients, interval, not self._refused, deferred)
+        return ClientScan(clients, interval, not self._refused, deferred,
+                          tuple(sorted(self._unreadable)))
 
     def _pids_to_read(self, listed: Mapping[int, Listed] | None, every: bool,
                       cheap: Container[int]) -> list[int]:
@@ -163,6 +174,7 @@ class ClientScanner:
         self._seen &= alive
         self._holders &= alive
         self._refused &= alive
+        self._unreadable &= alive
         self._walker.forget_except(alive)
         if listed is None and not every:
             pids = [p for p in pids if p in self._holders or p not in self._seen]
@@ -185,11 +197,11 @@ class ClientScanner:
                 return found, tuple(pids[n:])
             except Refused as refused:
                 self._seen.add(pid)
-                self._refuse(refused.kind)
-                self._refused.add(pid)
+                self._refuse(refused.kind, pid)       # placed as refused or unreadable
                 continue
             self._seen.add(pid)
             self._refused.discard(pid)
+            self._unreadable.discard(pid)
             if files:
                 self._holders.add(pid)
             else:
@@ -204,13 +216,25 @@ class ClientScanner:
     def _cgroup(self, pid: int) -> str | None:
         return self._fs.text(os.path.join(self._proc, str(pid), "cgroup"), CGROUP_BYTES)
 
-    def _refuse(self, kind: str) -> None:
+    def _refuse(self, kind: str, pid: int) -> None:
+        """A refused PID: for want of a capability (every GPU's processes unknown), or
+        unreadable whatever the capabilities (that PID alone unknown)."""
         self.refusals[kind] += 1
-        if self.refusals[kind] == 1:
-            log.warning("reading processes' %s was refused (permission denied): GPU processes "
-                        "are not fully known; the daemon needs CAP_SYS_PTRACE (and the host's "
-                        "PID namespace) to read other users' DRM clients. Refusals are counted, "
-                        "not logged again", "open files" if kind == REFUSED_FD else "fdinfo")
+        lacking = missing(kind, self._capabilities)
+        if not lacking:
+            if not self._unreadable:
+                log.warning("PID %d: %s; its GPU use, if any, stays unattributed. Other such "
+                            "PIDs are named in the source's reason, not logged", pid,
+                            refusal_words(kind, lacking))
+            self._unreadable.add(pid)
+            self._refused.discard(pid)
+            return
+        self._refused.add(pid)
+        self._unreadable.discard(pid)
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("%s; GPU processes are not fully known. Refusals are counted, not "
+                        "logged again", refusal_words(kind, lacking))
 
     def _tick(self, key: tuple, pid: int | None, minor: int | None, info: DrmFdinfo,
               now: float, first: bool, tick: float | None) -> ClientTick:

@@ -30,6 +30,7 @@ from typing import Callable
 from gpustats.hostfs import UnsafeFile
 from gpustats.sources.drm.fdinfo import DrmFdinfo, parse_fdinfo
 from gpustats.sources.drm.reads import FsReads
+from gpustats.sources.proc_access import READ_FD, READ_FDINFO
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ DRM_LINK = re.compile(r"/dev/dri/(?:card|renderD)(\d+)")
 MAX_FDS_PER_PID = 4096
 MAX_DRM_FILES_PER_PID = 64
 WALK_STEP = 256                          # links read between two looks at the budget
-REFUSED_FD = "fd"                        # listing <pid>/fd or reading one of its links
-REFUSED_FDINFO = "fdinfo"
+REFUSED_FD = READ_FD                     # listing <pid>/fd or reading one of its links
+REFUSED_FDINFO = READ_FDINFO
 
 Listed = tuple[tuple[int, "int | None"], ...]   # a tgid's (minor, client ID) as listed, sorted
 

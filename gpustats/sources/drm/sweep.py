@@ -13,10 +13,11 @@ tick, bounded by what the tick held (``engine_bounds.py``). What no process seen
 the reading's ``unattributed_engine_seconds``; work beyond the clients' makes the next scan a
 full one at once, and is left unattributed from the second tick in a row it shows (a single
 tick short is within the two measures' noise, or a client the forced rescan then finds), or at
-once where no client seen did any work. Where some
-process's files were refused, ``"processes"`` is in the reading's ``unsupported_fields``: its
-process list is not the whole. Processes the read budget left for the next scan are counted
-(``errors``: the vendor's source, reason ``read_budget``).
+once where no client seen did any work. Where some process's files were refused for want of
+a capability, ``"processes"`` is in the reading's ``unsupported_fields``: its process list is
+not the whole. PIDs refused whatever the daemon's capabilities are the reading's
+``unreadable_pids``: the list is whole but for them. Processes the read budget left for the
+next scan are counted (``errors``: the vendor's source, reason ``read_budget``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gpustats.sources.drm.kernel_health import read_kernel_health
 from gpustats.sources.drm.listing import ClientLists
 from gpustats.sources.drm.reads import FsReads
 from gpustats.sources.errors import CollectionErrors
+from gpustats.sources.proc_access import read_effective
 from gpustats.sources.vendors import AMD, INTEL
 
 _VENDORS = {v.name: v for v in (AMD, INTEL)}
@@ -49,7 +51,8 @@ class DrmSweeper:
     def __init__(self, vendor: str, roots: HostRoots, *,
                  monotonic: Callable[[], float] = time.monotonic, rescan_every: int = 12,
                  before_sweep: Callable[[], None] | None = None, fs: FsReads | None = None,
-                 errors: CollectionErrors | None = None):
+                 errors: CollectionErrors | None = None,
+                 capabilities: Callable[[], int | None] | None = None):
         if vendor not in _VENDORS:
             raise ValueError(f"not a DRM vendor: {vendor!r}")
         self._vendor = _VENDORS[vendor]
@@ -57,7 +60,8 @@ class DrmSweeper:
         self._before_sweep = before_sweep
         self._discovery = DeviceDiscovery(roots, self._vendor, self._fs)
         self._clients = ClientScanner(roots.proc, self._fs, self._vendor.drivers,
-                                      rescan_every=rescan_every, monotonic=monotonic)
+                                      rescan_every=rescan_every, monotonic=monotonic,
+                                      capabilities=capabilities or read_effective)
         self._values = (AmdgpuValues if vendor == VENDOR_AMD else IntelValues)(self._fs,
                                                                                monotonic)
         self._identities: dict[str, DeviceIdentity] = {}
@@ -134,7 +138,8 @@ class DrmSweeper:
             kernel_health=read_kernel_health(self._fs, device),
             unsupported_fields=frozenset() if scan.complete else _UNKNOWN_PROCESSES,
             unattributed_engine_seconds=unseen + unowned
-            if scan.interval_seconds is not None else None)
+            if scan.interval_seconds is not None else None,
+            unreadable_pids=scan.unreadable)
 
     def _identity(self, index: int, device: DrmDevice, values: DeviceValues) -> DeviceIdentity:
         """The same object tick after tick while nothing in it changes."""
