@@ -74,6 +74,16 @@ def test_gains_count_growth_restarts_and_skip_a_new_database():
     assert {g[0]: g[2:4] for g in gains} == {"a": (1.0, 0.0), "b": (1.0, 0.0)}   # b restarted
 
 
+def test_a_counter_without_idle_share_gains_its_attributed_growth():
+    deltas = Deltas({("a", A): (2.0, None), ("b", A): (5.0, 1.0)}, keep_seconds=3600)
+    gains, updated = deltas.gains({("a", A): (5.0, None), ("b", A): (6.0, None)}, T0)
+    # the idle share missing this tick: nothing gained, the last one known kept as baseline
+    assert sorted(gains) == [("a", A, 3.0, 0.0, 5.0, None), ("b", A, 1.0, 0.0, 6.0, 1.0)]
+    deltas.commit(updated, T0)
+    gains, _ = deltas.gains({("a", A): (5.0, None), ("b", A): (6.0, None)}, T0 + 5)
+    assert gains == []                                      # nothing grew: no row
+
+
 def test_a_failed_write_keeps_its_energy_for_the_next(tmp_path):
     problems = []
     recorder = UsageRecorder(str(tmp_path), report=problems.append)
