@@ -177,7 +177,7 @@ class Config:
     state_reset: bool = _option(
         parsers.parse_bool, False,
         "start counters from zero, moving the state files aside (needed to start over a "
-        "state written by a newer gpustats)", "BOOL")
+        "state written by a newer gpustats); the usage database is kept", "BOOL")
     # --- Health and saturation
     xid_ignore: tuple[int, ...] = _option(
         parsers.xid_list, (13, 31, 43, 45, 68, 109),

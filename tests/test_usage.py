@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpustats.usage.database import UsageWriter, open_database
+from gpustats.engine.state_files import StateFiles
+from gpustats.usage.database import FILE_NAME, UsageWriter, open_database
 from gpustats.usage.query import (
     QueryError, QueryTimeout, TooManyRows, UsageQuery, parse_query, run_query,
 )
@@ -74,6 +75,16 @@ def test_gains_count_growth_restarts_and_skip_a_new_database():
     assert {g[0]: g[2:4] for g in gains} == {"a": (1.0, 0.0), "b": (1.0, 0.0)}   # b restarted
 
 
+def test_a_counter_without_idle_share_gains_its_attributed_growth():
+    deltas = Deltas({("a", A): (2.0, None), ("b", A): (5.0, 1.0)}, keep_seconds=3600)
+    gains, updated = deltas.gains({("a", A): (5.0, None), ("b", A): (6.0, None)}, T0)
+    # the idle share missing this tick: nothing gained, the last one known kept as baseline
+    assert sorted(gains) == [("a", A, 3.0, 0.0, 5.0, None), ("b", A, 1.0, 0.0, 6.0, 1.0)]
+    deltas.commit(updated, T0)
+    gains, _ = deltas.gains({("a", A): (5.0, None), ("b", A): (6.0, None)}, T0 + 5)
+    assert gains == []                                      # nothing grew: no row
+
+
 def test_a_failed_write_keeps_its_energy_for_the_next(tmp_path):
     problems = []
     recorder = UsageRecorder(str(tmp_path), report=problems.append)
@@ -95,6 +106,27 @@ def test_a_failed_write_keeps_its_energy_for_the_next(tmp_path):
     db = open_database(recorder.path, read_only=True)
     total = db.execute("SELECT sum(attributed + idle) FROM hourly").fetchone()[0]
     assert total == pytest.approx(200.0 * _counters(snapshot))
+
+
+def test_a_state_reset_keeps_the_usage_rows_and_counts_on_from_zero(tmp_path):
+    snapshot = tenant_snapshot()
+    grown = _grown(snapshot, 100.0, T0 + 5)
+    recorder = UsageRecorder(str(tmp_path))
+    recorder.record(snapshot)                         # a new database: the baseline
+    recorder.record(grown)
+    recorder._writer.close()
+    StateFiles(str(tmp_path)).reset()                 # the counters start over
+    assert (tmp_path / FILE_NAME).exists()            # usage is history: kept
+    restarted = UsageRecorder(str(tmp_path))
+    restarted.record(replace(snapshot, sequence=grown.sequence + 1, taken_at=T0 + 10))
+    restarted._writer.close()
+    # each counter back below what the rows hold counts whole, from zero
+    before, after = snapshot_totals(grown)[0], snapshot_totals(snapshot)[0]
+    restarts = sum(now for pair in after for now, last in zip(after[pair], before[pair])
+                   if now is not None and last is not None and now < last)
+    db = open_database(restarted.path, read_only=True)
+    total = db.execute("SELECT sum(attributed + idle) FROM hourly").fetchone()[0]
+    assert total == pytest.approx(100.0 * _counters(snapshot) + restarts)
 
 
 def _counters(snapshot) -> int:

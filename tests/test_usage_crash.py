@@ -20,8 +20,10 @@ from tests.support.small_disk import fill, small_disk
 
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100",
         "--housekeeping-interval", "0.05", "--persist-interval", "3600")
+# The unobserved bucket too: what the GPU gained while the daemon was down (each SIGKILL).
 BILLED = ("gpustats_tenant_gpu_joules", "gpustats_tenant_gpu_idle_share_joules",
-          "gpustats_node_gpu_unattributed_joules", "gpustats_node_gpu_unallocated_idle_joules")
+          "gpustats_node_gpu_unattributed_joules", "gpustats_node_gpu_unallocated_idle_joules",
+          "gpustats_node_gpu_unobserved_joules")
 
 
 def busy(watts: float = 300) -> dict:

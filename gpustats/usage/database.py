@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from itertools import chain
 from gpustats.usage.tariff import CarbonIntensity, Price
 from gpustats.usage.ticks import Gains, Totals, UsageTenant
 
@@ -184,6 +183,25 @@ class UsageWriter:
             gpu_id = self._gpus[uuid] = cursor.lastrowid
         return gpu_id
 
+    def _params(self, hour: int, gains: Gains, tenants: dict[str, UsageTenant],
+                factors: list[float]) -> list:
+        """The rows' values, one after the other (the statements' parameters): hour, tenant
+        id, GPU id, the gains, the counters, then the cost and CO2e of the gains' kWh."""
+        known, gpus_known = self._tenants, self._gpus
+        params: list = []
+        extend = params.extend
+        for key, uuid, attributed, idle, last_attributed, last_idle in gains:
+            tenant = tenants[key]
+            seen = known.get(key)
+            gpu = gpus_known.get(uuid)
+            extend((hour, seen[0] if seen is not None and seen[1] is tenant
+                    else self._tenant_id(tenant),
+                    gpu if gpu is not None else self._gpu_id(uuid), attributed, idle,
+                    last_attributed, last_idle))
+            if factors:                    # the hour's cost and CO2e of the row's joules
+                extend([(attributed + idle) * f for f in factors])
+        return params
+
     def write(self, when: float, gains: Gains, tenants: dict[str, UsageTenant]) -> None:
         """One tick's gains, dated ``when`` (epoch seconds), in one transaction; raises
         ``sqlite3.Error`` with nothing written."""
@@ -194,24 +212,14 @@ class UsageWriter:
         before = dict(self._tenants), dict(self._gpus)
         db.execute("BEGIN IMMEDIATE")
         try:
-            known, gpus_known = self._tenants, self._gpus
-            rows: list[tuple] = []
-            append = rows.append
-            for key, uuid, attributed, idle, last_attributed, last_idle in gains:
-                tenant = tenants[key]
-                seen = known.get(key)
-                gpu = gpus_known.get(uuid)
-                append((hour, seen[0] if seen is not None and seen[1] is tenant
-                        else self._tenant_id(tenant),
-                        gpu if gpu is not None else self._gpu_id(uuid), attributed, idle,
-                        last_attributed, last_idle))
-            extra = [f / JOULES_PER_KWH for f in (price, grams) if f is not None]
-            if extra:                       # the hour's cost and CO2e of each row's joules
-                rows = [(*row, *((row[3] + row[4]) * f for f in extra)) for row in rows]
             priced, carbon = price is not None, grams is not None
-            for at in range(0, len(rows), CHUNK_ROWS):
-                chunk = rows[at:at + CHUNK_ROWS]
-                db.execute(_upsert(priced, carbon, len(chunk)), tuple(chain.from_iterable(chunk)))
+            factors = [f / JOULES_PER_KWH for f in (price, grams) if f is not None]
+            width = 7 + len(factors)
+            params = self._params(hour, gains, tenants, factors)
+            step = CHUNK_ROWS * width
+            for at in range(0, len(params), step):
+                chunk = params[at:at + step]
+                db.execute(_upsert(priced, carbon, len(chunk) // width), chunk)
             if self._rolled_until is not None and hour < self._rolled_until:
                 # A tick dated in a day already rolled (the wall clock stepped back): its
                 # daily rows get the gains too.
@@ -220,7 +228,8 @@ class UsageWriter:
                 db.executemany(_LATE, [
                     (today_of(row[0]), row[1], row[2], row[3], row[4],
                      None if cost_at is None else row[cost_at],
-                     None if co2e_at is None else row[co2e_at]) for row in rows])
+                     None if co2e_at is None else row[co2e_at])
+                    for row in (params[at:at + width] for at in range(0, len(params), width))])
             if self._rolled_hour != hour:
                 self._roll(hour)
             db.execute("COMMIT")

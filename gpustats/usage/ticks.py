@@ -192,11 +192,17 @@ class Deltas:
             if attributed == prev_a and idle == prev_i:
                 updated[key] = (attributed, idle, now)
                 continue
-            if attributed is not None and idle is not None and prev_a is not None \
-                    and prev_i is not None and attributed >= prev_a and idle >= prev_i:
-                updated[key] = (attributed, idle, now)         # both known, both grew
-                append((key[0], key[1], attributed - prev_a, idle - prev_i, attributed, idle))
-                continue
+            if attributed is not None and prev_a is not None and attributed >= prev_a:
+                if idle is None:                    # no idle share: the attributed growth
+                    updated[key] = (attributed, prev_i, now)
+                    if attributed != prev_a:
+                        append((key[0], key[1], attributed - prev_a, 0.0, attributed, prev_i))
+                    continue
+                if prev_i is not None and idle >= prev_i:      # both known, both grew
+                    updated[key] = (attributed, idle, now)
+                    append((key[0], key[1], attributed - prev_a, idle - prev_i, attributed,
+                            idle))
+                    continue
             gain_a = _gain(attributed, prev_a, known)
             gain_i = _gain(idle, prev_i, known)
             now_a = prev_a if attributed is None else attributed
