@@ -4,11 +4,14 @@ from bench.soak import run_soak
 
 
 def test_short_soak(tmp_path):
-    result = run_soak(seconds=12, clients=32, churn=10, warmup=4, workdir=tmp_path)
+    # 4 processes flooding their fd tables on the AMD GPU (the bench: 50 x 4,096 fds)
+    result = run_soak(seconds=12, clients=32, churn=10, warmup=4, workdir=tmp_path,
+                      drm_processes=4, drm_fds=512)
     assert result["requests"] > 100
     assert result["http_5xx"] == 0 and result["client_errors"] == 0
     assert result["containers_created"] >= 80
     assert result["threads_min"] == result["threads_max"], result
+    assert result["drm_fd_attackers"] == 4 and result["summary_tenants"] > 0, result
     assert result["rss_growth_ratio"] < 0.10, result      # the 10-minute run holds 5%
     attack = result["attack"]     # idle, trickling, large-POST, smuggling, pipelining peers beside
     assert attack["large_posts_413"] >= 1 and attack["large_posts_other"] == 0, attack
