@@ -394,7 +394,7 @@ def main() -> int:
         ok = ok and a["spooled_files_max"] == 0 and a["large_posts_other"] == 0 \
             and a["probe_healthz_health_port"]["failures"] == 0 \
             and a["smuggled_answered"] == 0 and a["smuggling_other"] == 0 \
-            and all(a[f"probe_{name}"]["failures"] <= 0.01 * a[f"probe_{name}"]["probes"]
+            and all(a[f"probe_{name}"]["failures"] == 0
                     and (a[f"probe_{name}"]["max_ms"] or 0) < 1000
                     for name in ("healthz", "readyz", "summary", "metrics")) \
             and a.get("pod_resources_failing") == 1 and a.get("dcgm_exporter_failing") == 1 \
@@ -408,8 +408,8 @@ def main() -> int:
           "(zero 5xx, RSS growth < 5% after warm-up, thread count constant; with attackers: "
           "every large POST refused with 413, nothing spooled, every doubly framed request "
           "refused with 400 and the request smuggled after it never answered, every /healthz "
-          "probe on the health port answered within 1 s, every answered probe on the data port "
-          "within 1 s and at most 1 % of them failing (their errors are listed), the hostile "
+          "probe on the health port answered within 1 s, every probe on the data port answered "
+          "within 1 s (the errors of any that failed are listed), the hostile "
           "kubelet and exporter refused as failing sources, the page free of raw control "
           "bytes, every other client's watch granted; with --compare, every bystander's share "
           "of its GPU's energy within 1 % of the run without attackers)")

@@ -22,10 +22,13 @@ def test_short_soak(tmp_path):
     assert attack["trickling_reopened_health_port"] >= 1, attack
     assert attack["probe_healthz_health_port"]["failures"] == 0, attack
     # Pipelining clients that read nothing or a trickle take no worker from the probes:
-    # every answer within 1 s (a rare reset among hundreds of reconnecting attackers aside).
+    # every answer within 1 s. None is reset: a connection accepted into a descriptor freed in
+    # the same turn of the serving loop, among hundreds of reconnecting attackers, is no longer
+    # closed for the old one's readiness (a timeout on a loaded machine aside).
     for name in ("healthz", "readyz", "summary", "metrics"):
         probe = attack[f"probe_{name}"]
         assert probe["max_ms"] is not None and probe["max_ms"] < 1000, (name, attack)
+        assert "ConnectionResetError" not in probe["errors"], (name, attack)
         assert probe["failures"] <= max(1, 0.05 * probe["probes"]), (name, attack)
     # The hostile kubelet and dcgm-exporter are refused as failing sources.
     assert attack["pod_resources_failing"] == 1 and attack["dcgm_exporter_failing"] == 1, attack
