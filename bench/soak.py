@@ -25,10 +25,11 @@ while another asks for one every 2 s (``attackers.WatchHoarder``); while probes 
 /healthz on the separate health port.
 The GPU processes are tenants of every kind on a fake /proc (Docker containers, pods,
 services, sessions). Reported: requests, 5xx and errors, RSS after warm-up and at the end
-(medians of five seconds), thread count over time, the attack figures, and each bystander
-tenant's share of its GPU's active energy; ``--compare`` runs without attackers first and
-gives how far any bystander's share moved under attack (the user's two processes run in its
-session then: the same work, split the same way).
+(medians of up to 30 seconds: ``rss_window``), thread count over time, the attack figures,
+the tick's wall time, and each bystander tenant's share of its GPU's active energy;
+``--compare`` runs without attackers first and gives how far any bystander's share moved
+under attack (the user's processes run in its session then: the same work, split the same
+way).
 The history window is set to the warm-up, so it is full (steady) when RSS is first taken.
 """
 
@@ -141,6 +142,16 @@ def with_a_mig_gpu(scenario: dict, instances: int = 3) -> dict:
         process.pop("sm_util_percent", None)
         process["gpu_instance_id"] = 7 + k % instances
     return scenario
+
+
+def rss_window(seconds_after_warmup: int) -> int:
+    """Seconds of RSS samples whose median is taken after the warm-up and at the end: half of
+    what follows the warm-up, between 5 and 30. Under the attackers RSS swings by 10 to 15 MB
+    over tens of seconds (the hostile kubelet's reply every 15 s, the dcgm-exporter's 30 MB
+    every 10 s): medians of five seconds landed on a peak or a trough (at 300 s, 89.6 MB after
+    the warm-up, 98.7 MB at the end, the tenths of the run between 90.7 and 104.2 MB with no
+    slope) and read as 10 % growth."""
+    return max(5, min(30, seconds_after_warmup // 2))
 
 
 def median_rss(samples: list[dict]) -> float | None:
@@ -286,8 +297,9 @@ def run_soak(seconds: float, clients: int = 32, churn: float = 10.0,
         for stop_peer in stop_peers:
             stop_peer()
     after_warm = [s for s in samples if s["t"] >= warmup] or samples
-    rss_warm = median_rss(after_warm[:5]) if after_warm else rss_warm
-    rss_end = median_rss(samples[-5:])
+    window = rss_window(len(after_warm))
+    rss_warm = median_rss(after_warm[:window]) if after_warm else rss_warm
+    rss_end = median_rss(samples[-window:])
     seen_ticks = [t for t in ticks if t is not None]
     result = {
         "seconds": seconds, "clients": clients, "churn_per_second": churn,
