@@ -43,9 +43,10 @@ GPU = "0000:19:00.0"
 RESCAN_EVERY = 12
 
 
-def _fdinfo(client_id: int, gfx_ns: int) -> str:
+def amdgpu_fdinfo(client_id: int, gfx_ns: int, pdev: str = GPU) -> str:
+    """An amdgpu DRM client's fdinfo (amdgpu_fdinfo.c) on the GPU at ``pdev``."""
     return (f"pos:\t0\nflags:\t02100002\nmnt_id:\t25\nino:\t1051\ndrm-driver:\tamdgpu\n"
-            f"drm-client-id:\t{client_id}\ndrm-pdev:\t{GPU}\npasid:\t32770\n"
+            f"drm-client-id:\t{client_id}\ndrm-pdev:\t{pdev}\npasid:\t32770\n"
             f"drm-total-vram:\t2 GiB\ndrm-resident-vram:\t2097152 KiB\n"
             f"drm-engine-gfx:\t{gfx_ns} ns\n")
 
@@ -86,7 +87,7 @@ def add_process(proc: Path, pid: int, fds: int, on_gpu: bool) -> list[Path]:
         return []
     (fd_dir / str(fds)).symlink_to("/dev/dri/renderD128")
     info = info_dir / str(fds)
-    info.write_text(_fdinfo(pid, 0))
+    info.write_text(amdgpu_fdinfo(pid, 0))
     return [info]
 
 
@@ -109,7 +110,7 @@ def run(processes: int, fds: int, gpu_processes: int, ticks: int, attack: str | 
         gpu_files = build_node(root, processes, fds, gpu_processes)
         listed = list(range(1000, 1000 + gpu_processes))
         if attack is not None:
-            listed += ATTACKS[attack](root / "proc", 100_000, _fdinfo(0, 0).replace(
+            listed += ATTACKS[attack](root / "proc", 100_000, amdgpu_fdinfo(0, 0).replace(
                 "drm-client-id:\t0", "drm-client-id:\t{pid}"), processes=attack_processes)
         if kernel_list:
             _kernel_list(root, listed)
@@ -119,7 +120,7 @@ def run(processes: int, fds: int, gpu_processes: int, ticks: int, attack: str | 
         seconds, calls, walls, short_ticks = [], [], [], 0
         for tick in range(ticks):
             for n, info in enumerate(gpu_files):      # the clients' engines move
-                info.write_text(_fdinfo(1000 + n, (tick + 1) * 2_000_000_000))
+                info.write_text(amdgpu_fdinfo(1000 + n, (tick + 1) * 2_000_000_000))
             add_process(root / "proc", 1000 + processes + tick, fds, False)
             before_calls = sweeper.calls
             started, wall = time.process_time(), time.monotonic()

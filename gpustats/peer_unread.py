@@ -8,6 +8,13 @@ socket buffers for hours, so a watcher that reads nothing would never fill that 
   in ``/proc/self/net/tcp`` and ``tcp6`` (proc(5), ``rx_queue``) is what its application has
   not read. Of a remote peer, what its kernel acknowledged and its application did not read
   is not known here: only the unacknowledged part counts.
+
+The peer's advertised window (``TCP_INFO``'s ``tcpi_snd_wnd``, Linux 5.4 on) does not tell it
+either: a receiver never moves its window's right edge back, and the window it offers moves
+in coarse steps, not byte by byte as its application leaves data unread. Measured
+on loopback (Linux 6.18): six 70-byte lines left unread, the window stayed at 65,536; only
+100 KB unread brought it down (to 28,672). A watcher that reads nothing gets a bookmark line
+every 15 s: its window would not move for hours.
 """
 
 from __future__ import annotations

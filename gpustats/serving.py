@@ -62,6 +62,7 @@ from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 from waitress.utilities import Error, build_http_date
 
 from gpustats.fdlimit import HEALTH_CONNECTIONS, connection_limit
+from gpustats.serving_poll import poll_once
 
 log = logging.getLogger(__name__)
 
@@ -584,8 +585,7 @@ def _run(server) -> None:
     base = len(sockets)                  # the listening socket, the wake-up pipe (and signals')
     try:
         while sockets:
-            wasyncore.poll2(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS,
-                            sockets)
+            poll_once(CLEANUP_SECONDS if len(sockets) > base else IDLE_WAKE_SECONDS, sockets)
             server.feed_held()
             server.start_watches()
     except (SystemExit, KeyboardInterrupt):

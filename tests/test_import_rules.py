@@ -34,7 +34,8 @@ RULES = {
     "web": {"export", "engine.store", "model", "usage"},
     # NVSentinel's GpuService over gRPC: the web layer's peer, with the providers' store
     "deviceapi": {"export", "engine.store", "engine.provider_health", "model"},
-    "serving": {"fdlimit"},   # the HTTP listeners (waitress), handed the apps by cli
+    "serving": {"fdlimit", "serving_poll"},   # the HTTP listeners (waitress), handed the apps
+    "serving_poll": set(),    # one turn of the serving loop
     "watch_streams": {"fdlimit", "peers", "peer_unread"},   # GPU watch streams, off the workers
     "peers": set(),       # who is at the other end of a connection
     "peer_unread": set(),   # what a connection's reader has not read, as the kernel says
@@ -46,7 +47,7 @@ RULES = {
 }
 THIRD_PARTY_OWNERS = {"pynvml": ("sources.nvml", "simulator"), "grpc": ("sources.", "deviceapi"),
                       "flask": "web",
-                      "waitress": ("cli", "serving"),
+                      "waitress": ("cli", "serving", "serving_poll"),
                       "prometheus_client": ("export", "sources.dcgm"),
                       "requests": "sources.dcgm", "urllib3": "sources.dcgm",
                       "psutil": ("sources.node", "sources.psutil_root")}
