@@ -26,7 +26,7 @@ from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.tenant_paths import parse_tenant_path
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.cgroup_dirs import make_recorded
-from tests.test_tenants_e2e import (
+from tests.support.tenant_series import (
     ACTIVE_WATTS, IDLE_WATTS, POWER_WATTS, assert_billed_by_truth, billed, samples,
     tenant_series,
 )
