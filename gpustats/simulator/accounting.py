@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
-    from gpustats.simulator.scenario import SimDevice
+    from gpustats.simulator.scenario import SimDevice, SimProcess
 
 
 from collections import deque
@@ -135,19 +135,30 @@ class AccountingCalls:
         cut = self._accounting_cut.get(device.uuid, self._accounting_since_us)
         processes = self._process_list(device, None, between_ticks=True)
         running = {r.pid for r in records or () if r.running}
-        added = [_Record(p.pid, cut, round((now - cut) / 1000), False, p.sm_util_percent or 0,
-                         p.memory_used_bytes) if p.between_ticks
-                 else _Record(p.pid, now, 0, True, p.sm_util_percent or 0, p.memory_used_bytes)
-                 for p in processes if (p.between_ticks and now > cut)
-                 or (not p.between_ticks and p.pid not in running)]
+        added = _new_records(processes, running, cut, now)
         if not apply:
             return min(size, len(records or ()) + len(added))
         assert records is not None            # made above, as apply is true
-        live = {p.pid for p in processes if not p.between_ticks}
-        for record in records:
-            if record.running and record.pid not in live:
-                record.running = False
-                record.time_ms = round((now - record.start_us) / 1000)
+        _end_stopped(records, {p.pid for p in processes if not p.between_ticks}, now)
         records.extend(added)
         self._accounting_cut[device.uuid] = now
         return records
+
+
+def _new_records(processes: Sequence[SimProcess], running: set[int], cut: int,
+                 now: int) -> list[_Record]:
+    """The records the processes add at ``now``: each process seen only between ticks since
+    ``cut``, ended; each one running that has no running record yet, started."""
+    return [_Record(p.pid, cut, round((now - cut) / 1000), False, p.sm_util_percent or 0,
+                    p.memory_used_bytes) if p.between_ticks
+            else _Record(p.pid, now, 0, True, p.sm_util_percent or 0, p.memory_used_bytes)
+            for p in processes if (p.between_ticks and now > cut)
+            or (not p.between_ticks and p.pid not in running)]
+
+
+def _end_stopped(records: Iterable[_Record], live: set[int], now: int) -> None:
+    """End each running record whose process is no longer ``live``."""
+    for record in records:
+        if record.running and record.pid not in live:
+            record.running = False
+            record.time_ms = round((now - record.start_us) / 1000)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from typing import Any
 from itertools import chain
 from gpustats.usage.tariff import CarbonIntensity, Price
 from gpustats.usage.ticks import Gains, Totals, UsageTenant
@@ -77,11 +78,23 @@ ON CONFLICT(day, tenant, gpu) DO UPDATE SET
 """
 
 JOULES_PER_KWH = 3.6e6
+# An hourly row's parameters: hour, tenant id, GPU id, joules, then its cost and CO2e if priced.
+Row = tuple[Any, ...]
 
 
 def today_of(epoch: int) -> int:
     """The start of the UTC day of ``epoch``."""
     return epoch - epoch % DAY
+
+
+def _late_rows(rows: list[Row], priced: bool, carbon: bool) -> list[Row]:
+    """The daily rows' parameters (day, tenant, GPU, attributed, idle, cost, CO2e) of hourly
+    rows that came after their day was rolled."""
+    cost_at = 7 if priced else None
+    co2e_at = 7 + priced if carbon else None
+    return [(today_of(row[0]), row[1], row[2], row[3], row[4],
+             None if cost_at is None else row[cost_at],
+             None if co2e_at is None else row[co2e_at]) for row in rows]
 
 
 class UsageVersionError(sqlite3.DatabaseError):
@@ -194,17 +207,7 @@ class UsageWriter:
         before = dict(self._tenants), dict(self._gpus)
         db.execute("BEGIN IMMEDIATE")
         try:
-            known, gpus_known = self._tenants, self._gpus
-            rows: list[tuple] = []
-            append = rows.append
-            for key, uuid, attributed, idle, last_attributed, last_idle in gains:
-                tenant = tenants[key]
-                seen = known.get(key)
-                gpu = gpus_known.get(uuid)
-                append((hour, seen[0] if seen is not None and seen[1] is tenant
-                        else self._tenant_id(tenant),
-                        gpu if gpu is not None else self._gpu_id(uuid), attributed, idle,
-                        last_attributed, last_idle))
+            rows = self._rows(hour, gains, tenants)
             extra = [f / JOULES_PER_KWH for f in (price, grams) if f is not None]
             if extra:                       # the hour's cost and CO2e of each row's joules
                 rows = [(*row, *((row[3] + row[4]) * f for f in extra)) for row in rows]
@@ -215,12 +218,7 @@ class UsageWriter:
             if self._rolled_until is not None and hour < self._rolled_until:
                 # A tick dated in a day already rolled (the wall clock stepped back): its
                 # daily rows get the gains too.
-                cost_at = 7 if priced else None
-                co2e_at = 7 + priced if carbon else None
-                db.executemany(_LATE, [
-                    (today_of(row[0]), row[1], row[2], row[3], row[4],
-                     None if cost_at is None else row[cost_at],
-                     None if co2e_at is None else row[co2e_at]) for row in rows])
+                db.executemany(_LATE, _late_rows(rows, priced, carbon))
             if self._rolled_hour != hour:
                 self._roll(hour)
             db.execute("COMMIT")
@@ -232,6 +230,22 @@ class UsageWriter:
         self._rolled_hour = hour
         if len(self._tenants) > 2 * len(tenants) + 1024:     # only the live ones cached
             self._tenants = {k: v for k, v in self._tenants.items() if k in tenants}
+
+    def _rows(self, hour: int, gains: Gains, tenants: dict[str, UsageTenant]) -> list[Row]:
+        """The hour's row of each gain: (hour, tenant id, GPU id, attributed, idle, attributed
+        now, idle now), ids made for tenants and GPUs not yet in the database."""
+        known, gpus_known = self._tenants, self._gpus
+        rows: list[Row] = []
+        append = rows.append
+        for key, uuid, attributed, idle, last_attributed, last_idle in gains:
+            tenant = tenants[key]
+            seen = known.get(key)
+            gpu = gpus_known.get(uuid)
+            append((hour, seen[0] if seen is not None and seen[1] is tenant
+                    else self._tenant_id(tenant),
+                    gpu if gpu is not None else self._gpu_id(uuid), attributed, idle,
+                    last_attributed, last_idle))
+        return rows
 
     def _roll(self, hour: int) -> None:
         """Each day that has ended into its daily rows (its hours kept for their retention);
