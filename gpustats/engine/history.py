@@ -60,7 +60,7 @@ class _Series(Generic[M]):
         self.rows = array("d")
 
 
-def _first_row_at_or_after(rows: array, width: int, cutoff: float) -> int:
+def _first_row_at_or_after(rows: array[float], width: int, cutoff: float) -> int:
     """Index of the first row whose time is >= ``cutoff`` (rows are in time order)."""
     count = len(rows) // width
     return bisect_left(range(count), cutoff, key=lambda i: rows[i * width])
@@ -194,7 +194,7 @@ class History:
                                  mig_instances=migs, containers=containers)
 
     @staticmethod
-    def _tail(rows: array, width: int, cutoff: float) -> array:
+    def _tail(rows: array[float], width: int, cutoff: float) -> array[float]:
         if not rows or rows[-width] < cutoff:
             return array("d")
         if rows[0] >= cutoff:
