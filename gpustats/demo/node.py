@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -74,7 +74,7 @@ class Kind:
     """A kind of demo node: its trees below a root, its load at a moment, and its words."""
 
     build: Callable[[Path], Tree]
-    scenario_at: Callable[[float], dict]
+    scenario_at: Callable[[float], dict[str, Any]]
     describe: Callable[[], str]
 
 
@@ -84,7 +84,7 @@ KINDS = {
 }
 
 
-def write_scenario(path: Path, scenario: dict) -> None:
+def write_scenario(path: Path, scenario: dict[str, Any]) -> None:
     """Atomically: the simulator never reads half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(scenario))
@@ -94,7 +94,8 @@ def write_scenario(path: Path, scenario: dict) -> None:
 class DemoNode:
     """Owns the temporary directory from ``start`` to ``close``; ``close`` removes it."""
 
-    def __init__(self, root: Path, clock=time.monotonic, kind: str = "kubernetes"):
+    def __init__(self, root: Path, clock: Callable[[], float] = time.monotonic,
+                 kind: str = "kubernetes"):
         self.root = root
         self.kind = KINDS[kind]
         self.scenario = root / "scenario.yaml"

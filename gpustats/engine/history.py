@@ -12,7 +12,7 @@ import math
 import threading
 from array import array
 from bisect import bisect_left
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gpustats.model.history import (
     CONTAINER_FIELDS, GPU_FIELDS, GPU_VALUES, MIG_FIELDS, ContainerSeries, GpuSeries,
@@ -37,7 +37,7 @@ def _milli(value: float | None) -> float:
 
 
 K = TypeVar("K")
-M = TypeVar("M", bound=tuple)
+M = TypeVar("M", bound=tuple[Any, ...])
 
 # Each table's keys and series identities: a GPU's (index, name, memory, power limit) by
 # UUID, a MIG instance's (UUID, profile, memory) by (GPU UUID, GPU instance), a container's

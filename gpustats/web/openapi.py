@@ -66,7 +66,7 @@ _SATURATION = {
 _VENDOR = {"type": "string", "enum": [VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL]}
 
 
-def _values(rows: Iterable[DeviceValue]) -> dict[str, dict]:
+def _values(rows: Iterable[DeviceValue]) -> dict[str, dict[str, Any]]:
     """The properties of device values (``model.device_values``): key -> schema."""
     return {v.key: {**v.schema, "description": v.description} for v in rows
             if v.key is not None and v.schema is not None}
@@ -178,7 +178,7 @@ _SUMMARY = {
 }
 
 
-def _closed(schema: dict) -> dict:
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
     return dict(schema, additionalProperties=False)
 
 
@@ -333,7 +333,7 @@ _HISTORY = {
 }
 
 
-def _history_path(history_seconds: int) -> dict:
+def _history_path(history_seconds: int) -> dict[str, Any]:
     seconds = {"name": "seconds", "in": "query", "required": False,
                "schema": {"type": "integer", "minimum": 1, "maximum": history_seconds},
                "description": "how many seconds back (default: all the daemon keeps)"}
@@ -369,9 +369,9 @@ _PERIOD_TEXT = {"type": "string", "pattern": f"^{_MONTH_TEXT}(-(0[1-9]|1[0-9]|2[
 _GROUP_FIELDS = "(tenant|kind|namespace|pod|container|service|user|job|node|gpu)"
 
 
-def _usage_path() -> dict:
+def _usage_path() -> dict[str, Any]:
     """``/api/v1/usage``: energy, cost and CO2e from the usage database."""
-    def query(name: str, schema: dict, description: str) -> dict:
+    def query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
         return {"name": name, "in": "query", "required": False, "schema": schema,
                 "description": description}
 
@@ -405,7 +405,7 @@ def _usage_path() -> dict:
             "503": _json(_ERROR, "no usage recorded yet, or the query ran past its time")}}}
 
 
-def _json(schema: dict, description: str) -> dict:
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
