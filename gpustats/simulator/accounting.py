@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
-    from gpustats.simulator.scenario import SimDevice, SimProcess
+    from gpustats.simulator.scenario import SimDevice, SimMigInstance, SimProcess
 
 
 from collections import deque
@@ -59,12 +59,13 @@ class AccountingCalls:
                           between_ticks: bool = False) -> Any: ...
 
 
-    def _pstate(self, device, instance, out) -> int:
+    def _pstate(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         idle = self._idling(device)
         set_out(out, c_uint, max(device.supported_pstates) if idle else device.pstate)
         return SUCCESS
 
-    def _supported_pstates(self, device, instance, buf, size) -> int:
+    def _supported_pstates(self, device: SimDevice, instance: SimMigInstance | None, buf: int,
+                           size: int) -> int:
         states = device.supported_pstates             # ascending: the most performance first
         room = size // 4
         if room < len(states):
@@ -74,18 +75,20 @@ class AccountingCalls:
             array[i] = states[i] if i < len(states) else _PSTATE_UNKNOWN
         return SUCCESS
 
-    def _accounting_mode(self, device, instance, out) -> int:
+    def _accounting_mode(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, pynvml.NVML_FEATURE_ENABLED if device.accounting
                 else pynvml.NVML_FEATURE_DISABLED)
         return SUCCESS
 
-    def _accounting_buffer_size(self, device, instance, out) -> int:
+    def _accounting_buffer_size(self, device: SimDevice, instance: SimMigInstance | None,
+                                out: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         set_out(out, c_uint, device.accounting_buffer_size)
         return SUCCESS
 
-    def _accounting_pids(self, device, instance, count_ptr, pids) -> int:
+    def _accounting_pids(self, device: SimDevice, instance: SimMigInstance | None, count_ptr: int,
+                         pids: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         count = struct_at(count_ptr, c_uint)
@@ -103,7 +106,8 @@ class AccountingCalls:
             array[i] = record.pid
         return SUCCESS
 
-    def _accounting_stats(self, device, instance, pid, out) -> int:
+    def _accounting_stats(self, device: SimDevice, instance: SimMigInstance | None, pid: int,
+                          out: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         found = None
@@ -124,7 +128,7 @@ class AccountingCalls:
         stats.isRunning = 1 if found.running else 0
         return SUCCESS
 
-    def _sync_accounting(self, device, apply: bool = True):
+    def _sync_accounting(self, device: SimDevice, apply: bool = True):
         """The GPU's records as of now (see the module's docstring); with ``apply`` False
         only how many there would be."""
         now = int(self._wall() * 1e6)
