@@ -1,6 +1,7 @@
 """The limits the house sets itself (docs/ARCHITECTURE.md, "Checks and tests"), checked by
 reading the tree: no function above cyclomatic complexity 20, no product module above 500 lines
-(the simulator aside), test modules share helpers only through ``tests/support``.
+(the simulator aside), test modules share helpers only through ``tests/support``, and a test
+sleeps a fixed time only where the duration is the point (marked so, and few).
 
 Some modules still over a limit are being reworked elsewhere; they are listed below with the
 figure each has today. The lists only shrink: a listed one that grows fails, a new one fails,
@@ -23,6 +24,9 @@ COMPLEX = {
     "export/summary.py:summary_dict": 27,
     "usage/ticks.py:Deltas.gains": 21,
 }
+# A test's fixed sleep ends its line with this marker and what the duration is for.
+SLEEP_MARK = "# measures:"
+MAX_SLEEPS = 65
 # module → its lines today.
 LONG = {
     "serving.py": 695,
@@ -154,3 +158,33 @@ def test_no_test_module_imports_another():
                     part in names for part in module.split(".")[:-1]):
                 offenders.append(f"{path.relative_to(TESTS.parent)} imports {module}")
     assert not offenders, offenders
+
+
+def _sleeps(tree: ast.AST) -> Iterator[int]:
+    """The line of every ``time.sleep(…)`` (or ``sleep(…)`` imported from ``time``) call."""
+    from_time = {alias.asname or alias.name for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module == "time"
+                 for alias in node.names if alias.name == "sleep"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "sleep" \
+                and isinstance(func.value, ast.Name) and func.value.id == "time" \
+                or isinstance(func, ast.Name) and func.id in from_time:
+            yield node.lineno
+
+
+def test_fixed_sleeps_only_where_a_duration_is_measured():
+    """Waiting for something is waiting on it (``tests/support/waiting.py``, the daemon's
+    ``wait_for`` and ``wait_ticks``); a fixed ``time.sleep`` is kept only where a test measures
+    a duration (or a fake is slow on purpose), its line marked ``# measures: <what>``, and
+    there are at most 65 of them."""
+    unmarked, marked = [], []
+    for path in sorted(TESTS.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for line in _sleeps(ast.parse("\n".join(lines), str(path))):
+            where = f"{path.relative_to(TESTS.parent)}:{line}"
+            (marked if SLEEP_MARK in lines[line - 1] else unmarked).append(where)
+    assert not unmarked, f"unmarked fixed sleeps: {unmarked}"
+    assert len(marked) <= MAX_SLEEPS, marked

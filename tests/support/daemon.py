@@ -120,11 +120,16 @@ class DaemonProcess:
 
     def wait_ticks(self, ticks: int, timeout: float = 30.0) -> int:
         """Wait until ``ticks`` more snapshots were published (the daemon's own count, not a
-        guess of how long ticks take); returns the sequence then served."""
-        target = self.sequence() + ticks
-        found = poll(lambda: (now,) if (now := self.sequence()) >= target else None,
-                     timeout=timeout, interval=0.05)
-        if found is None:
+        guess of how long ticks take); returns the sequence then served. A stale snapshot
+        (``/readyz`` 503 while a tick is slow) is waited through like an old one."""
+        def served() -> tuple[int] | None:
+            status, body = self.get("/readyz")
+            return (body["snapshotSequence"],) if status == 200 else None
+
+        first = poll(served, timeout=timeout, interval=0.05)
+        found = first and poll(lambda: (now := served()) and now[0] >= first[0] + ticks and now,
+                               timeout=timeout, interval=0.05)
+        if not found:
             raise AssertionError(f"{ticks} ticks not published in {timeout}s:\n{self.log()}")
         return found[0]
 
