@@ -22,7 +22,6 @@ MAX_LINES = 500
 COMPLEX = {
     "engine/collector.py:Housekeeper.tick": 27,
     "export/summary.py:summary_dict": 27,
-    "usage/ticks.py:Deltas.gains": 21,
 }
 # A test's fixed sleep ends its line with this marker and what the duration is for.
 SLEEP_MARK = "# measures:"

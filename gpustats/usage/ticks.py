@@ -187,8 +187,8 @@ class Deltas:
         for key, (attributed, idle) in totals.items():
             before = last.get(key)
             if before is None:
-                gain_a = attributed if known and attributed is not None else 0.0
-                gain_i = idle if known and idle is not None else 0.0
+                gain_a = _gain(attributed, None, known)     # all of it, past a known baseline
+                gain_i = _gain(idle, None, known)
                 updated[key] = (attributed, idle, now)
                 append((key[0], key[1], gain_a, gain_i, attributed, idle))
                 continue
