@@ -129,7 +129,8 @@ def _measure(root: Any, children: Callable[[Any], Iterable[Any]],
 
 def _node_children(node: yaml.Node) -> Iterable[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
-        return node.value
+        children: list[yaml.Node] = node.value
+        return children
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
     return ()
@@ -143,7 +144,7 @@ class _BoundedLoader(_Loader):        # type: ignore[misc, valid-type]
     """PyYAML's safe loader, measuring the composed node graph before any value is built
     (building is where ``<<`` merge keys would copy an aliased mapping into each user)."""
 
-    def get_single_node(self):
+    def get_single_node(self) -> yaml.Node | None:
         node = super().get_single_node()
         if node is not None:
             unique, expanded = _measure(node, _node_children, _node_weight)

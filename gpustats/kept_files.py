@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections.abc import Container
 
 from gpustats.hostfs import (
     CHUNK_BYTES, DEFAULT_DEADLINE_SECONDS, INT_FILE_BYTES, MAX_FILE_BYTES, Reporter, UnsafeFile,
@@ -75,7 +76,7 @@ class KeptFiles:
         """As ``read_int``, through a kept descriptor."""
         return parse_int(self.read_bytes(path, group, report, max_bytes=INT_FILE_BYTES))
 
-    def keep_only(self, groups) -> None:
+    def keep_only(self, groups: Container[object]) -> None:
         """Closes the files of every group not in ``groups``."""
         for path in [p for p, (_, group) in self._kept.items() if group not in groups]:
             self._close(path)

@@ -37,7 +37,8 @@ Endpoint = tuple[str, int]            # (address as /proc/net/tcp writes it, por
 def kernel_unread(sock: socket.socket) -> int | None:
     """Bytes the kernel holds of what was sent on ``sock`` (``SIOCOUTQ``); None if not said."""
     try:
-        return _INT.unpack(fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * _INT.size))[0]
+        unread: int = _INT.unpack(fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * _INT.size))[0]
+        return unread
     except (OSError, ValueError):
         return None
 
@@ -69,10 +70,11 @@ def loopback_peer(sock: socket.socket) -> tuple[Endpoint, Endpoint] | None:
     return (peer_hex, peer[1]), (our_hex, ours[1])
 
 
-def parse_rx_queues(text: str, wanted: set[tuple[Endpoint, Endpoint]]) -> dict:
+def parse_rx_queues(text: str, wanted: set[tuple[Endpoint, Endpoint]]
+                    ) -> dict[tuple[Endpoint, Endpoint], int]:
     """(local, remote) → ``rx_queue`` of the sockets of ``wanted`` in a /proc/net/tcp table;
     lines that are not a socket's are skipped."""
-    found = {}
+    found: dict[tuple[Endpoint, Endpoint], int] = {}
     for line in text.split("\n")[1:]:
         fields = line.split()
         if len(fields) < 5:
@@ -111,9 +113,10 @@ def _read_table(path: str) -> bytes | None:
         os.close(fd)
 
 
-def read_rx_queues(wanted: set[tuple[Endpoint, Endpoint]]) -> dict:
+def read_rx_queues(wanted: set[tuple[Endpoint, Endpoint]]
+                   ) -> dict[tuple[Endpoint, Endpoint], int]:
     """``parse_rx_queues`` over this namespace's TCP tables (empty when unreadable)."""
-    found: dict = {}
+    found: dict[tuple[Endpoint, Endpoint], int] = {}
     if not wanted:
         return found
     for table in _TABLES:

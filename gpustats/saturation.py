@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import islice
 from operator import attrgetter
-from typing import Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from gpustats.model.device import DeviceReading, GpmReading, ViolationReading
 from gpustats.model.health import Saturation, SaturationCounters
@@ -111,7 +111,7 @@ class _Row(NamedTuple):
 # it is in no column, and the figures add it where it is inside.
 
 
-def _drop_front(column: deque, value) -> None:
+def _drop_front(column: deque[Any], value: object) -> None:
     if value is not None:
         column.popleft()
 
@@ -138,7 +138,7 @@ class Columns:
         self.increase_totals: list[int] = [0] * violation_fields
         self.elapsed: list[deque[float]] = [deque() for _ in range(violation_fields)]
 
-    def push(self, row) -> None:
+    def push(self, row: _Row) -> None:
         """``row`` joins the columns (it is not the oldest row kept)."""
         self._count(row, 1)
         if row.memory_ratio is not None:
@@ -159,7 +159,7 @@ class Columns:
                     elapsed.append(counted[1])
                     totals[i] += counted[0]
 
-    def pop(self, row) -> None:
+    def pop(self, row: _Row) -> None:
         """``row``, the oldest of the columns' rows, leaves them (it became the oldest kept)."""
         self._count(row, -1)
         _drop_front(self.memory, row.memory_ratio)
@@ -176,7 +176,7 @@ class Columns:
                     totals[i] -= increases.popleft()
                     elapsed.popleft()
 
-    def _count(self, row, sign: int) -> None:
+    def _count(self, row: _Row, sign: int) -> None:
         if row.memory_ratio is not None and row.memory_ratio >= self._threshold:
             self.pressured += sign
         mask = row.sample.reasons
@@ -198,7 +198,7 @@ class Columns:
         return found
 
     def violation_sums(self, skip_first: tuple[bool, ...],
-                       first: tuple | None) -> list[tuple[int, float, int] | None]:
+                       first: Step | None) -> list[tuple[int, float, int] | None]:
         """Per violation field: (Σ increase, Σ elapsed ns, pairs), or None without a pair.
         ``first`` is the window's first step, worked out by the caller, which replaces the
         cached one of its row (``skip_first[i]``: that row's cached step is in column i)."""
@@ -220,7 +220,7 @@ class Columns:
 class Counters:
     """The monotonic counters beside the window's ratios (module docstring), fed every row."""
 
-    def __init__(self, pressure_threshold: float, set_bits):
+    def __init__(self, pressure_threshold: float, set_bits: Callable[[int], tuple[int, ...]]):
         self._threshold = pressure_threshold
         self._set_bits = set_bits                 # mask -> positions of REASON_BITS set
         self.samples = 0
@@ -236,7 +236,7 @@ class Counters:
         """No sample for a while (the GPU lost): the next one's time since this is not counted."""
         self._last_time = None
 
-    def add(self, row) -> None:
+    def add(self, row: _Row) -> None:
         s = row.sample
         self.samples += 1
         last, self._last_time = self._last_time, s.time
@@ -286,7 +286,7 @@ class Counters:
             memory_pressure_seconds=self._pressure_seconds)
 
 
-def _pcie(row) -> tuple[float | None, float | None]:
+def _pcie(row: _Row) -> tuple[float | None, float | None]:
     s = row.sample
     return s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second
 
@@ -298,7 +298,8 @@ def _step(a: _Row, b: _Row) -> Step | None:
                          b.violation_values)
 
 
-def _step_between(ta: float, a: tuple | None, tb: float, b: tuple | None) -> Step | None:
+def _step_between(ta: float, a: tuple[int | None, ...] | None, tb: float,
+                  b: tuple[int | None, ...] | None) -> Step | None:
     if a is None or b is None or tb - ta <= 0:
         return None
     ns = (tb - ta) * 1e9
@@ -306,7 +307,7 @@ def _step_between(ta: float, a: tuple | None, tb: float, b: tuple | None) -> Ste
                  for va, vb in zip(a, b))
 
 
-def _first_step(rows) -> tuple[Step | None, _Row | None]:
+def _first_step(rows: deque[_Row]) -> tuple[Step | None, _Row | None]:
     """The window's first step between distinct violation readings, worked out from the
     oldest row kept (the reading its row's cached step was measured from may have left the
     window since), and that row: the first newer row with a new reading."""
@@ -317,7 +318,7 @@ def _first_step(rows) -> tuple[Step | None, _Row | None]:
     return None, None
 
 
-def _violation_ratios(rows, columns: Columns) -> tuple[tuple[str, float], ...] | None:
+def _violation_ratios(rows: deque[_Row], columns: Columns) -> tuple[tuple[str, float], ...] | None:
     """Σ increase over Σ elapsed per violation counter, over consecutive distinct readings (a
     reading is taken at the driver's reference time when it gave one, else at the sample's:
     counters may be read less often than every tick)."""

@@ -15,11 +15,12 @@ another connection is dropped: that connection is polled at the next turn.
 from __future__ import annotations
 
 import select
+from typing import Any
 
 from waitress import wasyncore
 
 
-def poll_once(timeout: float, sockets: dict) -> None:
+def poll_once(timeout: float, sockets: dict[int, Any]) -> None:
     """Polls ``sockets`` (descriptor → dispatcher) for up to ``timeout`` seconds and handles
     what each polled dispatcher is ready for."""
     pollster = select.poll()

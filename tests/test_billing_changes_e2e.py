@@ -88,7 +88,7 @@ def test_a_pod_whose_only_container_restarts_stays_served(start_daemon, tmp_path
         assert pod_joules(values, uid) is not None, "the pod left /metrics"
         assert_never_decreased(last, values)
         last = values
-        time.sleep(0.1)
+        daemon.wait_ticks(1)                 # a check on every snapshot, over the span
     gap_total = pod_joules(last, uid)
     # The restarted container: a new ID, a new process, in the same pod.
     d = container_dir(cgroup, 1, 2)
@@ -131,7 +131,7 @@ def test_an_ended_pod_leaves_pods_but_stays_in_metrics_while_its_container_is_re
         assert f'pod="{POD}"' in text and f'namespace="{NAMESPACE}"' in text
         assert_never_decreased(last, values)
         last = values
-        time.sleep(0.1)
+        daemon.wait_ticks(1)                 # a check on every snapshot, over the span
     # The retention over, the container's counters are dropped, and the pod's with them.
     daemon.wait_for(lambda s: pod_joules(counters(scrape(daemon)), uid) is None, timeout=20)
 
@@ -152,13 +152,13 @@ def test_a_gpu_lost_and_back_bills_nobody_for_the_lost_time(start_daemon, tmp_pa
     before = counters(scrape(daemon))
     write_scenario(path, {"devices": [device(lost=True)], "processes": []})
     daemon.wait_for(lambda s: s["node"]["accelerators"][0].get("lost"))
-    time.sleep(3.0)
+    time.sleep(3.0)                     # measures: three seconds lost
     write_scenario(path, {"devices": [device()], "processes": [{"pid": 102, "device": GPU}]})
     back = time.monotonic()
     daemon.wait_for(lambda s: not s["node"]["accelerators"][0].get("lost")
                     and any(c["id"] == container_id(2) and c.get("accelerators")
                             for c in s.get("containers", ())), timeout=10)
-    time.sleep(0.4)
+    daemon.wait_ticks(2)
     text = scrape(daemon)
     elapsed = time.monotonic() - back
     assert_billed_or_unattributed(text, level="gpustats_pod_gpu_joules")
@@ -255,7 +255,7 @@ def test_a_live_container_keeps_its_gpu_entry_while_its_processes_are_not_known(
         values = counters(text)
         assert_never_decreased(last, values)
         last = values
-        time.sleep(0.1)
+        daemon.wait_ticks(1)                 # a check on every snapshot, over the span
 
 
 # ------------------------------------------------------------- power falling within a tick
@@ -300,5 +300,5 @@ def test_attributed_watts_never_exceed_active_watts_when_power_falls(start_daemo
                           for c in p["containers"] for a in c.get("accelerators", ())
                           if "attributedPowerWatts" in a]
             assert sum(containers) <= active + 0.01, (sum(containers), active)
-        time.sleep(0.05)
+        time.sleep(0.05)                     # measures: a check on every scrape, over the span
     assert checked > 20

@@ -18,10 +18,11 @@ from tests.support.fakehost import build, pod_uid, write_scenario
 from tests.support.gpus import GPU_A as GPU, GPU_B as LOST, device
 from tests.support.prometheus import PrometheusServer
 from tests.support.invariants import assert_conservation, assert_never_decreased, counters
+from tests.support.waiting import poll
 
 
 def watch(daemon, seconds: float, *, mig: bool = False, previous=None):
-    """Scrape every ~0.1 s for ``seconds``: conservation on every scrape, no counter down."""
+    """Scrape each snapshot for ``seconds``: conservation on every scrape, no counter down."""
     deadline = time.monotonic() + seconds
     last = previous or {}
     text = ""
@@ -31,8 +32,16 @@ def watch(daemon, seconds: float, *, mig: bool = False, previous=None):
         values = counters(text)
         assert_never_decreased(last, values)
         last = values
-        time.sleep(0.1)
+        daemon.wait_ticks(1)    # a scrape of every snapshot over the watched span
     return text, last
+
+
+def _query(prometheus, expr: str, at: float | None = None) -> list:
+    """Prometheus's answer to ``expr``, or none while it cannot answer."""
+    try:
+        return prometheus.query(expr, at)
+    except OSError:
+        return []
 
 
 def metric_sum(values, name, **labels):
@@ -56,23 +65,20 @@ def test_sigkill_between_saves_never_steps_a_counter_down(start_daemon, tmp_path
     prometheus = PrometheusServer(tmp_path, [port], scrape_interval="500ms")
     try:
         series = "gpustats_node_gpu_joules_total"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:          # Prometheus has the series before the kill
-            try:
-                if prometheus.query(f"count_over_time({series}[1m]) >= 3"):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
+        poll(lambda: _query(prometheus, f"count_over_time({series}[1m]) >= 3"),
+             timeout=30, interval=0.5)              # Prometheus has the series before the kill
         _, before = watch(daemon, 3.0)
         last_before_kill = counters(scrape(daemon))
         daemon.stop(signal.SIGKILL)
-        time.sleep(1.0)
+        time.sleep(1.0)                             # measures: a second of downtime
         daemon = start(start_daemon, tmp_path, None, cgroup, proc, *args, port=port)
         first_after = counters(scrape(daemon))
         assert_never_decreased(last_before_kill, first_after)
         watch(daemon, 4.0, previous=first_after)
-        time.sleep(1.0)                             # the last scrapes are in
+        watched = time.time()                       # the last scrapes are in
+        poll(lambda: any(float(t) > watched for t, _ in
+                         (_query(prometheus, f"{series}[2m]") or [{"values": []}])[0]["values"]),
+             timeout=10, interval=0.2)
         at = time.time()
         samples = prometheus.query(f"{series}[2m]", at)[0]["values"]
         (t0, v0), (t1, v1) = samples[0], samples[-1]
@@ -105,7 +111,7 @@ def test_the_gap_is_counted_on_the_device_only(start_daemon, tmp_path):
     daemon = start(start_daemon, tmp_path, scenario, cgroup, proc, *args)
     _, before = watch(daemon, 2.0)
     daemon.stop(signal.SIGKILL)
-    time.sleep(2.0)
+    time.sleep(2.0)                                 # measures: two seconds of downtime
     daemon = start(start_daemon, tmp_path, None, cgroup, proc, *args)
     after = counters(scrape(daemon))
     assert_never_decreased(before, after)
@@ -207,28 +213,29 @@ def test_a_live_pod_idle_past_the_retention_keeps_its_total(start_daemon, tmp_pa
     idle = {"devices": [device(power_watts=100)], "processes": []}
     daemon = start(start_daemon, tmp_path, busy, cgroup, proc, "--housekeeping-interval", "0.2",
                    "--counter-retention", "1", "--persist-interval", "0.3")
-    deadline = time.monotonic() + 20
-    earned = 0.0
-    while earned <= 50 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        earned = metric_sum(counters(scrape(daemon)), "gpustats_pod_gpu_joules")
+    earned = poll(lambda: (joules := metric_sum(counters(scrape(daemon)),
+                                                "gpustats_pod_gpu_joules")) > 50 and joules,
+                  timeout=20, interval=0.2) or 0.0
     assert earned > 50
     write_scenario(path, idle)                        # the pod stays, its process is gone
-    time.sleep(3.0)                                   # three retentions, many expiries
+    time.sleep(3.0)                          # measures: three retentions, many expiries
     text = scrape(daemon)
     values = counters(text)
     total = value(values, "gpustats_pod_gpu_joules", pod_uid=pod_uid(1))
     assert total >= earned - 0.01
     write_scenario(path, busy)                        # it resumes: the total goes on
-    time.sleep(1.0)
-    resumed = value(counters(scrape(daemon)), "gpustats_pod_gpu_joules", pod_uid=pod_uid(1))
-    assert resumed > total
+    resumed = poll(lambda: (now := value(counters(scrape(daemon)), "gpustats_pod_gpu_joules",
+                                         pod_uid=pod_uid(1))) > total and now,
+                   timeout=10, interval=0.1)
+    assert resumed and resumed > total
     # A pod that is gone for longer than the retention is dropped.
     shutil.rmtree(cgroup / "kubepods.slice")
     write_scenario(path, idle)
-    time.sleep(3.0)
-    assert not [1 for (n, ls) in counters(scrape(daemon))
-                if n == "gpustats_pod_gpu_joules" and dict(ls)["pod_uid"] == pod_uid(1)]
+
+    def dropped() -> bool:
+        return not [1 for (n, ls) in counters(scrape(daemon))
+                    if n == "gpustats_pod_gpu_joules" and dict(ls)["pod_uid"] == pod_uid(1)]
+    assert poll(dropped, timeout=15, interval=0.2)
 
 
 # ------------------------------------------------------------------ 6, 7. unknown stays absent

@@ -51,7 +51,7 @@ def test_learned_idle_survives_a_restart_while_busy(daemons, tmp_path):
     restarted, _ = daemons()                         # restart while the GPU is busy
     for _ in range(3):
         snapshot = restarted.housekeeper.tick()
-        time.sleep(0.05)
+        time.sleep(0.05)                     # measures: real time between hand-driven ticks
     assert device(snapshot).idle_power_watts == 80.0     # not today's 300 W
     # The tick's active energy over its length (the energy counter, read at its own time and
     # in millijoules, is not exact to the last digit).
@@ -88,7 +88,7 @@ def test_a_reused_pid_starts_a_new_process_counter(daemons, tmp_path):
     write_stat(proc, 4242, 1000)
     for _ in range(4):
         snapshot = daemon.housekeeper.tick()
-        time.sleep(0.05)
+        time.sleep(0.05)                     # measures: real time between hand-driven ticks
     first = snapshot.processes[0]
     assert first.start_time_ticks == 1000 and first.attributed_energy_joules > 0
     container_before = snapshot.pods[0].containers[0].accelerators[0].attributed_energy_joules

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from gpustats.config import OPTIONS, build_arg_parser, resolve
 from gpustats.engine.statedir import choose_state_dir, user_state_dir
 from tests.support.documents import alias_bomb
 from tests.support.paths import REPO_ROOT
+from tests.support.waiting import poll
 
 NOBODY = 65534
 
@@ -41,13 +41,13 @@ def serve_until_ready(*args, env=None, preexec=(), cwd=None) -> tuple[int, str]:
                                  "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=log,
                                 text=True, env=full_env, cwd=cwd or str(REPO_ROOT))
         try:
-            deadline = time.monotonic() + 60
-            while proc.poll() is None and time.monotonic() < deadline:
+            def serving() -> bool:
                 log.seek(0)
-                if "serving on" in log.read():
-                    proc.terminate()
-                    break
-                time.sleep(0.05)
+                return "serving on" in log.read()
+
+            if poll(lambda: proc.poll() is not None or serving(), timeout=60) \
+                    and proc.poll() is None:
+                proc.terminate()
             status = proc.wait(30)
         finally:
             if proc.poll() is None:

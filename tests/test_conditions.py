@@ -256,7 +256,7 @@ class Source:
     def wait(self, timeout_ms):
         if self.events:
             return [self.events.pop(0)]
-        time.sleep(timeout_ms / 1000)
+        time.sleep(timeout_ms / 1000)          # measures: a wait that blocks, as NVML's
         return []
 
     def close(self):

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.daemon import free_port, http_get
 from tests.support.gpus import GPU_A as GPU
+from tests.support.waiting import poll
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +54,17 @@ def test_image_runs_like_the_daemonset(image):
             image_id, f"--listen=127.0.0.1:{port}", "--simulate=/etc/gpustats/scenario.yaml",
             "--housekeeping-interval=0.5", "--pod-resources-socket=")
     try:
-        deadline, body = time.monotonic() + 60, None
-        while time.monotonic() < deadline:
+        last: list = [None]
+
+        def served() -> bool:
             try:
-                status, body = http_get(f"http://127.0.0.1:{port}/stats/summary")
-                if status == 200 and body["node"].get("accelerators"):
-                    break
+                status, last[0] = http_get(f"http://127.0.0.1:{port}/stats/summary")
             except OSError:
-                pass
-            time.sleep(0.5)
+                return False
+            return status == 200 and bool(last[0]["node"].get("accelerators"))
+
+        poll(served, timeout=60, interval=0.5)
+        body = last[0]
         logs = _podman(env, "logs", name, check=False).stdout
         assert isinstance(body, dict) and body["node"]["accelerators"][0]["id"] == GPU, logs
         # gpustats is PID 1 and has no capability at all.

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from gpustats.sources.kubelet_logs import KubeletLogNames
 from gpustats.sources.runtime.client import RuntimeNamesClient
 from tests.support.gpus import GPU_A as GPU
 from tests.support.oci_images import busybox, oci_archive
+from tests.support.waiting import poll
 
 IMAGE = "localhost/gpustats-test/busybox:1"
 NAMESPACE, POD, CONTAINER = "ml", "trainer-0", "cuda"
@@ -121,12 +121,11 @@ def containerd(tmp_path_factory):
         proc = subprocess.Popen(["containerd", "--config", str(config), "--log-level", "info"],
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(socket):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.skip("containerd did not start here: "
-                            + (tmp / "containerd.log").read_text()[-500:])
-            time.sleep(0.1)
+        poll(lambda: os.path.exists(socket) or proc.poll() is not None, timeout=30,
+             interval=0.1)
+        if not os.path.exists(socket):
+            pytest.skip("containerd did not start here: "
+                        + (tmp / "containerd.log").read_text()[-500:])
         archive = tmp / "busybox-oci.tar"
         archive.write_bytes(oci_archive(busybox(), IMAGE,
                                         ["/bin/busybox", "sleep", "3600"]))

@@ -7,16 +7,16 @@ Skipped, with the reason, where cgroups cannot be created (not root, no v1 hiera
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.cgroup_dirs import make_recorded
+from tests.support.cgroup_dirs import make_recorded, remove_when_left
 from tests.support.fakehost import metric_value
 from tests.support.invariants import assert_attributed_watts
+from tests.support.waiting import poll
 
 CGROUP = Path("/sys/fs/cgroup")
 GPU0 = "GPU-00000000-1111-4111-8111-000000000000"
@@ -53,12 +53,8 @@ def cgroups():
         for p in procs:
             p.kill()
             p.wait()
-        time.sleep(0.1)
         for d in sorted(created, key=lambda p: len(p.parts), reverse=True):
-            try:
-                d.rmdir()
-            except OSError:
-                pass
+            remove_when_left(d, timeout=1)
 
 
 def _join(proc: subprocess.Popen, group: Path) -> None:
@@ -272,19 +268,23 @@ def test_a_daemon_in_its_own_pid_namespace_maps_host_pids_through_the_host_proc(
         proc = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--kill-child",
                                  "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline, found = time.monotonic() + 20, None
-        while time.monotonic() < deadline and found is None and proc.poll() is None:
+        def billed() -> tuple[dict | None] | None:
+            if proc.poll() is not None:
+                return (None,)
             serving = SERVING.search((tmp_path / "daemon.log").read_text())
             try:
                 if serving is None:
                     raise OSError("not serving yet")
                 status, body = http_get(f"http://127.0.0.1:{serving.group(1)}/stats/summary")
             except OSError:
-                status, body = None, None
-            if status == 200:
-                found = next((c for c in body.get("containers", ())
+                return None
+            if status != 200:
+                return None
+            container = next((c for c in body.get("containers", ())
                               if c.get("podUid") == uid and c.get("accelerators")), None)
-            time.sleep(0.3)
+            return (container,) if container is not None else None
+
+        found = (poll(billed, timeout=20, interval=0.3) or (None,))[0]
         output = (tmp_path / "daemon.log").read_text()
         if found is None and "unshare failed" in output:
             pytest.skip(f"cannot make namespaces here: {output[-300:]}")

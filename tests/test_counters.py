@@ -529,7 +529,7 @@ def test_a_compaction_and_a_tick_never_write_at_once(tmp_path):
         if not ticks:                                 # the tick runs during the first fsync
             ticks.append(threading.Thread(target=tick))
             ticks[0].start()
-            time.sleep(0.3)
+            time.sleep(0.3)                           # measures: a slow fsync
         os.fsync(fd)
 
     served = {}

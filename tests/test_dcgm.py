@@ -247,7 +247,7 @@ def test_a_slow_connect_and_slow_headers_share_one_deadline(exporter, caplog, mo
     real = connection.create_connection
 
     def slow_connect(*args, **kwargs):
-        time.sleep(1.0)
+        time.sleep(1.0)                       # measures: a slow connect
         return real(*args, **kwargs)
 
     monkeypatch.setattr(connection, "create_connection", slow_connect)

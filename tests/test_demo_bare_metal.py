@@ -14,7 +14,7 @@ from gpustats.simulator import parse_scenario
 from gpustats.sources.procs import ProcessIdentity, owner_from, parse_proc_cgroup
 from tests.support.browser import HEADLESS, chromium
 from tests.support.paths import REPO_ROOT
-from tests.test_tenants_e2e import samples, tenant_series
+from tests.support.tenant_series import samples, tenant_series
 from tests.support.demo import demo_root, start_demo
 
 # (kind, the name it is shown by): the job, the user's notebook by her name, the service, the

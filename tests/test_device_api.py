@@ -28,6 +28,7 @@ from gpustats.web.openapi import openapi_document
 from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A, GPU_B, device
 from tests.support.snapshots import A, B, M, T, sample_snapshot
+from tests.support.waiting import poll, wait_until
 
 
 # ------------------------------------------------------------------ the event log
@@ -282,10 +283,7 @@ def _adopt(streams, stream, chunked=True):
 
 
 def _until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.01)
+    assert wait_until(predicate, timeout), "not in time"
 
 
 def test_streams_write_chunks_as_events_come_and_end_with_the_last_chunk(streams):
@@ -320,7 +318,7 @@ def test_a_watcher_that_reads_nothing_is_closed_past_its_budget(streams, monkeyp
             break
         stream.pending = [b"z" * 16 * 1024 + b"\n"] * 4
         streams.notify()
-        time.sleep(0.01)
+        time.sleep(0.01)                  # measures: paces the writes past the budget
     _until(lambda: streams.open_watches == 0)
     assert streams.closed_slow == 1
     peer.close()
@@ -426,12 +424,10 @@ class _Watch:
             self.ended.set()
 
     def wait_for(self, predicate, timeout: float = 10.0) -> tuple[float, dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, event in list(self.events):
-                if predicate(event):
-                    return at, event
-            time.sleep(0.02)
+        found = poll(lambda: next(((at, event) for at, event in list(self.events)
+                                   if predicate(event)), None), timeout=timeout)
+        if found is not None:
+            return found
         raise AssertionError(f"no such event in {timeout} s: {self.events}")
 
     def close(self) -> None:
@@ -464,7 +460,7 @@ def test_an_xid_is_a_modified_event_within_two_ticks_and_watches_resume(start_da
         assert watch.response.getheader("Content-Type") == "application/x-ndjson"
         watch.wait_for(lambda e: e["type"] == "ADDED" and e["object"]["uuid"] == GPU_B)
         assert [e["type"] for _, e in watch.events[:2]] == ["ADDED", "ADDED"]
-        daemon.wait_ticks(2)
+        daemon.wait_ticks(2)                      # the first ticks' changes settled
         listed = daemon.get("/api/v1/gpus")[1]
         before = int(listed["resourceVersion"])
         written = time.monotonic()
@@ -539,7 +535,7 @@ def _latency_ratios(port: int, rounds: int, per_block: int) -> dict[str, float]:
             if not with_watches:
                 close_all(socks)
                 socks = []
-                time.sleep(0.05)
+                time.sleep(0.05)        # measures: the closes settle before the timed block
             try:
                 samples: dict[str, list[float]] = {p: [] for p in PATHS}
                 for _ in range(per_block):
@@ -548,7 +544,7 @@ def _latency_ratios(port: int, rounds: int, per_block: int) -> dict[str, float]:
             finally:
                 close_all(socks)
             blocks[with_watches] = {p: statistics.median(v) for p, v in samples.items()}
-            time.sleep(0.05)
+            time.sleep(0.05)            # measures: the closes settle before the next block
         for p in PATHS:
             ratios[p].append(blocks[True][p] / blocks[False][p])
     return {p: statistics.median(v) for p, v in ratios.items()}

@@ -29,7 +29,7 @@ def settled(daemon, ticks: int = 4) -> dict:
     seen = 0
     values = counters(scrape(daemon))
     while seen < ticks:
-        time.sleep(0.3)
+        daemon.wait_ticks(1)
         values = counters(scrape(daemon))
         assert unbalanced(values) == []
         seen += 1
@@ -42,7 +42,7 @@ def test_the_downtime_is_unobserved_and_the_books_close(start_daemon, tmp_path, 
     daemon = start(start_daemon, tmp_path, SCENARIO, cgroup, proc, *ARGS)
     before = settled(daemon)
     daemon.stop(sig)
-    time.sleep(2.0)
+    time.sleep(2.0)                          # measures: two seconds of downtime
     daemon = start(start_daemon, tmp_path, None, cgroup, proc, *ARGS)
     first = counters(scrape(daemon))
     assert_never_decreased(before, first)

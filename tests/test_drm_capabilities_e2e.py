@@ -17,13 +17,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
 from gpustats import fakehost
 from tests.support.drm_tree import DrmTree
 from tests.support.paths import REPO_ROOT
+from tests.support.waiting import poll
 
 NOBODY = 65534
 RENDER_NODE = "/dev/dri/renderD128"
@@ -54,12 +54,9 @@ def kernel_allows_setpriv():
 
 
 def _wait(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
+    value = poll(predicate, timeout)
+    if value:
+        return value
     raise AssertionError(f"not in {timeout}s: {what}")
 
 

@@ -69,13 +69,13 @@ def test_a_client_opened_late_is_billed_from_its_first_ticks(start_daemon, tmp_p
                        interval="1.0")
         daemon.wait_for(lambda text: _figures(text, early)[0] > 0, path="/metrics",
                         timeout=20)
-        time.sleep(1.0)
+        daemon.wait_ticks(1)
         opened["open"] = 0.0
         tree.set_attr(AMD_GPU, "gpu_busy_percent", 100)
         if kernel_list:
             tree.list_clients(0, listed + [("python3", 302, RENDER, 8)], names=True, ids=True)
         before = _figures(daemon.get("/metrics")[1], early, alice)
-        time.sleep(5.0)                   # well inside the 12 s to the periodic rescan
+        daemon.wait_ticks(5)              # 1 s ticks: well inside the 12 to the periodic rescan
         after = _figures(daemon.get("/metrics")[1], early, alice)
     finally:
         mover.stop()
@@ -144,7 +144,7 @@ def test_engine_time_beyond_the_tick_is_clamped_to_the_class_engines(start_daemo
         before = _figures(daemon.wait_for(lambda text: sum(_figures(text, alice, bob)[:2])
                                           > 300 and text, path="/metrics", timeout=30),
                           alice, bob)
-        time.sleep(3.0)
+        daemon.wait_ticks(12)             # 3 s of 0.25 s ticks
         after = _figures(daemon.get("/metrics")[1], alice, bob)
     finally:
         mover.stop()
@@ -222,7 +222,7 @@ def test_processes_holding_thousands_of_fds_do_not_stall_the_tick(start_daemon, 
             ready.append(daemon.get("/readyz")[0])
             ticks.append(metric_value(daemon.get("/metrics")[1],
                                       "gpustats_tick_duration_seconds"))
-            time.sleep(0.5)
+            time.sleep(0.5)               # measures: a probe every 0.5 s over 8 s of attack
         text = daemon.get("/metrics")[1]
     finally:
         mover.stop()

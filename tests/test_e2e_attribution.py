@@ -14,6 +14,7 @@ from tests.support.fakehost import (
 from tests.support.gpus import GPU_A as GPU, device
 from tests.support.invariants import assert_attributed_watts
 from tests.support.simulated import start_simulated
+from tests.support.waiting import wait_until
 
 ARGS = ("--housekeeping-interval", "0.2", "--pod-resources-socket", "", "--runtime-socket", "",
         "--idle-power-watts", "100")
@@ -102,10 +103,10 @@ def test_mig_split_follows_exporter_activity_then_falls_back(start_daemon, tmp_p
             {7: 0.8, 8: 0.2}
         # The exporter turns to garbage: equal split from then on, one log line.
         exporter.body = b"\x00garbage{{{"
-        time.sleep(2.5)          # past the 2 s response cache
+        time.sleep(2.5)          # measures: past the 2 s response cache
         summary = daemon.get("/stats/summary")[1]
         before = (energy(summary, 1), energy(summary, 2))
-        time.sleep(3.0)
+        time.sleep(3.0)          # measures: 3 s of the equal split
         summary = daemon.get("/stats/summary")[1]
         da, db = energy(summary, 1) - before[0], energy(summary, 2) - before[1]
         assert da / (da + db) == pytest.approx(0.5, abs=0.05)
@@ -136,13 +137,22 @@ def test_mig_turned_on_mid_run(start_daemon, tmp_path):
     assert daemon.proc.poll() is None
 
 
+def _saved_device_joules(state) -> float:
+    """The GPU's counter as last saved (0 before the first save)."""
+    try:
+        saved = json.loads((state / "counters.json").read_text())["counters"]
+    except (OSError, ValueError):
+        return 0.0
+    return next((e["joules"] for e in saved if e["key"] == ["device", GPU]), 0.0)
+
+
 def test_counters_survive_sigkill_restart(start_daemon, tmp_path):
     scenario = {"devices": [device()], "processes": [{"pid": 101, "device": GPU}]}
     placement = {101: (1, 1)}
     daemon, path = start(start_daemon, tmp_path, scenario, placement,
                          "--persist-interval", "0.5")
     daemon.wait_for(lambda s: energy(s, 1) > 300)
-    time.sleep(1.2)
+    assert wait_until(lambda: _saved_device_joules(tmp_path / "state") > 300, timeout=10)
     last_seen = daemon.get("/stats/summary")[1]
     daemon.stop(signal.SIGKILL)
     state = json.loads((tmp_path / "state" / "counters.json").read_text())

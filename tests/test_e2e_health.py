@@ -50,7 +50,7 @@ def test_xids_lost_gpu_and_saturation(start_daemon, tmp_path):
     b = gpus(body)[B]
     assert b["health"]["healthy"] is True
     # Saturation of A over the window: the scripted fractions.
-    time.sleep(3.5)
+    time.sleep(3.5)                              # measures: most of the saturation window
     sat = gpus(daemon.get("/api/v1/gpus")[1])[A]["saturation"]
     assert sat["throttleViolationRatios"]["power"] == pytest.approx(0.2, abs=0.01)
     assert sat["throttleReasonRatios"]["sw_power_cap"] == 1.0

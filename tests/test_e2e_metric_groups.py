@@ -3,12 +3,12 @@ rest present; an unknown group stops start-up with one line."""
 
 import subprocess
 import sys
-import time
 
 from gpustats.export.metric_table import FAMILIES
 from tests.support.gpus import GPU_A as GPU
 from tests.support.paths import REPO_ROOT
 from tests.support.fakehost import build, write_scenario
+from tests.support.waiting import poll
 
 
 def _exposed(family) -> str:
@@ -18,13 +18,13 @@ def _exposed(family) -> str:
 
 def _metrics_once_attributed(daemon, timeout: float = 20.0) -> str:
     """/metrics once a tick has attributed power to the container (its second tick)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def scrape() -> str:
         status, text = daemon.get("/metrics")
         assert status == 200
-        if "gpustats_pod_gpu_watts{" in text or time.monotonic() > deadline:
-            return text
-        time.sleep(0.1)
+        return text
+
+    return poll(lambda: "gpustats_pod_gpu_watts{" in (text := scrape()) and text,
+                timeout=timeout, interval=0.1) or scrape()
 
 
 def test_disabled_groups_are_absent_and_the_others_present(start_daemon, tmp_path):

@@ -72,7 +72,7 @@ def test_unsupported_energy_removes_only_energy(start_daemon, tmp_path):
     daemon = start_daemon("--simulate", str(scenario), "--housekeeping-interval", "0.2")
     daemon.wait_ready()
     summary = daemon.wait_for(lambda s: len(accelerators(s)) == 2)
-    time.sleep(0.5)
+    daemon.wait_ticks(2)
     summary = daemon.get("/stats/summary")[1]
     a, b = accelerators(summary)[GPU_A], accelerators(summary)[GPU_B]
     assert "energyJoules" in a

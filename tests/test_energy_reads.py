@@ -79,7 +79,7 @@ def test_counters_agree_with_the_hardware_within_one_percent(daemon_with):
         path.write_text(yaml.safe_dump(scenario))
         deadline = time.monotonic() + 0.8
         while time.monotonic() < deadline:            # each power level for a few ticks
-            time.sleep(0.05)
+            time.sleep(0.05)               # measures: real time between hand-driven ticks
             daemon.housekeeper.tick()
     end_before = _hardware_mj()
     snapshot = daemon.housekeeper.tick()
@@ -100,7 +100,7 @@ def test_energy_field_asked_every_nth_tick(daemon_with):
                             "--energy-every", "5")
     sim = daemon.simulator
     for _ in range(20):
-        time.sleep(0.002)
+        time.sleep(0.002)                  # measures: real time between hand-driven ticks
         snapshot = daemon.housekeeper.tick()
     assert sim.calls_by_function["nvmlDeviceGetTotalEnergyConsumption"] == 4   # ticks 0,5,10,15
     assert summary_dict(snapshot)["node"]["accelerators"][0]["energyJoules"] > 0

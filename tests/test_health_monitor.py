@@ -15,17 +15,19 @@ class Source:
         self.block = block
         self.opened = []
         self.closed = 0
+        self.waits = 0
 
     def open(self, uuids):
         self.opened.append(uuids)
         return {u: True for u in uuids}
 
     def wait(self, timeout_ms):
+        self.waits += 1
         if self.fail:
             raise RuntimeError("NVML Error: Unknown")
         if self.events:
             return [self.events.pop(0)]
-        time.sleep(self.block or timeout_ms / 1000)
+        time.sleep(self.block or timeout_ms / 1000)      # measures: a wait that blocks, as NVML's
         return []
 
     def close(self):
@@ -73,10 +75,11 @@ def test_failing_source_never_kills_the_thread(caplog):
 
 
 def test_stop_within_budget_while_waiting():
-    monitor = HealthMonitor(lambda: Source(block=0.5), wait_ms=500)
+    made: list[Source] = []
+    monitor = HealthMonitor(lambda: made.append(Source(block=0.5)) or made[-1], wait_ms=500)
     monitor.track(1, ("GPU-a",))
     monitor.start()
-    time.sleep(0.2)
+    assert wait_until(lambda: made and made[-1].waits > 0)       # inside its wait
     started = time.monotonic()
     monitor.stop(timeout=2.0)
     assert time.monotonic() - started < 2.0
@@ -87,7 +90,7 @@ def test_idle_without_gpus():
     made = []
     monitor = HealthMonitor(lambda: made.append(1) or Source(), wait_ms=50)
     monitor.start()
-    time.sleep(0.3)
+    time.sleep(0.3)                            # measures: a while without GPUs
     monitor.stop()
     assert made == []                          # no GPUs: no event set opened
 
@@ -105,9 +108,9 @@ def test_a_simulating_daemon_health_thread_wakes_for_events_and_stops_at_once(
     waits = daemon.simulator.calls_by_function["nvmlEventSetWait_v2"]
     daemon.health.start()
     assert wait_until(lambda: daemon.simulator.calls_by_function["nvmlEventSetWait_v2"] > waits)
-    time.sleep(0.2)          # the first may end at once: track() interrupted before it began
+    time.sleep(0.2)    # measures: the first may end at once (track() interrupted it early)
     waits = daemon.simulator.calls_by_function["nvmlEventSetWait_v2"]
-    time.sleep(1.2)
+    time.sleep(1.2)    # measures: a span with no new wait (each waits 10 s)
     assert daemon.simulator.calls_by_function["nvmlEventSetWait_v2"] == waits
     started = time.monotonic()
     daemon.health.stop(5.0)
@@ -119,7 +122,7 @@ class SlowOpen(Source):
     """Registers the GPUs' events only after a while (a busy driver)."""
 
     def open(self, uuids):
-        time.sleep(0.3)
+        time.sleep(0.3)                        # measures: a slow driver's registration
         return super().open(uuids)
 
 

@@ -34,7 +34,7 @@ def probe_every_half_second(port: int, seconds: float) -> list[float]:
         status, elapsed = timed_get(port, "/healthz", timeout=1.0)
         assert status == 200
         took.append(elapsed)
-        time.sleep(0.5)
+        time.sleep(0.5)                  # measures: a probe every half second, as a kubelet
     return took
 
 
@@ -46,7 +46,7 @@ def test_health_listener_answers_beside_100_trickling_sockets(start_daemon, tmp_
     assert trickle.count > HEALTH_CONNECTIONS
     trickle.thread.start()
     try:
-        time.sleep(3.0)                            # every slot taken, the rest queued
+        time.sleep(3.0)             # measures: 3 s of trickling: every slot taken, the rest queued
         took = probe_every_half_second(health, 9.0)  # past the header deadline, twice
         assert max(took) < 1.0
         assert trickle.reopened > 0                # the server closed trickling sockets
@@ -68,7 +68,7 @@ def test_data_port_answers_beside_more_trickling_sockets_than_its_limit(start_da
     trickle = TricklingSockets(daemon.port, stop, count=1100, every=1.0)  # limit: 1,024
     trickle.thread.start()
     try:
-        time.sleep(4.0)
+        time.sleep(4.0)                                # measures: 4 s of trickling
         took = probe_every_half_second(daemon.port, 8.0)
         assert max(took) < 1.0
         assert timed_get(daemon.port, "/stats/summary", timeout=1.0)[0] == 200
@@ -156,7 +156,7 @@ def test_request_framed_twice_is_refused_and_nothing_after_it_served(start_daemo
     try:
         if split:
             sock.sendall(head + b"0\r\n\r\n")
-            time.sleep(0.3)
+            time.sleep(0.3)                   # measures: the second part comes apart
             try:
                 sock.sendall(SMUGGLED)
             except OSError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ def test_page_in_headless_chromium(start_daemon, tmp_path):
     binary = chromium()
     daemon, server = start_node(start_daemon, tmp_path)
     try:
-        time.sleep(2.0)                       # a few ticks of history for the charts
+        daemon.wait_ticks(4)                  # a few ticks of history for the charts
         url = daemon.base + "/"
         dom = subprocess.run([binary, *HEADLESS, "--virtual-time-budget=5000", "--dump-dom", url],
                              capture_output=True, text=True, timeout=120).stdout
@@ -232,7 +231,7 @@ def test_page_holds_at_420_px(start_daemon, tmp_path):
     binary = chromium()
     daemon, server = start_node(start_daemon, tmp_path, names=LONG_NAMES)
     try:
-        time.sleep(2.0)                      # a few ticks: the charts and their colours
+        daemon.wait_ticks(4)                 # a few ticks: the charts and their colours
         for width, layout in ((420, "block"), (1280, "table")):
             found = measure_layout(binary, daemon.base + "/", width)
             assert found["width"] == width
@@ -271,7 +270,7 @@ def test_power_stack_never_above_its_total_in_chromium(start_daemon, tmp_path):
     write_scenario(path, scenario)
     daemon, server = start_node(start_daemon, tmp_path, scenario=path)
     try:
-        time.sleep(4.0)                      # two busy/idle cycles, 0.5 s ticks
+        daemon.wait_ticks(8)                 # two busy/idle cycles, 0.5 s ticks
         with Browser(binary, 1280, 1400) as page:
             page.open(daemon.base + "/")
             charts = page.wait_for(

@@ -46,7 +46,7 @@ class Lister(api_grpc.PodResourcesListerServicer):
 
     def List(self, request, context):
         self.calls += 1
-        time.sleep(self.delay)
+        time.sleep(self.delay)                  # measures: a slow kubelet
         return _response()
 
 

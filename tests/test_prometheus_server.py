@@ -3,7 +3,6 @@
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 
@@ -12,6 +11,7 @@ import pytest
 from tests.support.daemon import free_port
 from tests.support.fakehost import build, container_id, write_scenario
 from tests.support.gpus import GPU_A as GPU
+from tests.support.waiting import poll
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
@@ -38,16 +38,15 @@ def test_prometheus_scrapes_container_joules(start_daemon, tmp_path):
              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
         query = urllib.parse.quote('gpustats_container_gpu_joules_total')
-        deadline = time.monotonic() + 45
-        result = []
-        while time.monotonic() < deadline and not result:
-            time.sleep(1)
+        def queried() -> list:
             try:
                 with urllib.request.urlopen(
                         f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=5) as r:
-                    result = json.loads(r.read())["data"]["result"]
+                    return json.loads(r.read())["data"]["result"]
             except OSError:
-                continue
+                return []
+
+        result = poll(queried, timeout=45, interval=1)
         assert result, (tmp_path / "prometheus.log").read_text()[-3000:]
         series = result[0]
         assert series["metric"]["container_id"] == container_id(1)

@@ -106,7 +106,7 @@ def watch_one_db_pod(daemon, last: dict, seconds: float) -> dict:
         assert pod_joules(values, pod_uid(OLD)) is not None, "the old pod left /metrics"
         assert_never_decreased(last, values)
         last = values
-        time.sleep(0.1)
+        daemon.wait_ticks(1)            # a check on every snapshot, over the span
     return last
 
 

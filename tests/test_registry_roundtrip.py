@@ -27,12 +27,33 @@ from tests.support.daemon import free_port, http_get
 from tests.support.gpus import GPU_B as GPU
 from tests.support.image_build import NO_DEFAULT_ULIMITS, runc_engine
 from tests.support.paths import REPO_ROOT
+from tests.support.waiting import poll
 
 MANIFESTS = REPO_ROOT / "manifests"
 SHIPPED = "ghcr.io/gpustats/gpustats"
 REGISTRY_BINARIES = ("docker-registry", "registry")
 NODE = "gpu-node-7"
 
+
+def _answers_until(port: int, paths, done, timeout: float = 60.0,
+                   running=lambda: True) -> dict:
+    """The daemon's answers on ``paths`` once ``done(answers)`` (or the last ones got, after
+    ``timeout`` or once it stops ``running``)."""
+    answers: dict = {}
+
+    def met() -> bool:
+        if not running():
+            return True
+        try:
+            got = {path: http_get(f"http://127.0.0.1:{port}{path}") for path in paths}
+        except OSError:
+            return False
+        answers.clear()
+        answers.update(got)
+        return bool(done(got))
+
+    poll(met, timeout=timeout, interval=0.5)
+    return answers
 
 def _podman(env, *args, timeout=300, check=True):
     result = subprocess.run(["podman", *args], env=env, capture_output=True, text=True,
@@ -65,18 +86,18 @@ def registry(tmp_path_factory):
         proc = subprocess.Popen([binary, "serve", str(config)], stdout=log,
                                 stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
+        def serving() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as r:
                     if r.status == 200:
-                        break
+                        return True
             except (OSError, urllib.error.URLError):
                 pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.skip("the registry did not serve here: "
-                            + (tmp / "registry.log").read_text()[-300:])
-            time.sleep(0.2)
+            return proc.poll() is not None          # ends the wait: it will not serve
+
+        if not poll(serving, timeout=30, interval=0.2) or proc.poll() is not None:
+            pytest.skip("the registry did not serve here: "
+                        + (tmp / "registry.log").read_text()[-300:])
         yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -238,17 +259,10 @@ def test_pulled_image_runs_as_the_daemonset_runs_it(built_image, daemonset, tmp_
                 "--simulate=/etc/gpustats/scenario.yaml", "--housekeeping-interval=0.5")
         probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
         assert probes == {"/healthz", "/readyz"}
-        deadline, answers = time.monotonic() + 60, {}
-        while time.monotonic() < deadline:
-            try:
-                answers = {path: http_get(f"http://127.0.0.1:{port}{path}")
-                           for path in (*sorted(probes), "/stats/summary")}
-                if all(status == 200 for status, _ in answers.values()) and \
-                        answers["/stats/summary"][1]["node"].get("accelerators"):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
+        answers = _answers_until(
+            port, (*sorted(probes), "/stats/summary"),
+            lambda got: all(status == 200 for status, _ in got.values())
+            and got["/stats/summary"][1]["node"].get("accelerators"))
         logs = _podman(env, *own, "logs", name, check=False)
         assert answers and all(s == 200 for s, _ in answers.values()), \
             (answers, logs.stdout + logs.stderr)
@@ -292,17 +306,11 @@ def test_readme_podman_run_works_with_its_rlimit_setting(built_image, tmp_path):
         proc = subprocess.Popen(["bash", "-euc", f"{setting}\n{carried}{command}"], cwd=tmp_path,
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline, answers = time.monotonic() + 60, {}
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                answers = {path: http_get(f"http://127.0.0.1:{port}{path}")
-                           for path in ("/readyz", "/stats/summary")}
-                if answers["/readyz"][0] == 200 and \
-                        len(answers["/stats/summary"][1]["node"].get("accelerators", [])) == 2:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
+        answers = _answers_until(
+            port, ("/readyz", "/stats/summary"),
+            lambda got: got["/readyz"][0] == 200
+            and len(got["/stats/summary"][1]["node"].get("accelerators", [])) == 2,
+            running=lambda: proc.poll() is None)
         assert answers and answers["/readyz"][0] == 200, \
             (answers, (tmp_path / "run.log").read_text()[-2000:])
         assert len(answers["/stats/summary"][1]["node"]["accelerators"]) == 2

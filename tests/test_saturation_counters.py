@@ -21,6 +21,7 @@ from gpustats.model.device import GpmReading, ViolationReading
 from gpustats.saturation import SaturationSample, SaturationWindow
 from tests.support.fakehost import write_scenario
 from tests.support.gpus import GPU_A as A, GPU_B as B
+from tests.support.waiting import poll
 
 GIB = 1 << 30
 
@@ -229,25 +230,18 @@ def _check_counters_against_ratios(start_daemon, tmp_path, window: float, interv
     daemon = start_daemon("--simulate", str(path), "--housekeeping-interval", str(interval),
                           "--saturation-window", str(window))
     daemon.wait_ready()
-    deadline = time.monotonic() + 20
-    while True:
-        first = _scrape(daemon)
-        if ("gpustats_node_gpu_throttle_violation_seconds_total", "power") in first["gpus"][A]:
-            break
-        assert time.monotonic() < deadline, daemon.log()
-        time.sleep(interval / 2)
+    first = poll(lambda: (got := _scrape(daemon))["gpus"][A].get(
+        ("gpustats_node_gpu_throttle_violation_seconds_total", "power")) is not None and got,
+        timeout=20, interval=interval / 2)
+    assert first, daemon.log()
     t0 = first["time"]
     # Halfway through the span the load changes: the ratios are no constant.
-    time.sleep(max(0.0, t0 + window / 2 - time.time()))
+    time.sleep(max(0.0, t0 + window / 2 - time.time()))     # measures: half the window
     write_scenario(path, _scenario(late=True))
     # The first snapshot a full window after t0: the served window covers the same span.
-    deadline = time.monotonic() + window + 30
-    while True:
-        last = _scrape(daemon)
-        if last["time"] >= t0 + window:
-            break
-        assert time.monotonic() < deadline, daemon.log()
-        time.sleep(min(0.05, interval / 4))
+    last = poll(lambda: (got := _scrape(daemon))["time"] >= t0 + window and got,
+                timeout=window + 30, interval=min(0.05, interval / 4))
+    assert last, daemon.log()
     span = last["time"] - t0
     assert window <= span < window + 2 * interval + 0.5
     a0, a1 = first["gpus"][A], last["gpus"][A]

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 
@@ -27,6 +26,7 @@ from tests.support.gpus import GPU_A as GPU
 from tests.support.kubelet_logs import layout
 from tests.support.paths import REPO_ROOT
 from tests.support.servicemonitor import operator_job
+from tests.support.waiting import poll
 
 
 def query(port: int, expr: str) -> list:
@@ -74,14 +74,14 @@ def test_servicemonitor_keeps_pod_labels_and_strips_the_target_pod(start_daemon,
              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
             cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 45
-        per_pod = []
-        while time.monotonic() < deadline and len(per_pod) < 2:
-            time.sleep(1)
+        def both() -> list:
             try:
-                per_pod = query(port, "gpustats_container_gpu_joules_total")
+                found = query(port, "gpustats_container_gpu_joules_total")
             except OSError:
-                continue
+                return []
+            return found if len(found) >= 2 else []
+
+        per_pod = poll(both, timeout=45, interval=1) or []
         assert len(per_pod) == 2, (tmp_path / "prometheus.log").read_text()[-3000:]
         # Both jobs end with job="gpustats" (a target label); the defaults job is the one
         # whose series had their own pod label pushed aside.
@@ -149,15 +149,15 @@ def test_rules_and_dashboard_find_the_workload_pod_under_both_label_options(
             cwd=tmp_path)
 
     def wait(expr):
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
+        def answered() -> list:
             try:
-                result = query(port, expr)
+                return query(port, expr)
             except OSError:
-                result = []
-            if result:
-                return result
-            time.sleep(1)
+                return []
+
+        result = poll(answered, timeout=45, interval=1)
+        if result:
+            return result
         raise AssertionError(f"{option}: nothing for {expr}\n"
                              + (tmp_path / "prometheus.log").read_text()[-3000:])
 

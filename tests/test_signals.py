@@ -28,7 +28,7 @@ def test_a_stop_signal_taken_by_another_thread_stops_the_idle_daemon_at_once(
     daemon, _ = start_simulated(start_daemon, tmp_path, {"devices": [device()]}, host)
     # The readiness probe's connection expired: the loop sleeps its long idle wait (no
     # outside sign of that but time).
-    time.sleep(CLEANUP_SECONDS + 1.0)
+    time.sleep(CLEANUP_SECONDS + 1.0)    # measures: past the cleanup, into the idle wait
     threads = other_threads(daemon.proc.pid)
     assert threads
     began = time.monotonic()

@@ -236,7 +236,7 @@ def test_a_reload_wakes_a_blocked_event_wait(simulate):
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    time.sleep(0.05)                                       # the waiter is blocked by now
+    time.sleep(0.05)            # measures: 50 ms for the waiter to block (no sign outside)
     write_scenario(path, {"devices": [{"uuid": A, "lost": True}]})
     assert sim.reload()
     waiter.join(5)
@@ -380,7 +380,7 @@ def test_an_interrupt_ends_a_blocked_event_wait_and_never_takes_an_event(simulat
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(es, 10_000)           # blocked, then woken
     assert time.monotonic() - started < 1.0
-    time.sleep(0.3)
+    time.sleep(0.3)                           # measures: a while with nobody waiting
     sim.interrupt_event_waits()
     assert pynvml.nvmlEventSetWait_v2(es, 10_000).eventData == 79
     pynvml.nvmlEventSetFree(es)

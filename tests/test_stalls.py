@@ -50,14 +50,14 @@ def test_a_process_started_during_a_stall_is_billed_only_for_its_life(start_daem
     daemon.wait_for(lambda s: energy(s, 1) > 100)
     daemon.proc.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(4.0)                        # A runs, then ends; B starts
+        time.sleep(4.0)                        # measures: stopped while A runs, then ends
         rel = container_cgroup(pod_uid(2), container_id(2))
         add_container(cgroup, rel)
         add_process(proc, 102, rel)
         b_started = start_process_now(proc, 102)
         write_scenario(path, {"devices": [device(power_watts=500)],
                               "processes": [{"pid": 102, "device": GPU}]})
-        time.sleep(4.0)
+        time.sleep(4.0)                        # measures: stopped while B runs
     finally:
         daemon.proc.send_signal(signal.SIGCONT)
     summary = daemon.wait_for(lambda s: energy(s, 2) > 0, timeout=10)
@@ -85,14 +85,14 @@ def test_with_accounting_on_a_stall_bills_each_process_its_own_part(start_daemon
     daemon.proc.send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
     try:
-        time.sleep(3.0)                        # A runs, then ends; B starts
+        time.sleep(3.0)                        # measures: stopped while A runs, then ends
         rel = container_cgroup(pod_uid(2), container_id(2))
         add_container(cgroup, rel)
         add_process(proc, 102, rel)
         changed = start_process_now(proc, 102)
         write_scenario(path, {"devices": [gpu], "processes": [
             {"pid": 102, "device": GPU, "sm_util_percent": 80}]})
-        time.sleep(3.0)
+        time.sleep(3.0)                        # measures: stopped while B runs
     finally:
         daemon.proc.send_signal(signal.SIGCONT)
         resumed = time.monotonic()

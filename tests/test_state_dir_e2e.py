@@ -24,6 +24,7 @@ from tests.support.invariants import assert_never_decreased, counters
 from tests.support.paths import REPO_ROOT
 from tests.support.simulated import start_simulated
 from tests.support.small_disk import fill, small_disk
+from tests.support.waiting import poll
 
 BASE = ("--pod-resources-socket", "", "--runtime-socket", "", "--idle-power-watts", "100")
 SLOW_FSYNC = Path(__file__).resolve().parent / "slow_fsync"
@@ -52,14 +53,16 @@ def persistence(daemon) -> dict | None:
 
 
 def wait_persistence(daemon, state: str, timeout: float = 15.0) -> dict:
-    deadline = time.monotonic() + timeout
-    found = None
-    while time.monotonic() < deadline:
-        found = persistence(daemon)
-        if found is not None and found["state"] == state:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"persistence not {state} in {timeout}s: {found}\n{daemon.log()}")
+    last: list[dict | None] = [None]
+
+    def reached() -> dict | None:
+        last[0] = persistence(daemon)
+        return last[0] if last[0] is not None and last[0]["state"] == state else None
+
+    found = poll(reached, timeout=timeout, interval=0.1)
+    if found is None:
+        raise AssertionError(f"persistence not {state} in {timeout}s: {last[0]}\n{daemon.log()}")
+    return found
 
 
 def sample(daemon, name: str, **labels: str) -> float | None:
@@ -105,7 +108,7 @@ def test_a_state_dir_that_fills_up_loses_nothing(start_daemon, tmp_path, small_s
     filler.unlink()
     wait_persistence(daemon, "ok")
     assert failing_gauge(daemon) == 0
-    time.sleep(0.5)
+    daemon.wait_ticks(3)
     last = scrape(daemon)
     assert_never_decreased(served_while_full, last)
     daemon.stop(signal.SIGKILL)
@@ -126,11 +129,9 @@ def test_a_sighup_compaction_on_a_slow_disk_never_erases_a_tick(start_daemon, tm
     daemon = start(start_daemon, tmp_path, *args, env=env)
     daemon.wait_ticks(10)
     daemon.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)                                   # the compaction waits on its fsync
+    time.sleep(0.5)              # measures: half the compaction's 1 s fsync, then a change
     write_scenario(tmp_path / "s.yaml", {**busy(), "processes": []})
-    deadline = time.monotonic() + 20
-    while "SIGHUP: counters" not in daemon.log() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll(lambda: "SIGHUP: counters" in daemon.log(), timeout=20, interval=0.1)
     assert "SIGHUP: counters persisted" in daemon.log()
     daemon.wait_ticks(10)
     last = scrape(daemon)
@@ -153,14 +154,17 @@ def test_a_hard_linked_journal_leaves_the_other_file_alone(start_daemon, tmp_pat
     daemon = start(start_daemon, tmp_path, "--housekeeping-interval", "0.1",
                    "--persist-interval", "0.5")
     first = (state / STATE_FILE).stat().st_mtime_ns if (state / STATE_FILE).exists() else None
-    deadline = time.monotonic() + 15
-    compactions = 0
-    while compactions < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-        if (state / STATE_FILE).exists() and (state / STATE_FILE).stat().st_mtime_ns != first:
-            first = (state / STATE_FILE).stat().st_mtime_ns
-            compactions += 1
-    assert compactions == 2
+    seen = {"first": first, "compactions": 0}
+
+    def compacted_twice() -> bool:
+        if (state / STATE_FILE).exists() \
+                and (state / STATE_FILE).stat().st_mtime_ns != seen["first"]:
+            seen["first"] = (state / STATE_FILE).stat().st_mtime_ns
+            seen["compactions"] += 1
+        return seen["compactions"] >= 2
+
+    poll(compacted_twice, timeout=15, interval=0.2)
+    assert seen["compactions"] == 2
     assert victim.read_bytes() == body
     assert os.stat(state / JOURNAL_FILE).st_nlink == 1
     assert len(list(state.glob(JOURNAL_FILE + ".refused-*"))) == 1
@@ -193,18 +197,21 @@ def state_contents(state: Path) -> dict[str, bytes]:
 
 def exit_status_or_serving(daemon, timeout: float = 20.0) -> int | None:
     """The daemon's exit status when it exits at start, ``None`` once it is ready."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def exited_or_ready() -> tuple[int | None] | None:
         code = daemon.proc.poll()
         if code is not None:
-            return code
+            return (code,)
         try:
             if daemon.get("/readyz")[0] == 200:
-                return None
+                return (None,)
         except OSError:
             pass                                   # not listening yet
-        time.sleep(0.1)
-    raise AssertionError(f"neither ready nor exited in {timeout}s:\n{daemon.log()}")
+        return None
+
+    found = poll(exited_or_ready, timeout=timeout, interval=0.1)
+    if found is None:
+        raise AssertionError(f"neither ready nor exited in {timeout}s:\n{daemon.log()}")
+    return found[0]
 
 
 def test_a_rollback_over_a_newer_state_refuses_it_and_leaves_it_whole(start_daemon, tmp_path):
@@ -274,12 +281,10 @@ def process_joules(daemon) -> float | None:
 
 def first_process_joules(daemon, timeout: float = 15.0) -> float:
     """The process's counter as soon as it is served (its first tick with energy)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        joules = process_joules(daemon)
-        if joules is not None:
-            return joules
-        time.sleep(0.05)
+    found = poll(lambda: (joules,) if (joules := process_joules(daemon)) is not None else None,
+                 timeout=timeout, interval=0.05)
+    if found is not None:
+        return found[0]
     raise AssertionError(f"no {PROCESS} for PID {PID} in {timeout}s:\n{daemon.log()}")
 
 
@@ -302,7 +307,7 @@ def test_after_a_reboot_the_same_pid_and_start_time_is_another_process(start_dae
     assert new_process is not None and new_process < old_process, (old_process, new_process)
     billed = {series: value for series, value in before.items() if series[0] != PROCESS}
     assert_never_decreased(billed, after)
-    time.sleep(0.5)
+    rebooted.wait_ticks(5)
     later = scrape(rebooted)
     for level in ("gpustats_pod_gpu_joules", "gpustats_container_gpu_joules"):
         grew = [series for series in billed if series[0] == level

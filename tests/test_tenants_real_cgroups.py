@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -25,8 +24,9 @@ from gpustats import fakehost
 from gpustats.sources.cgroup_paths import parse_cgroup_path
 from gpustats.sources.tenant_paths import any_layout_tenant, parse_tenant_path
 from tests.support.gpus import GPU_A as GPU, device
-from tests.support.cgroup_dirs import make_recorded
-from tests.test_tenants_e2e import (
+from tests.support.cgroup_dirs import make_recorded, remove_when_left
+from tests.support.waiting import wait_until
+from tests.support.tenant_series import (
     ACTIVE_WATTS, IDLE_WATTS, POWER_WATTS, assert_billed_by_truth, billed, samples,
     tenant_series,
 )
@@ -73,10 +73,8 @@ class RealCgroups:
         proc = subprocess.Popen(["/bin/sh", "-c", SLEEPER, comm], stdin=subprocess.PIPE,
                                 user=uid if uid else None)
         self.procs.append(proc)
-        deadline = time.monotonic() + 5
-        while Path(f"/proc/{proc.pid}/comm").read_text().strip() != comm:
-            assert time.monotonic() < deadline, f"{comm} did not name itself"
-            time.sleep(0.01)
+        assert wait_until(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == comm),\
+            f"{comm} did not name itself"
         self._leave_inherited_tenants(proc.pid)
         return proc
 
@@ -107,15 +105,7 @@ class RealCgroups:
             proc.wait()
         left = []
         for d in sorted(self.created, key=lambda p: len(p.parts), reverse=True):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)     # a killed task leaves its cgroup shortly after
-            else:
+            if not remove_when_left(d):
                 left.append(str(d))
         return left
 

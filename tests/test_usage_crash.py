@@ -69,7 +69,7 @@ def test_sigkill_while_writing_never_corrupts_or_loses_a_tick(start_daemon, tmp_
     last = 0.0
     for _ in range(12):
         daemon.wait_ticks(shuffle.randint(2, 12))
-        time.sleep(shuffle.random() * 0.05)             # anywhere within a tick's write
+        time.sleep(shuffle.random() * 0.05)   # measures: anywhere within a tick's write
         daemon.stop(signal.SIGKILL)
         total = rows_total(state)                        # whole, and never less than before
         assert total >= last

@@ -100,7 +100,7 @@ def test_a_restart_across_a_step_back_counts_the_gap(start_daemon, tmp_path, fak
     first.stop()
     stopped = before["node"]["accelerators"][0]["energyJoules"]
     offset.write_text("-600\n")
-    time.sleep(8.0)
+    time.sleep(8.0)                       # measures: 8 s of downtime
     second, _ = start_simulated(start_daemon, tmp_path, None, host, *args, env=env)
     after = second.wait_for(lambda s: s["node"]["accelerators"][0]["energyJoules"]
                             > stopped + 1000, timeout=15)
@@ -134,7 +134,7 @@ def test_a_step_forward_leaves_a_live_keep_alive_connection_open(start_daemon, t
         # server's cleanup (every 2 s) has run at least once.
         daemon.wait_for(lambda s: s["node"]["cpu"]["time"] > time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 250)), timeout=3)
-        time.sleep(2.5)
+        time.sleep(2.5)                   # measures: past the server's 2 s cleanup
         connection.request("GET", "/healthz")
         response = connection.getresponse()
         assert response.status == 200

@@ -14,7 +14,10 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import curses
 
 MAX_METRICS_BYTES = 32 << 20
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
@@ -141,7 +144,7 @@ def fetch(url: str, timeout: float = 5.0) -> View:
             errors="replace")))
 
 
-def _loop(screen, url: str, poll: float) -> None:     # pragma: no cover - needs a terminal
+def _loop(screen: curses.window, url: str, poll: float) -> None:  # pragma: no cover - a tty
     import curses
     curses.curs_set(0)
     screen.timeout(int(poll * 1000))

@@ -67,7 +67,8 @@ def _from_api(url: str, values: dict[str, list[str]], fmt: str) -> str:
     full = url.rstrip("/") + "/api/v1/usage?" + urllib.parse.urlencode(query)
     try:
         with urllib.request.urlopen(full, timeout=30) as response:   # nosec B310 (user's URL)
-            return response.read(MAX_ANSWER_BYTES).decode()
+            text: str = response.read(MAX_ANSWER_BYTES).decode()
+            return text
     except urllib.error.HTTPError as exc:
         body = exc.read(4096).decode(errors="replace")
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpustats import fakehost
 from gpustats.demo.load import GIB, H100, POWER_LIMIT_WATTS, gpu_power
@@ -70,7 +71,7 @@ def busy_at(tenant: Tenant, t: float) -> float:
     return round(max(1.0, min(100.0, tenant.busy_percent * (1 + 0.5 * wave))), 1)
 
 
-def scenario_at(t: float) -> dict:
+def scenario_at(t: float) -> dict[str, Any]:
     """The simulator scenario (see ``gpustats.simulator.scenario``) ``t`` seconds in."""
     busy = {tenant.number: busy_at(tenant, t) for tenant in TENANTS}
     devices = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 H100 = "NVIDIA H100 80GB HBM3"
 GIB = 1024 ** 3
@@ -63,7 +64,7 @@ def gpu_power(busy_percent: float) -> float:
     return round(IDLE_WATTS + 0.85 * (POWER_LIMIT_WATTS - IDLE_WATTS) * share, 1)
 
 
-def scenario_at(t: float) -> dict:
+def scenario_at(t: float) -> dict[str, Any]:
     """The simulator scenario (see ``gpustats.simulator.scenario``) ``t`` seconds in."""
     busy = {tenant.number: busy_at(tenant, t) for tenant in TENANTS}
     devices = []

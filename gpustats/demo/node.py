@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -83,7 +83,7 @@ class Kind:
     idle power of its GPUs."""
 
     build: Callable[[Path], Tree]
-    scenario_at: Callable[[float], dict]
+    scenario_at: Callable[[float], dict[str, Any]]
     describe: Callable[[], str]
     idle_power: IdlePower = IdlePower(default_watts=IDLE_WATTS)
 
@@ -100,7 +100,7 @@ KINDS = {
 }
 
 
-def write_scenario(path: Path, scenario: dict) -> None:
+def write_scenario(path: Path, scenario: dict[str, Any]) -> None:
     """Atomically: the simulator never reads half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(scenario))
@@ -110,8 +110,8 @@ def write_scenario(path: Path, scenario: dict) -> None:
 class DemoNode:
     """Owns the temporary directory from ``start`` to ``close``; ``close`` removes it."""
 
-    def __init__(self, root: Path, clock=time.monotonic, kind: str = "kubernetes",
-                 real_proc: Path = Path("/proc")):
+    def __init__(self, root: Path, clock: Callable[[], float] = time.monotonic,
+                 kind: str = "kubernetes", real_proc: Path = Path("/proc")):
         self.root = root
         self._real_proc = real_proc
         self.kind = KINDS[kind]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from dataclasses import dataclass
 
 from gpustats.demo import bare_metal
@@ -96,7 +97,7 @@ HOSTS = {
 }
 
 
-def _device(gpu: Gpu, busy: float) -> dict:
+def _device(gpu: Gpu, busy: float) -> dict[str, Any]:
     """The scenario's entry of one GPU at a total busy percent (``gpustats.simulator``)."""
     share = min(100.0, busy) / 100.0
     power = round(gpu.idle_watts + 0.85 * (gpu.power_limit_watts - gpu.idle_watts) * share, 1)
@@ -115,7 +116,7 @@ def _device(gpu: Gpu, busy: float) -> dict:
     return device
 
 
-def scenario_at(host: Host, t: float) -> dict:
+def scenario_at(host: Host, t: float) -> dict[str, Any]:
     """The simulator scenario ``t`` seconds in: each tenant's load swings as on the bare-metal
     demo; a GPU's power follows its tenants' summed load."""
     busy = {x.number: bare_metal.busy_at(x, t) for x in host.tenants}

@@ -67,7 +67,7 @@ class ClaimResolver:
         # The same answers by claim object: the kubelet's listing is kept between its calls,
         # so each tick hands the same objects (a look-up without hashing seven fields).
         self._answers_by_id: dict[int, tuple[ClaimDevice, tuple[GpuKey, ...]]] = {}
-        self._valid_for: tuple | None = None
+        self._valid_for: tuple[object, ...] | None = None
         self._devices: GpuLookups | None = None
 
     @property
@@ -185,7 +185,7 @@ class ClaimResolver:
                 claim.driver_name, ", ".join(claim.cdi_devices) or "none", reason)
 
 
-def _signature(devices: GpuLookups) -> tuple:
+def _signature(devices: GpuLookups) -> tuple[object, ...]:
     """What resolution depends on: minors, UUIDs, MIG instances."""
     return (tuple(sorted(devices.by_minor.items())), tuple(sorted(devices.mig_by_uuid.items())),
             tuple(sorted(u for u, r in devices.by_uuid.items() if r.mig_instances)))

@@ -5,7 +5,7 @@ no capability lets the daemon read (each leaves only its own GPU use unattribute
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from gpustats.model.device import DeviceReading
 from gpustats.sources.errors import CollectionErrors
@@ -34,18 +34,18 @@ def unreadable_message(pids: tuple[int, ...]) -> str:
 class ReportedDrmSweeper:
     """Passes the sweeper through; each sweep marks its vendor's source."""
 
-    def __init__(self, sweeper, vendor: str, errors: CollectionErrors, *,
+    def __init__(self, sweeper: Any, vendor: str, errors: CollectionErrors, *,
                  capabilities: Callable[[], int | None] = read_effective):
         self._sweeper = sweeper
         self._vendor = vendor
         self._errors = errors
         self._capabilities = capabilities()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._sweeper, name)
 
     def sweep(self) -> tuple[DeviceReading, ...]:
-        readings = self._sweeper.sweep()
+        readings: tuple[DeviceReading, ...] = self._sweeper.sweep()
         if any("processes" in r.unsupported_fields for r in readings):
             self._errors.failed(self._vendor, REFUSED, refused_message(self._lacking()))
         elif readings:

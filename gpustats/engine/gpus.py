@@ -17,13 +17,14 @@ from typing import Callable, Protocol, Sequence
 
 from gpustats.engine.lost_gpus import LostGpuNamer
 from gpustats.model.device import DeviceReading
+from gpustats.sources.pci import PciGpu
 from gpustats.sources.vendors import NVIDIA, Vendor
 
 log = logging.getLogger(__name__)
 
 
 class PciScan(Protocol):
-    def scan(self) -> tuple: ...
+    def scan(self) -> tuple[PciGpu, ...]: ...
 
 
 class Sweeper(Protocol):

@@ -12,7 +12,7 @@ import math
 import threading
 from array import array
 from bisect import bisect_left
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gpustats.model.history import (
     CONTAINER_FIELDS, GPU_FIELDS, GPU_VALUES, MIG_FIELDS, ContainerSeries, GpuSeries,
@@ -37,7 +37,7 @@ def _milli(value: float | None) -> float:
 
 
 K = TypeVar("K")
-M = TypeVar("M", bound=tuple)
+M = TypeVar("M", bound=tuple[Any, ...])
 
 # Each table's keys and series identities: a GPU's (index, name, memory, power limit) by
 # UUID, a MIG instance's (UUID, profile, memory) by (GPU UUID, GPU instance), a container's
@@ -60,7 +60,7 @@ class _Series(Generic[M]):
         self.rows = array("d")
 
 
-def _first_row_at_or_after(rows: array, width: int, cutoff: float) -> int:
+def _first_row_at_or_after(rows: array[float], width: int, cutoff: float) -> int:
     """Index of the first row whose time is >= ``cutoff`` (rows are in time order)."""
     count = len(rows) // width
     return bisect_left(range(count), cutoff, key=lambda i: rows[i * width])
@@ -194,7 +194,7 @@ class History:
                                  mig_instances=migs, containers=containers)
 
     @staticmethod
-    def _tail(rows: array, width: int, cutoff: float) -> array:
+    def _tail(rows: array[float], width: int, cutoff: float) -> array[float]:
         if not rows or rows[-width] < cutoff:
             return array("d")
         if rows[0] >= cutoff:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpustats.sources.driver_procfs import normalize_bus_id
 from gpustats.sources.pci import PciGpu
 
@@ -9,7 +11,7 @@ from gpustats.sources.pci import PciGpu
 class SimulatedBus:
     """The scenario's GPUs as the PCI scan's answer (the simulator passed in, not imported)."""
 
-    def __init__(self, simulator):
+    def __init__(self, simulator: Any) -> None:
         self._simulator = simulator
 
     def scan(self) -> tuple[PciGpu, ...]:

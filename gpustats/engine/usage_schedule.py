@@ -5,9 +5,16 @@
 from __future__ import annotations
 
 import zlib
-from typing import Mapping, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
-from gpustats.model.containers import CgroupRef, ContainerUsage
+from gpustats.model.containers import (
+    CgroupRef, ContainerIdentity, ContainerNames, ContainerUsage,
+)
+
+# (container ID, identity, names, pod UID) of each container the tick shows.
+Shown = Sequence[tuple[str, ContainerIdentity, ContainerNames | None, str | None]]
+# (key, cgroup) of each cgroup read: a container ID, or ("pod", uid).
+Read = tuple[object, CgroupRef]
 
 
 class UsageSource(Protocol):
@@ -23,7 +30,7 @@ class UsageSchedule:
         self._usage: dict[object, tuple[int, ContainerUsage]] = {}     # key -> (phase, usage)
         self._round: _Round | None = None
 
-    def read(self, shown, pods: Mapping[str, CgroupRef],
+    def read(self, shown: Shown, pods: Mapping[str, CgroupRef],
              tick: int) -> dict[object, ContainerUsage]:
         """CPU and memory of the shown containers and their pods, keyed by container ID and
         ``("pod", uid)``: those due this tick read together, before any entry is built."""
@@ -44,15 +51,15 @@ class UsageSchedule:
         last.usage = usage
         return usage
 
-    def _phases(self, shown, pods: Mapping[str, CgroupRef]) -> list[list]:
+    def _phases(self, shown: Shown, pods: Mapping[str, CgroupRef]) -> list[list[Read]]:
         """(key, cgroup) of each cgroup read, grouped by phase, in the order they are read."""
-        by_phase: list[list] = [[] for _ in range(self._usage_every)]
+        by_phase: list[list[Read]] = [[] for _ in range(self._usage_every)]
         for key, ref in _cgroups_shown(shown, pods):
             if ref is not None:
                 by_phase[self._usage[key][0]].append((key, ref))
         return by_phase
 
-    def _read_all(self, shown, pods: Mapping[str, CgroupRef],
+    def _read_all(self, shown: Shown, pods: Mapping[str, CgroupRef],
                   tick: int) -> dict[object, ContainerUsage]:
         """Each shown cgroup's usage: read at first sight and when due, else kept."""
         usage: dict[object, ContainerUsage] = {}
@@ -85,12 +92,15 @@ class _Round:
 
     __slots__ = ("shown", "pods", "usage", "by_phase")
 
-    def __init__(self, shown: list, pods: dict[str, CgroupRef],
-                 usage: dict[object, ContainerUsage], by_phase: list[list]):
+    def __init__(self, shown: list[tuple[str, ContainerIdentity, ContainerNames | None,
+                                         str | None]],
+                 pods: dict[str, CgroupRef], usage: dict[object, ContainerUsage],
+                 by_phase: list[list[Read]]):
         self.shown, self.pods, self.usage, self.by_phase = shown, pods, usage, by_phase
 
 
-def _cgroups_shown(shown, pods: Mapping[str, CgroupRef]):
+def _cgroups_shown(shown: Shown, pods: Mapping[str, CgroupRef]
+                   ) -> Iterator[tuple[object, CgroupRef | None]]:
     """(key, cgroup) of each shown container and, once, of its pod."""
     seen_pods = set()
     for cid, identity, _, pod_uid in shown:

@@ -18,19 +18,19 @@ GAUGE, COUNTER = "gauge", "counter"
 MIB = 1 << 20
 
 
-def _same(value):
+def _same(value: Any) -> Any:
     return value
 
 
-def _int(value) -> int:
+def _int(value: float) -> int:
     return int(value)
 
 
-def _mib(value) -> int:
+def _mib(value: float) -> int:
     return int(value) // MIB
 
 
-def _percent_to_ratio(value) -> float:
+def _percent_to_ratio(value: float) -> float:
     return float(value) / 100.0
 
 

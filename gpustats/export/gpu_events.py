@@ -23,7 +23,7 @@ import json
 import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from gpustats.export.gpus import GpuVersions, gpu_dict, gpu_object, versioned_part, with_metadata
 from gpustats.export.text import json_bytes
@@ -40,7 +40,7 @@ class Expired(Exception):
     made): the client lists again and watches from the list's version."""
 
 
-def event_line(kind: str, obj: dict) -> bytes:
+def event_line(kind: str, obj: dict[str, Any]) -> bytes:
     """One watch event as a line of JSON."""
     return json_bytes({"type": kind, "object": obj}) + b"\n"
 
@@ -57,7 +57,7 @@ def expired_line(revision: int) -> bytes:
                                 "kept; list again and watch from the list's resourceVersion"})
 
 
-def _key(item: dict) -> bytes:
+def _key(item: dict[str, Any]) -> bytes:
     return json.dumps(versioned_part(item), sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -74,7 +74,7 @@ class GpuEventLog:
         self._events: deque[tuple[int, bytes]] = deque()
         self._bytes = 0
         self._keys: dict[str, bytes] = {}         # uuid -> its versioned part, as JSON
-        self._items: dict[str, dict] = {}         # uuid -> its last object (for DELETED)
+        self._items: dict[str, dict[str, Any]] = {}         # uuid -> its last object (for DELETED)
         self._versions = GpuVersions(self._revision, {})
         self._recorded: deque[tuple[int, GpuVersions]] = deque(maxlen=_RECORDED_SNAPSHOTS)
         self._listeners: list[Callable[[], None]] = []
@@ -137,7 +137,7 @@ class GpuEventLog:
             del self._keys[uuid], objects[uuid]
         return objects
 
-    def _emit(self, kind: str, item: dict) -> None:
+    def _emit(self, kind: str, item: dict[str, Any]) -> None:
         self._revision += 1
         line = event_line(kind, with_metadata(item, self._revision))
         self._events.append((self._revision, line))

@@ -13,7 +13,7 @@ import json
 import math
 from array import array
 from datetime import datetime, UTC
-from typing import Callable
+from typing import Any, Callable
 
 from gpustats.export.text import shown_or_none
 from gpustats.model.device_values import DeviceValue
@@ -94,11 +94,11 @@ class _Times:
         return text
 
 
-def _points(rows: array, layout: _Layout, times: _Times) -> str:
+def _points(rows: array[float], layout: _Layout, times: _Times) -> str:
     width, keys, template = layout.width, layout.keys, layout.template
     isfinite = math.isfinite
     out = []
-    flat = rows.tolist()
+    flat: list[Any] = rows.tolist()      # each row's time becomes its text
     for start in range(0, len(flat), width):
         row = flat[start:start + width]
         row[0] = times(row[0])
@@ -146,7 +146,7 @@ def _container(series: ContainerSeries, times: _Times) -> str:
     return f'{head},"points":{_points(series.rows, _CONTAINER, times)}}}'
 
 
-def _container_order(series: ContainerSeries) -> tuple:
+def _container_order(series: ContainerSeries) -> tuple[object, ...]:
     return (series.pod_namespace or "", series.pod_name or "", series.name or "",
             series.container_id, series.device_uuid, series.gpu_instance_id or -1)
 

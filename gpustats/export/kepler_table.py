@@ -24,8 +24,9 @@ after it ended (a terminated owner has joules and no watts sample). Rows are bui
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import Any
 
-from gpustats.export.metric_table import COUNTER, GAUGE, KEPLER, Family
+from gpustats.export.metric_table import COUNTER, GAUGE, KEPLER, Family, Value
 
 # Scopes: what one row is (see export.kepler) and the labels it carries.
 KEPLER_GPU = "kepler_gpu"              # DeviceStats; NODE_GPU
@@ -46,17 +47,17 @@ UNKNOWN_RUNTIME = "unknown"                              # a container's ``runti
 _at = attrgetter
 
 
-def _positive(name: str):
+def _positive(name: str) -> Value:
     """A workload's figure, served only while above zero (Kepler's ``if … > 0``)."""
     get = attrgetter(name)
 
-    def value(row):
+    def value(row: Any) -> float | int | None:
         v = get(row)
         return v if v is not None and v > 0 else None
     return value
 
 
-def _node(name: str, kind: str, help: str, unit: str, value) -> Family:
+def _node(name: str, kind: str, help: str, unit: str, value: Value) -> Family:
     return Family(name, kind, help, NODE_GPU, unit, group=KEPLER, scope=KEPLER_GPU, value=value)
 
 

@@ -29,7 +29,7 @@ class GpuSeries:
     name: str | None
     memory_total_bytes: int | None
     power_limit_watts: float | None
-    rows: array                         # flat: (monotonic, *GPU_FIELDS) per row
+    rows: array[float]                  # flat: (monotonic, *GPU_FIELDS) per row
 
 
 @record
@@ -39,7 +39,7 @@ class MigSeries:
     uuid: str | None
     profile: str | None
     memory_total_bytes: int | None
-    rows: array                         # flat: (monotonic, *MIG_FIELDS) per row
+    rows: array[float]                  # flat: (monotonic, *MIG_FIELDS) per row
 
 
 @record
@@ -53,7 +53,7 @@ class ContainerSeries:
     pod_name: str | None
     pod_namespace: str | None
     pod_uid: str | None
-    rows: array                         # flat: (monotonic, *CONTAINER_FIELDS) per row
+    rows: array[float]                  # flat: (monotonic, *CONTAINER_FIELDS) per row
 
 
 @record

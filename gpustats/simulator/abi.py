@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import cast
+from typing import Any, cast
 
 SUCCESS = 0
 UNINITIALIZED = 1
@@ -45,17 +45,17 @@ def plain(struct: type[ctypes.Structure], **overrides: type) -> type[ctypes.Stru
                 type(f"Plain{struct.__name__}", (ctypes.Structure,), {"_fields_": fields}))
 
 
-def set_out(ptr: int, ctype, value) -> None:
+def set_out(ptr: int, ctype: type[Any], value: object) -> None:
     """Writes ``value`` at the address the caller passed (``from_address``: one C call, where
     a cast to a pointer type and an index are several)."""
     _at(ptr, ctype).value = value
 
 
-def struct_at(ptr: int, ctype):
+def struct_at(ptr: int, ctype: type[Any]) -> Any:
     return _at(ptr, ctype)
 
 
-def _at(ptr: int | None, ctype):
+def _at(ptr: int | None, ctype: type[Any]) -> Any:
     if not ptr:
         raise ValueError("NULL pointer access")     # as indexing a NULL ctypes pointer says
     return ctype.from_address(ptr)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
-    from gpustats.simulator.scenario import SimDevice
+    from gpustats.simulator.scenario import SimDevice, SimMigInstance, SimProcess
 
 
 from collections import deque
@@ -90,12 +90,13 @@ class AccountingCalls:
                                    p.memory_used_bytes)
                            for pid, p in listed.items() if pid not in running)
 
-    def _pstate(self, device, instance, out) -> int:
+    def _pstate(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         idle = self._idling(device)
         set_out(out, c_uint, max(device.supported_pstates) if idle else device.pstate)
         return SUCCESS
 
-    def _supported_pstates(self, device, instance, buf, size) -> int:
+    def _supported_pstates(self, device: SimDevice, instance: SimMigInstance | None, buf: int,
+                           size: int) -> int:
         states = device.supported_pstates             # ascending: the most performance first
         room = size // 4
         if room < len(states):
@@ -105,18 +106,20 @@ class AccountingCalls:
             array[i] = states[i] if i < len(states) else _PSTATE_UNKNOWN
         return SUCCESS
 
-    def _accounting_mode(self, device, instance, out) -> int:
+    def _accounting_mode(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, pynvml.NVML_FEATURE_ENABLED if device.accounting
                 else pynvml.NVML_FEATURE_DISABLED)
         return SUCCESS
 
-    def _accounting_buffer_size(self, device, instance, out) -> int:
+    def _accounting_buffer_size(self, device: SimDevice, instance: SimMigInstance | None,
+                                out: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         set_out(out, c_uint, device.accounting_buffer_size)
         return SUCCESS
 
-    def _accounting_pids(self, device, instance, count_ptr, pids) -> int:
+    def _accounting_pids(self, device: SimDevice, instance: SimMigInstance | None, count_ptr: int,
+                         pids: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         count = struct_at(count_ptr, c_uint)
@@ -134,7 +137,8 @@ class AccountingCalls:
             array[i] = record.pid
         return SUCCESS
 
-    def _accounting_stats(self, device, instance, pid, out) -> int:
+    def _accounting_stats(self, device: SimDevice, instance: SimMigInstance | None, pid: int,
+                          out: int) -> int:
         if not device.accounting or device.mig_instances:
             return NOT_SUPPORTED
         found = None
@@ -155,7 +159,7 @@ class AccountingCalls:
         stats.isRunning = 1 if found.running else 0
         return SUCCESS
 
-    def _sync_accounting(self, device, apply: bool = True):
+    def _sync_accounting(self, device: SimDevice, apply: bool = True):
         """The GPU's records as of now (see the module's docstring); with ``apply`` False
         only how many there would be."""
         now = int(self._wall() * 1e6)
@@ -166,19 +170,30 @@ class AccountingCalls:
         cut = self._accounting_cut.get(device.uuid, self._accounting_since_us)
         processes = self._process_list(device, None, between_ticks=True)
         running = {r.pid for r in records or () if r.running}
-        added = [_Record(p.pid, cut, round((now - cut) / 1000), False, p.sm_util_percent or 0,
-                         p.memory_used_bytes) if p.between_ticks
-                 else _Record(p.pid, now, 0, True, p.sm_util_percent or 0, p.memory_used_bytes)
-                 for p in processes if (p.between_ticks and now > cut)
-                 or (not p.between_ticks and p.pid not in running)]
+        added = _new_records(processes, running, cut, now)
         if not apply:
             return min(size, len(records or ()) + len(added))
         assert records is not None            # made above, as apply is true
-        live = {p.pid for p in processes if not p.between_ticks}
-        for record in records:
-            if record.running and record.pid not in live:
-                record.running = False
-                record.time_ms = round((now - record.start_us) / 1000)
+        _end_stopped(records, {p.pid for p in processes if not p.between_ticks}, now)
         records.extend(added)
         self._accounting_cut[device.uuid] = now
         return records
+
+
+def _new_records(processes: Sequence[SimProcess], running: set[int], cut: int,
+                 now: int) -> list[_Record]:
+    """The records the processes add at ``now``: each process seen only between ticks since
+    ``cut``, ended; each one running that has no running record yet, started."""
+    return [_Record(p.pid, cut, round((now - cut) / 1000), False, p.sm_util_percent or 0,
+                    p.memory_used_bytes) if p.between_ticks
+            else _Record(p.pid, now, 0, True, p.sm_util_percent or 0, p.memory_used_bytes)
+            for p in processes if (p.between_ticks and now > cut)
+            or (not p.between_ticks and p.pid not in running)]
+
+
+def _end_stopped(records: Iterable[_Record], live: set[int], now: int) -> None:
+    """End each running record whose process is no longer ``live``."""
+    for record in records:
+        if record.running and record.pid not in live:
+            record.running = False
+            record.time_ms = round((now - record.start_us) / 1000)

@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from gpustats.simulator.drm_files import (
     Client, amd_files, drm_fdinfo, intel_files, null_fdinfo, render_minor,
@@ -203,7 +203,7 @@ class SimulatedDrm:
             next_fd[p.pid] += p.fds
         return tree
 
-    def _device_tree(self, tree: dict, device: SimDevice, k: int, seconds: float) -> None:
+    def _device_tree(self, tree: dict[str, Any], device: SimDevice, k: int, seconds: float) -> None:
         bdf = device.pci_bus_id
         domain, bus = bdf.split(":")[:2]
         dev = f"sys/devices/pci{domain}:{bus}/{bdf}"
@@ -301,7 +301,7 @@ def fake_host_proc(proc_root: str) -> str | None:
     return proc_root
 
 
-def _link(tree: dict, link: str, target: str) -> None:
+def _link(tree: dict[str, Any], link: str, target: str) -> None:
     """A relative link, as sysfs has them (the tree may be moved or mounted elsewhere)."""
     tree[link] = (_LINK, os.path.relpath(target, os.path.dirname(link)))
 

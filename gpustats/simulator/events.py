@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import threading
+    from typing import Any
     from collections.abc import Callable
 
     from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance
@@ -28,7 +29,7 @@ _KIND_BITS = {"xid": EVENT_XID_CRITICAL, "single_bit_ecc": EVENT_SINGLE_BIT_ECC,
               "double_bit_ecc": EVENT_DOUBLE_BIT_ECC}
 
 
-def mig_layout(device) -> tuple:
+def mig_layout(device: SimDevice) -> tuple[object, ...]:
     """What a MIG configuration change event is about: the instances and their identities."""
     return tuple((m.gpu_instance_id, m.compute_instance_id, m.profile, m.uuid)
                  for m in device.mig_instances)
@@ -59,7 +60,7 @@ class EventCalls:
         self._next_id += 1
         return 0x7000_0000 + self._next_id
 
-    def _event_set_create(self, out) -> int:
+    def _event_set_create(self, out: int) -> int:
         if self._refcount <= 0:
             return UNINITIALIZED
         set_id = self._new_id()
@@ -68,7 +69,7 @@ class EventCalls:
         set_out(out, c_void_p, set_id)
         return SUCCESS
 
-    def _event_mask(self, device) -> int:
+    def _event_mask(self, device: SimDevice) -> int:
         if not device.events_supported:
             return 0
         mask = EVENT_XID_CRITICAL
@@ -78,14 +79,16 @@ class EventCalls:
             mask |= EVENT_MIG_CONFIG_CHANGE
         return mask
 
-    def _supported_events(self, device, instance, out) -> int:
+    def _supported_events(self, device: SimDevice, instance: SimMigInstance | None,
+                          out: int) -> int:
         mask = self._event_mask(device)
         if not mask:
             return NOT_SUPPORTED
         set_out(out, c_ulonglong, mask)
         return SUCCESS
 
-    def _register_events(self, device, instance, mask, event_set) -> int:
+    def _register_events(self, device: SimDevice, instance: SimMigInstance | None, mask: int,
+                         event_set: int) -> int:
         registered = self._event_sets.get(event_set)
         if registered is None:
             return INVALID_ARGUMENT
@@ -95,7 +98,7 @@ class EventCalls:
         registered[device.uuid] = registered.get(device.uuid, 0) | wanted
         return SUCCESS
 
-    def _note_mig_changes(self, old, new) -> None:
+    def _note_mig_changes(self, old: Scenario, new: Scenario) -> None:
         """Called on a scenario reload: queue a MIG configuration change event, in every set
         registered for it, for each GPU whose MIG layout differs."""
         for device in new.devices:
@@ -106,7 +109,7 @@ class EventCalls:
                 if registered.get(device.uuid, 0) & EVENT_MIG_CONFIG_CHANGE:
                     self._mig_changes[set_id].append(device.uuid)
 
-    def _due_event(self, registered: dict[str, int]):
+    def _due_event(self, registered: dict[str, int]):   # (key, event, None) or (None, None, wait)
         elapsed = self._monotonic() - self._installed_at
         next_due = None
         for position, event in enumerate(self._scenario.xid_events):
@@ -120,7 +123,7 @@ class EventCalls:
             next_due = wait if next_due is None else min(next_due, wait)
         return None, None, next_due
 
-    def _event_wait(self, event_set, data_ptr, timeout_ms) -> int:
+    def _event_wait(self, event_set: int, data_ptr: int, timeout_ms: int) -> int:
         """Blocks, as the driver does, until an event is there or the timeout passes: woken by a
         scenario reload (a lost GPU, a queued MIG change) or when the next XID falls due."""
         # Called with the lock held by _wrap; waiting on _wake releases it.
@@ -167,7 +170,9 @@ class EventCalls:
             self._waits_interrupted = True
             self._wake.notify_all()
 
-    def _fill_event(self, data_ptr, device, event_type: int, event_data: int) -> None:
+    def _fill_event(self, data_ptr: int, device: SimDevice | Any, event_type: int,
+                    event_data: int) -> None:
+        # Any: an XID event's device is looked up by the UUID the scenario gave it.
         data = struct_at(data_ptr, pynvml.c_nvmlEventData_t)
         set_out(ctypes.addressof(data), c_void_p, self._handle_of(device))   # .device, first
         data.eventType = event_type
@@ -175,6 +180,6 @@ class EventCalls:
         data.gpuInstanceId = NO_INSTANCE
         data.computeInstanceId = NO_INSTANCE
 
-    def _event_set_free(self, event_set) -> int:
+    def _event_set_free(self, event_set: int) -> int:
         self._mig_changes.pop(event_set, None)
         return SUCCESS if self._event_sets.pop(event_set, None) is not None else INVALID_ARGUMENT

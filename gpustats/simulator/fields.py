@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from gpustats.simulator.scenario import SimDevice
+    from gpustats.simulator.scenario import SimDevice, SimMigInstance
 
 
 from ctypes import c_uint
@@ -60,7 +60,8 @@ class FieldCalls:
 
     # ------------------------------------------------------------ nvmlDeviceGetFieldValues
 
-    def _field_values(self, device, instance, count, values) -> int:
+    def _field_values(self, device: SimDevice, instance: SimMigInstance | None, count: int,
+                      values: int) -> int:
         if count <= 0 or not values:
             return INVALID_ARGUMENT
         array = struct_at(values, _FieldValue * count)
@@ -91,7 +92,7 @@ class FieldCalls:
                 self._trace("energy", uuid=device.uuid, mj=value, mono=advanced_to)
         return SUCCESS
 
-    def _field(self, device, field_id: int) -> tuple[str | None, tuple[int, int] | None]:
+    def _field(self, device: SimDevice, field_id: int) -> tuple[str | None, tuple[int, int] | None]:
         """(reading name, (value type, value)) of one field; value None when not supported."""
         if field_id == pynvml.NVML_FI_DEV_POWER_AVERAGE:
             return "power", (_U32, int(round(self._power_watts(device) * 1000)))
@@ -112,7 +113,8 @@ class FieldCalls:
 
     # ------------------------------------------------------------ the single calls
 
-    def _clock_info(self, device, instance, clock_type, out) -> int:
+    def _clock_info(self, device: SimDevice, instance: SimMigInstance | None, clock_type: int,
+                    out: int) -> int:
         names = _CLOCKS.get(clock_type)
         if names is None:
             return INVALID_ARGUMENT if clock_type > pynvml.NVML_CLOCK_VIDEO else NOT_SUPPORTED
@@ -121,26 +123,31 @@ class FieldCalls:
         set_out(out, c_uint, getattr(device, names[1]))
         return SUCCESS
 
-    def _codec_utilization(self, device, util, period, *, name: str, value: int) -> int:
+    def _codec_utilization(self, device: SimDevice, util: int, period: int, *, name: str,
+                           value: int) -> int:
         if name in device.unsupported or device.mig_instances:
             return NOT_SUPPORTED                  # not supported under MIG (NVML API reference)
         set_out(util, c_uint, value)
         set_out(period, c_uint, 167000)           # µs, as an H100 reports it
         return SUCCESS
 
-    def _encoder_utilization(self, device, instance, util, period) -> int:
+    def _encoder_utilization(self, device: SimDevice, instance: SimMigInstance | None, util: int,
+                             period: int) -> int:
         return self._codec_utilization(device, util, period, name="encoder_utilization",
                                        value=device.encoder_utilization_percent)
 
-    def _decoder_utilization(self, device, instance, util, period) -> int:
+    def _decoder_utilization(self, device: SimDevice, instance: SimMigInstance | None, util: int,
+                             period: int) -> int:
         return self._codec_utilization(device, util, period, name="decoder_utilization",
                                        value=device.decoder_utilization_percent)
 
-    def _pcie_replay_counter(self, device, instance, out) -> int:
+    def _pcie_replay_counter(self, device: SimDevice, instance: SimMigInstance | None,
+                             out: int) -> int:
         set_out(out, c_uint, device.pcie_replay_count)
         return SUCCESS
 
-    def _remapped_rows(self, device, instance, corr, unc, pending, failure) -> int:
+    def _remapped_rows(self, device: SimDevice, instance: SimMigInstance | None, corr: int,
+                       unc: int, pending: int, failure: int) -> int:
         if device.mig_instances:
             return NOT_SUPPORTED
         for ptr, value in zip((corr, unc, pending, failure), device.remapped_rows):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpustats.simulator.scenario import Scenario
+    from gpustats.simulator.scenario import Scenario, SimDevice, SimMigInstance
 
 
 from ctypes import c_void_p, cast
@@ -36,10 +36,10 @@ class GpmCalls:
         def _trace(self, event: str, **fields) -> None: ...
 
 
-    def _gpm_config(self, device, instance):
+    def _gpm_config(self, device: SimDevice, instance: SimMigInstance | None):
         return device.gpm if instance is None else instance.gpm
 
-    def _gpm_support(self, device, instance, out) -> int:
+    def _gpm_support(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         support = struct_at(out, pynvml.c_nvmlGpmSupport_t)
         if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
             return ARGUMENT_VERSION_MISMATCH
@@ -48,27 +48,28 @@ class GpmCalls:
         support.isSupportedDevice = 1 if supported else 0
         return SUCCESS
 
-    def _gpm_alloc(self, out) -> int:
+    def _gpm_alloc(self, out: int) -> int:
         sample_id = self._new_id()
         self._gpm_samples[sample_id] = None
         set_out(out, c_void_p, sample_id)
         return SUCCESS
 
-    def _gpm_free(self, sample) -> int:
+    def _gpm_free(self, sample: int) -> int:
         return SUCCESS if self._gpm_samples.pop(sample, 0) != 0 else INVALID_ARGUMENT
 
-    def _take_sample(self, device, gi, sample) -> int:
+    def _take_sample(self, device: SimDevice, gi: int | None, sample: int) -> int:
         if sample not in self._gpm_samples:
             return INVALID_ARGUMENT
         self._gpm_samples[sample] = (device.uuid, gi, self._monotonic())
         return SUCCESS
 
-    def _gpm_sample(self, device, instance, sample) -> int:
+    def _gpm_sample(self, device: SimDevice, instance: SimMigInstance | None, sample: int) -> int:
         if self._gpm_config(device, instance) is None:
             return NOT_SUPPORTED
         return self._take_sample(device, instance.gpu_instance_id if instance else None, sample)
 
-    def _gpm_mig_sample(self, device, instance, gpu_instance_id, sample) -> int:
+    def _gpm_mig_sample(self, device: SimDevice, instance: SimMigInstance | None,
+                        gpu_instance_id: int, sample: int) -> int:
         for mig in device.mig_instances:
             if mig.gpu_instance_id == gpu_instance_id:
                 if mig.gpm is None:
@@ -76,13 +77,13 @@ class GpmCalls:
                 return self._take_sample(device, gpu_instance_id, sample)
         return NOT_FOUND
 
-    def _taken(self, handle) -> tuple[str, int | None, float] | None:
+    def _taken(self, handle: int) -> tuple[str, int | None, float] | None:
         """A sample handle's (device, GPU instance, time); None for a NULL or unknown handle
         or a sample not taken."""
         address = cast(handle, c_void_p).value
         return self._gpm_samples.get(address) if address is not None else None
 
-    def _gpm_metrics(self, request_ptr) -> int:
+    def _gpm_metrics(self, request_ptr: int) -> int:
         request = struct_at(request_ptr, _MetricsGet)
         if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
             return ARGUMENT_VERSION_MISMATCH

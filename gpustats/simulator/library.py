@@ -450,23 +450,23 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         self._refcount -= 1
         return SUCCESS
 
-    def _driver_version(self, buf, length) -> int:
+    def _driver_version(self, buf: int, length: int) -> int:
         return write_string(buf, length, self._scenario.driver_version)
 
-    def _nvml_version(self, buf, length) -> int:
+    def _nvml_version(self, buf: int, length: int) -> int:
         return write_string(buf, length, "13." + self._scenario.driver_version)
 
-    def _cuda_version(self, out) -> int:
+    def _cuda_version(self, out: int) -> int:
         set_out(out, c_int, 13000)
         return SUCCESS
 
-    def _count(self, out) -> int:
+    def _count(self, out: int) -> int:
         if self._refcount <= 0:
             return UNINITIALIZED
         set_out(out, c_uint, len(self._scenario.devices))
         return SUCCESS
 
-    def _handle_by_index(self, index, out) -> int:
+    def _handle_by_index(self, index: int, out: int) -> int:
         if self._refcount <= 0:
             return UNINITIALIZED
         for device in self._scenario.devices:
@@ -477,7 +477,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
                 return SUCCESS
         return INVALID_ARGUMENT
 
-    def _handle_by_uuid(self, uuid: bytes, out) -> int:
+    def _handle_by_uuid(self, uuid: bytes, out: int) -> int:
         if self._refcount <= 0:
             return UNINITIALIZED
         wanted = (uuid or b"").decode()
@@ -496,22 +496,24 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
 
     # ------------------------------------------------------------ identity and readings
 
-    def _index(self, device, instance, out) -> int:
+    def _index(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, device.index)
         return SUCCESS
 
-    def _name(self, device, instance, buf, length) -> int:
+    def _name(self, device: SimDevice, instance: SimMigInstance | None, buf: int,
+              length: int) -> int:
         name = device.name if instance is None else f"{device.name} MIG {instance.profile or ''}"
         return write_string(buf, length, name.strip())
 
-    def _uuid(self, device, instance, buf, length) -> int:
+    def _uuid(self, device: SimDevice, instance: SimMigInstance | None, buf: int,
+              length: int) -> int:
         return write_string(buf, length, device.uuid if instance is None else instance.uuid)
 
-    def _minor(self, device, instance, out) -> int:
+    def _minor(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, device.minor)
         return SUCCESS
 
-    def _pci(self, device, instance, out) -> int:
+    def _pci(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         info = struct_at(out, pynvml.nvmlPciInfo_t)
         bus_id = device.pci_bus_id.encode()
         info.busId = bus_id
@@ -525,11 +527,12 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         info.pciDeviceId = 0x233010DE
         return SUCCESS
 
-    def _architecture(self, device, instance, out) -> int:
+    def _architecture(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, device.architecture)
         return SUCCESS
 
-    def _memory_figures(self, device, instance) -> tuple[int, int, int]:
+    def _memory_figures(self, device: SimDevice,
+                        instance: SimMigInstance | None) -> tuple[int, int, int]:
         """(total, reserved, used excluding the reservation)."""
         if instance is None:
             total = device.memory_total_bytes
@@ -539,14 +542,14 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
                    if p.device == device.uuid and p.gpu_instance_id == instance.gpu_instance_id)
         return instance.memory_total_bytes, 0, min(used, instance.memory_total_bytes)
 
-    def _memory(self, device, instance, out) -> int:
+    def _memory(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         total, reserved, used = self._memory_figures(device, instance)
         mem = struct_at(out, pynvml.c_nvmlMemory_t)
         # v1 counts the driver's reservation as used (nvml.h, nvmlMemory_v2_t).
         mem.total, mem.used, mem.free = total, used + reserved, total - used - reserved
         return SUCCESS
 
-    def _memory_v2(self, device, instance, out) -> int:
+    def _memory_v2(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         mem = struct_at(out, pynvml.c_nvmlMemory_v2_t)
         if mem.version != pynvml.nvmlMemory_v2:
             return ARGUMENT_VERSION_MISMATCH
@@ -556,7 +559,7 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         mem.total, mem.reserved, mem.used, mem.free = total, reserved, used, total - used - reserved
         return SUCCESS
 
-    def _utilization(self, device, instance, out) -> int:
+    def _utilization(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         if device.mig_instances:
             return NOT_SUPPORTED          # not supported on MIG-enabled GPUs (NVML API reference)
         util = struct_at(out, pynvml.c_nvmlUtilization_t)
@@ -575,36 +578,39 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         return power_at(device.power_watts, device.idle_cycle,
                         self._monotonic() - self._installed_at)
 
-    def _power(self, device, instance, out) -> int:
+    def _power(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, int(round(self._power_watts(device) * 1000)))
         return SUCCESS
 
-    def _energy(self, device, instance, out) -> int:
+    def _energy(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         advanced_to = self._advance(device)
         set_out(out, c_ulonglong, int(self._energy_mj.get(device.uuid, 0.0)))
         self._trace("energy", uuid=device.uuid, mj=int(self._energy_mj.get(device.uuid, 0.0)),
                     mono=advanced_to)
         return SUCCESS
 
-    def _power_limit(self, device, instance, out) -> int:
+    def _power_limit(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, int(round(device.power_limit_watts * 1000)))
         return SUCCESS
 
-    def _temperature(self, device, instance, sensor, out) -> int:
+    def _temperature(self, device: SimDevice, instance: SimMigInstance | None, sensor: int,
+                     out: int) -> int:
         if sensor != 0:
             return INVALID_ARGUMENT
         set_out(out, c_uint, device.temperature_celsius)
         return SUCCESS
 
-    def _clocks_reasons(self, device, instance, out) -> int:
+    def _clocks_reasons(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_ulonglong, device.clocks_event_reasons)
         return SUCCESS
 
-    def _supported_reasons(self, device, instance, out) -> int:
+    def _supported_reasons(self, device: SimDevice, instance: SimMigInstance | None,
+                           out: int) -> int:
         set_out(out, c_ulonglong, 0x7FF)
         return SUCCESS
 
-    def _violation(self, device, instance, policy, out) -> int:
+    def _violation(self, device: SimDevice, instance: SimMigInstance | None, policy: int,
+                   out: int) -> int:
         key = VIOLATION_POLICY_KEYS.get(policy)
         if key is None:
             return NOT_SUPPORTED
@@ -614,7 +620,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         viol.violationTime = int(self._violation_ns.get(device.uuid, {}).get(key, 0.0))
         return SUCCESS
 
-    def _pcie(self, device, instance, counter, out) -> int:
+    def _pcie(self, device: SimDevice, instance: SimMigInstance | None, counter: int,
+              out: int) -> int:
         rate = {0: device.pcie_tx_bytes_per_second, 1: device.pcie_rx_bytes_per_second}.get(counter)
         if rate is None:
             return INVALID_ARGUMENT
@@ -623,8 +630,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
 
     # ------------------------------------------------------------ processes
 
-    def _process_list(self, device, instance, *, mps_only: bool = False,
-                      between_ticks: bool = False):
+    def _process_list(self, device: SimDevice, instance: SimMigInstance | None, *,
+                      mps_only: bool = False, between_ticks: bool = False):
         """The device's (or instance's) processes: those in the driver's list, and with
         ``between_ticks`` also those that run only between its reads."""
         procs: Sequence[SimProcess] = self._scenario.processes_by_device.get(device.uuid, ())
@@ -636,7 +643,8 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
             procs = [p for p in procs if p.mps]
         return procs
 
-    def _write_processes(self, device, procs, count_ptr, infos) -> int:
+    def _write_processes(self, device: SimDevice, procs: Sequence[SimProcess], count_ptr: int,
+                         infos: int) -> int:
         count = struct_at(count_ptr, c_uint)
         capacity, count.value = count.value, len(procs)
         if not procs:
@@ -655,18 +663,22 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
             info.computeInstanceId = 0 if gi != NO_INSTANCE else NO_INSTANCE
         return SUCCESS
 
-    def _processes(self, device, instance, count_ptr, infos) -> int:
+    def _processes(self, device: SimDevice, instance: SimMigInstance | None, count_ptr: int,
+                   infos: int) -> int:
         self._trace("read", uuid=device.uuid, what="processes")
         return self._write_processes(device, self._process_list(device, instance), count_ptr, infos)
 
-    def _mps_processes(self, device, instance, count_ptr, infos) -> int:
+    def _mps_processes(self, device: SimDevice, instance: SimMigInstance | None, count_ptr: int,
+                       infos: int) -> int:
         return self._write_processes(device, self._process_list(device, instance, mps_only=True),
                                      count_ptr, infos)
 
-    def _no_processes(self, device, instance, count_ptr, infos) -> int:
+    def _no_processes(self, device: SimDevice, instance: SimMigInstance | None, count_ptr: int,
+                      infos: int) -> int:
         return self._write_processes(device, [], count_ptr, infos)
 
-    def _process_utilization(self, device, instance, samples, count_ptr, last_seen) -> int:
+    def _process_utilization(self, device: SimDevice, instance: SimMigInstance | None,
+                             samples: int, count_ptr: int, last_seen: int) -> int:
         if device.mig_instances:
             return NOT_SUPPORTED
         self._trace("read", uuid=device.uuid, what="process_utilization")
@@ -690,17 +702,19 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
 
     # ------------------------------------------------------------ MIG
 
-    def _mig_mode(self, device, instance, current, pending) -> int:
+    def _mig_mode(self, device: SimDevice, instance: SimMigInstance | None, current: int,
+                  pending: int) -> int:
         mode = 1 if device.mig_instances else 0
         set_out(current, c_uint, mode)
         set_out(pending, c_uint, mode)
         return SUCCESS
 
-    def _max_mig(self, device, instance, out) -> int:
+    def _max_mig(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, 7 if device.mig_instances else 0)
         return SUCCESS
 
-    def _mig_handle(self, device, instance, index, out) -> int:
+    def _mig_handle(self, device: SimDevice, instance: SimMigInstance | None, index: int,
+                    out: int) -> int:
         if not device.mig_instances:
             return INVALID_ARGUMENT
         if index >= len(device.mig_instances):
@@ -708,23 +722,24 @@ class SimulatedNvml(EventCalls, GpmCalls, FieldCalls, AccountingCalls):
         set_out(out, c_void_p, self._handle_of(device, device.mig_instances[index]))
         return SUCCESS
 
-    def _gpu_instance_id(self, device, instance, out) -> int:
+    def _gpu_instance_id(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         if instance is None:
             return INVALID_ARGUMENT
         set_out(out, c_uint, instance.gpu_instance_id)
         return SUCCESS
 
-    def _compute_instance_id(self, device, instance, out) -> int:
+    def _compute_instance_id(self, device: SimDevice, instance: SimMigInstance | None,
+                             out: int) -> int:
         if instance is None:
             return INVALID_ARGUMENT
         set_out(out, c_uint, instance.compute_instance_id)
         return SUCCESS
 
-    def _is_mig(self, device, instance, out) -> int:
+    def _is_mig(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         set_out(out, c_uint, 1 if instance is not None else 0)
         return SUCCESS
 
-    def _parent_handle(self, device, instance, out) -> int:
+    def _parent_handle(self, device: SimDevice, instance: SimMigInstance | None, out: int) -> int:
         if instance is None:
             return INVALID_ARGUMENT
         set_out(out, c_void_p, self._handle_of(device))

@@ -290,13 +290,13 @@ class Scenario:
         return tuple(d for d in self.devices if d.is_drm)
 
 
-def _mapping(value: Any, where: str) -> dict:
+def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{where}: expected a mapping")
     return value
 
 
-def _list(value: Any, where: str) -> list:
+def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -304,7 +304,7 @@ def _list(value: Any, where: str) -> list:
     return value
 
 
-def _number(data: dict, key: str, where: str, default: Any, *, integer: bool = False,
+def _number(data: dict[str, Any], key: str, where: str, default: Any, *, integer: bool = False,
             minimum: float = 0.0) -> Any:
     value = data.get(key, default)
     if value is None:
@@ -324,7 +324,7 @@ def _number(data: dict, key: str, where: str, default: Any, *, integer: bool = F
     return int(value) if integer else float(value)
 
 
-def _percent(data: dict, key: str, where: str, default: Any) -> Any:
+def _percent(data: dict[str, Any], key: str, where: str, default: Any) -> Any:
     value = _number(data, key, where, default)
     if value is not None and value > 100:
         raise ValueError(f"{where}.{key}: a percentage must be <= 100, got {value!r}")
@@ -382,7 +382,7 @@ def _idle_cycle(value: Any, where: str) -> IdleCycle | None:
                      idle_first=start == "idle")
 
 
-def _pstates(data: dict, where: str) -> tuple[int, tuple[int, ...]]:
+def _pstates(data: dict[str, Any], where: str) -> tuple[int, tuple[int, ...]]:
     """(the current performance state, the supported ones in ascending order)."""
     pstate = _given(_number(data, "pstate", where, 0, integer=True), "pstate", where)
     if pstate > MAX_PSTATE:
@@ -460,13 +460,13 @@ def _process(value: Any, where: str, vendors: dict[str, str]) -> SimProcess:
 
 
 def _vendor(value: Any, where: str) -> str:
-    vendor = _mapping(value, where).get("vendor", NVIDIA)
+    vendor: str = _mapping(value, where).get("vendor", NVIDIA)
     if vendor not in VENDORS:
         raise ValueError(f"{where}.vendor: expected one of {', '.join(VENDORS)}, got {vendor!r}")
     return vendor
 
 
-def _hex(data: dict, key: str, where: str, default: int, bits: int) -> int:
+def _hex(data: dict[str, Any], key: str, where: str, default: int, bits: int) -> int:
     """An id given as a number or as hex text (``0x74a1``)."""
     value = data.get(key, default)
     if isinstance(value, str):
@@ -488,7 +488,7 @@ def pci_address(value: Any, where: str) -> str:
     return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
 
 
-def _drm_identity(data: dict, where: str, vendor: str) -> tuple[str, int, int]:
+def _drm_identity(data: dict[str, Any], where: str, vendor: str) -> tuple[str, int, int]:
     """(driver, PCI device id, PCI class) of an AMD or Intel device, whose keys are checked."""
     foreign = set(data) - DRM_DEVICE_KEYS - VENDOR_DEVICE_KEYS[vendor]
     if foreign:

@@ -42,7 +42,7 @@ def check_keys(data: Any, known: frozenset[str], where: str) -> None:
     raise ValueError(f"{where}: unknown key {unknown[0]!r}{hint}{more}")
 
 
-def _items(data: dict, key: str) -> list:
+def _items(data: dict[str, Any], key: str) -> list[Any]:
     value = data.get(key)
     return value if isinstance(value, list) else []
 

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def write_trace(path: str | None, wall_seconds: float, event: str, tag: str | None,
-                **fields) -> None:
+                **fields: object) -> None:
     """Append one line to ``path`` (nothing when ``path`` is None; a failed write is logged)."""
     if path is None:
         return

@@ -40,7 +40,7 @@ import math
 import re
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import requests
@@ -84,7 +84,7 @@ class CpuDeadline(Overloaded):
     reason = "cpu_deadline"
 
 
-def _parse(text: str) -> list:
+def _parse(text: str) -> list[Any]:
     try:
         return list(text_string_to_metric_families(text))
     except Exception as exc:  # noqa: BLE001 - the parser raises assorted types on garbage
@@ -166,7 +166,7 @@ class ActivityParser:
             raise CpuDeadline(f"reading and parsing took more than {self._cpu_seconds:g} s "
                               "of CPU")
 
-    def _add(self, families: list) -> None:
+    def _add(self, families: list[Any]) -> None:
         for family in families:
             for sample in family.samples:
                 target = self._primary if sample.name == PRIMARY else \

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from gpustats.sources.dcgm import Activity
+    from gpustats.sources.errors import CollectionErrors
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class DcgmDiscovery:
             client.close()
 
 
-def activity_source(url: str | None, errors) -> Any:
+def activity_source(url: str | None, errors: CollectionErrors) -> Any:
     """What ``--dcgm-exporter-url`` asks for: that exporter, none (``none``), or the one found
     on the node (unset). The HTTP client (requests and what it loads, about 5 MB resident) is
     imported only once an exporter is configured or found."""

@@ -100,7 +100,7 @@ class LogOnce:
     """Logs a message the first time a key is seen, then at most once per ``every`` seconds."""
 
     def __init__(self, logger: logging.Logger, every_seconds: float | None = None,
-                 clock=time.monotonic):
+                 clock: Callable[[], float] = time.monotonic):
         self._logger = logger
         self._every = every_seconds
         self._clock = clock

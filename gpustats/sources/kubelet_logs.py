@@ -26,7 +26,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Mapping, Protocol
+from typing import Callable, Collection, Iterable, Mapping, Protocol, TypeVar
 
 from gpustats.model.containers import ContainerNames
 
@@ -405,7 +405,11 @@ class KubeletLogNames:
             self._errors.record("kubelet_logs", f"unparseable_{kind}", len(new))
 
 
-def _parse_all(names: tuple[str, ...], parse: Callable, memo: dict) -> dict:
+T = TypeVar("T")
+
+
+def _parse_all(names: tuple[str, ...], parse: Callable[[str], T], memo: dict[str, T | None]
+               ) -> dict[str, T | None]:
     """``name -> parse(name)`` (None where it does not parse), reusing ``memo``'s answers."""
     out = {}
     for name in names:

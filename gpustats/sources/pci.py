@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from gpustats.hostfs import HostRoots, list_dir, read_text
 from gpustats.sources.vendors import ACCELERATOR_CLASS, DISPLAY_CLASS, NVIDIA, Vendor
@@ -85,7 +86,7 @@ def scan_udev() -> tuple[PciGpu, ...] | None:
     except ImportError:
         return None
 
-    def attribute(device, name: str) -> int | None:
+    def attribute(device: Any, name: str) -> int | None:      # a pyudev Device
         raw = device.attributes.get(name)
         return parse_hex(raw.decode() if raw else None)
 

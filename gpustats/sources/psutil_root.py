@@ -13,7 +13,7 @@ import psutil
 
 def use_proc_root(path: str) -> str:
     """Point psutil at the host's procfs; returns the root it read before."""
-    previous = psutil.PROCFS_PATH
+    previous: str = psutil.PROCFS_PATH
     psutil.PROCFS_PATH = os.path.normpath(path)
     return previous
 

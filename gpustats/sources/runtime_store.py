@@ -89,19 +89,23 @@ class RuntimeStoreNames:
         due = sorted(c for c in wanted if c not in self._named
                      and (c not in self._missed or now - self._missed[c] >= self._retry))
         if due:
-            self.lookups += len(due)
-            found = {c: n for c in due if (n := self._docker_name(c)) is not None}
-            rest = [c for c in due if c not in found]
-            if rest:
-                found.update(self._podman_names(rest))
-            for container_id in due:
-                if container_id in found:
-                    self._named[container_id] = found[container_id]
-                    self._missed.pop(container_id, None)
-                else:
-                    self._missed[container_id] = now
+            self._look_up(due, now)
         return {c: ContainerNames(pod_name=None, pod_namespace=None, pod_uid=None,
                                   container_name=n) for c, n in self._named.items()}
+
+    def _look_up(self, due: list[str], now: float) -> None:
+        """Name the ``due`` IDs from Docker's store, then Podman's; remember those missed."""
+        self.lookups += len(due)
+        found = {c: n for c in due if (n := self._docker_name(c)) is not None}
+        rest = [c for c in due if c not in found]
+        if rest:
+            found.update(self._podman_names(rest))
+        for container_id in due:
+            if container_id in found:
+                self._named[container_id] = found[container_id]
+                self._missed.pop(container_id, None)
+            else:
+                self._missed[container_id] = now
 
     def _failed(self, kind: str, path: str, why: object) -> None:
         self._log(kind, logging.WARNING, "container names not read from %s: %s", path, why)

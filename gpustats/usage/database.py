@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from typing import Any
 from gpustats.usage.tariff import CarbonIntensity, Price
 from gpustats.usage.ticks import Gains, Totals, UsageTenant
 
@@ -76,11 +77,23 @@ ON CONFLICT(day, tenant, gpu) DO UPDATE SET
 """
 
 JOULES_PER_KWH = 3.6e6
+# An hourly row's parameters: hour, tenant id, GPU id, joules, then its cost and CO2e if priced.
+Row = tuple[Any, ...]
 
 
 def today_of(epoch: int) -> int:
     """The start of the UTC day of ``epoch``."""
     return epoch - epoch % DAY
+
+
+def _late_rows(rows: list[Row], priced: bool, carbon: bool) -> list[Row]:
+    """The daily rows' parameters (day, tenant, GPU, attributed, idle, cost, CO2e) of hourly
+    rows that came after their day was rolled."""
+    cost_at = 7 if priced else None
+    co2e_at = 7 + priced if carbon else None
+    return [(today_of(row[0]), row[1], row[2], row[3], row[4],
+             None if cost_at is None else row[cost_at],
+             None if co2e_at is None else row[co2e_at]) for row in rows]
 
 
 class UsageVersionError(sqlite3.DatabaseError):
@@ -184,11 +197,11 @@ class UsageWriter:
         return gpu_id
 
     def _params(self, hour: int, gains: Gains, tenants: dict[str, UsageTenant],
-                factors: list[float]) -> list:
+                factors: list[float]) -> list[Any]:
         """The rows' values, one after the other (the statements' parameters): hour, tenant
         id, GPU id, the gains, the counters, then the cost and CO2e of the gains' kWh."""
         known, gpus_known = self._tenants, self._gpus
-        params: list = []
+        params: list[Any] = []
         extend = params.extend
         for key, uuid, attributed, idle, last_attributed, last_idle in gains:
             tenant = tenants[key]
@@ -223,13 +236,9 @@ class UsageWriter:
             if self._rolled_until is not None and hour < self._rolled_until:
                 # A tick dated in a day already rolled (the wall clock stepped back): its
                 # daily rows get the gains too.
-                cost_at = 7 if priced else None
-                co2e_at = 7 + priced if carbon else None
-                db.executemany(_LATE, [
-                    (today_of(row[0]), row[1], row[2], row[3], row[4],
-                     None if cost_at is None else row[cost_at],
-                     None if co2e_at is None else row[co2e_at])
-                    for row in (params[at:at + width] for at in range(0, len(params), width))])
+                db.executemany(_LATE, _late_rows(
+                    [tuple(params[at:at + width]) for at in range(0, len(params), width)],
+                    priced, carbon))
             if self._rolled_hour != hour:
                 self._roll(hour)
             db.execute("COMMIT")

@@ -91,7 +91,7 @@ def _hour(value: Any, what: str) -> int:
     return int(text[:2])
 
 
-def _rate_hours(rate: dict) -> tuple[list[int], int, int]:
+def _rate_hours(rate: dict[str, Any]) -> tuple[list[int], int, int]:
     days = rate.get("days", list(DAYS))
     if isinstance(days, str):
         days = [d.strip() for d in days.split(",")]

@@ -43,6 +43,8 @@ class UsageTenant:
                 self.job, self.node)
 
 
+# A tenant's names: container ID, name, user, node, pod name, pod namespace.
+NameKey = tuple[str, str | None, str | None, str, str | None, str | None]
 # (tenant key, GPU UUID) -> (attributed joules, idle joules), cumulative; None: not known
 Totals = dict[tuple[str, str], tuple[float | None, float | None]]
 
@@ -95,7 +97,7 @@ class TenantNames:
     tenants of the last snapshot only."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple, UsageTenant] = {}
+        self._known: dict[NameKey, UsageTenant] = {}
 
     def totals(self, snapshot: Snapshot) -> tuple[Totals, dict[str, UsageTenant]]:
         """Every billed counter of the snapshot by (tenant key, GPU), and the tenants by
@@ -153,6 +155,8 @@ def _gain(current: float | None, previous: float | None, known: bool) -> float:
 
 
 Gains = list[tuple[str, str, float, float, float | None, float | None]]
+# (tenant key, GPU) -> (attributed, idle, when last changed): what ``commit`` takes on.
+Baseline = dict[tuple[str, str], tuple[float | None, float | None, float | None]]
 
 
 class Deltas:
@@ -165,26 +169,26 @@ class Deltas:
     """
 
     def __init__(self, baseline: Totals | None, keep_seconds: float):
-        self._last: dict[tuple[str, str], tuple[float | None, float | None, float | None]] = {}
+        self._last: Baseline = {}
         self._known = baseline is not None
         self._keep = keep_seconds
         self._next_prune = float("-inf")
         for key, (attributed, idle) in (baseline or {}).items():
             self._last[key] = (attributed, idle, None)     # kept from the first commit on
 
-    def gains(self, totals: Totals, now: float) -> tuple[Gains, dict]:
+    def gains(self, totals: Totals, now: float) -> tuple[Gains, Baseline]:
         """(tenant key, GPU, attributed gain, idle gain, attributed now, idle now) of every
         counter that changed, and the state to ``commit`` once they are written."""
         gains: Gains = []
         append = gains.append
         last = self._last
-        updated = {}
+        updated: Baseline = {}
         known = self._known
         for key, (attributed, idle) in totals.items():
             before = last.get(key)
             if before is None:
-                gain_a = attributed if known and attributed is not None else 0.0
-                gain_i = idle if known and idle is not None else 0.0
+                gain_a = _gain(attributed, None, known)     # all of it, past a known baseline
+                gain_i = _gain(idle, None, known)
                 updated[key] = (attributed, idle, now)
                 append((key[0], key[1], gain_a, gain_i, attributed, idle))
                 continue
@@ -212,7 +216,7 @@ class Deltas:
                 append((key[0], key[1], gain_a, gain_i, now_a, now_i))
         return gains, updated
 
-    def commit(self, updated: dict, now: float) -> None:
+    def commit(self, updated: Baseline, now: float) -> None:
         """The gains handed out by ``gains`` are written: take its counters as the baseline."""
         last = self._last
         last.update(updated)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from flask import Blueprint, Response, request
 
@@ -20,6 +20,11 @@ from gpustats.export.gpu_events import Expired, GpuEventLog, GpuWatch, added_lin
 from gpustats.export.gpus import gpu_json, gpu_name, gpus_json
 from gpustats.web.conditional import Body, respond
 from gpustats.web.errors import json_error
+
+if TYPE_CHECKING:
+    from werkzeug.datastructures import MultiDict
+
+    from gpustats.model.snapshot import Snapshot
 
 # The environ key under which serving.py offers ``start_watch(stream) -> bool`` (False: no
 # watch slot free); serving.py names the same key.
@@ -31,14 +36,14 @@ WATCH_SECONDS_MIN, WATCH_SECONDS_MAX = 300, 600
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 
 
-def _one(args, name: str) -> str | None:
+def _one(args: MultiDict[str, str], name: str) -> str | None:
     values = args.getlist(name)
     if len(values) > 1:
         raise ValueError(f"{name} is given {len(values)} times")
     return values[0] if values else None
 
 
-def _watch_options(args) -> tuple[bool, str | None, int | None]:
+def _watch_options(args: MultiDict[str, str]) -> tuple[bool, str | None, int | None]:
     """(watch, resourceVersion, timeoutSeconds) of the query; ValueError says what is wrong."""
     watch = _one(args, "watch")
     if watch is not None and watch not in _TRUE + _FALSE:
@@ -65,11 +70,11 @@ def gpus_blueprint(store: SnapshotStore, events: GpuEventLog) -> Blueprint:
     """The device API over the store's snapshots and ``events``."""
     blueprint = Blueprint("gpus", __name__)
 
-    def body(key: Any, build) -> Body | None:
+    def body(key: Any, build: Callable[[Snapshot], bytes]) -> Body | None:
         rendered = store.render(key, lambda s: Body(build(s), "application/json"))
         return None if rendered is None else cast(Body, rendered[1])   # what the lambda gave
 
-    def index(snapshot) -> dict[str, str]:
+    def index(snapshot: Snapshot) -> dict[str, str]:
         """Each GPU's UUID by its UUID and by its object name."""
         uuids: dict[str, str] = {}
         for device in snapshot.devices:
@@ -77,7 +82,7 @@ def gpus_blueprint(store: SnapshotStore, events: GpuEventLog) -> Blueprint:
                 uuids.setdefault(name, device.identity.uuid)
         return uuids
 
-    def one(snapshot, uuid: str) -> Body | bool:
+    def one(snapshot: Snapshot, uuid: str) -> Body | bool:
         """The body of the GPU ``uuid`` in ``snapshot`` (False: not in it)."""
         for device in snapshot.devices:
             if device.identity.uuid == uuid:

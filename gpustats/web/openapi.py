@@ -9,6 +9,7 @@ from gpustats.model.device import VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA
 from gpustats.model.device_values import DEVICE_VALUES, KUBELET_KEYS, DeviceValue
 from gpustats.model.health import CONDITION_TYPES
 from gpustats.model.history import GPU_VALUES
+from gpustats.web.openapi_usage import usage_path
 
 _TIME = {"type": "string", "format": "date-time"}
 _U64 = {"type": "integer", "minimum": 0}
@@ -70,7 +71,7 @@ _SATURATION = {
 _VENDOR = {"type": "string", "enum": [VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL]}
 
 
-def _values(rows: Iterable[DeviceValue]) -> dict[str, dict]:
+def _values(rows: Iterable[DeviceValue]) -> dict[str, dict[str, Any]]:
     """The properties of device values (``model.device_values``): key -> schema."""
     return {v.key: {**v.schema, "description": v.description} for v in rows
             if v.key is not None and v.schema is not None}
@@ -185,7 +186,7 @@ _SUMMARY = {
 }
 
 
-def _closed(schema: dict) -> dict:
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
     return dict(schema, additionalProperties=False)
 
 
@@ -340,7 +341,7 @@ _HISTORY = {
 }
 
 
-def _history_path(history_seconds: int) -> dict:
+def _history_path(history_seconds: int) -> dict[str, Any]:
     seconds = {"name": "seconds", "in": "query", "required": False,
                "schema": {"type": "integer", "minimum": 1, "maximum": history_seconds},
                "description": "how many seconds back (default: all the daemon keeps)"}
@@ -350,69 +351,7 @@ def _history_path(history_seconds: int) -> dict:
         "503": _NOT_READY}}}
 
 
-_USAGE_FIGURES = {"energyJoules": _NUM, "energyKwh": _NUM, "attributedJoules": _NUM,
-                  "idleShareJoules": _NUM, "cost": {"type": "number"}, "co2eGrams": _NUM}
-_USAGE = {
-    "type": "object", "required": ["from", "to", "by", "step", "rows", "totals"],
-    "properties": {
-        "from": _TIME, "to": _TIME, "by": {"type": "array", "items": {"type": "string"}},
-        "step": {"type": "string", "enum": ["hour", "day", "month"], "nullable": True},
-        "node": {"type": "string"}, "currency": {"type": "string"},
-        "rows": {"type": "array", "items": {
-            "type": "object",
-            "required": ["periodStart", "periodEnd", "group", "energyJoules", "energyKwh"],
-            "properties": {"periodStart": _TIME, "periodEnd": _TIME,
-                           "group": {"type": "object", "additionalProperties": {
-                               "type": "string", "nullable": True}},
-                           **_USAGE_FIGURES}}},
-        "totals": {"type": "object", "required": ["energyJoules", "energyKwh"],
-                   "properties": _USAGE_FIGURES}},
-}
-_MONTH_TEXT = r"(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])"
-_PERIOD_TEXT = {"type": "string", "pattern": f"^{_MONTH_TEXT}(-(0[1-9]|1[0-9]|2[0-8])"
-                                             r"(T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-                                             r"(\.[0-9]+)?(Z|[+-]0[0-9]:[0-5][0-9]))?)?$",
-                "description": "days 29 to 31 are taken too where the month has them"}
-_GROUP_FIELDS = "(tenant|kind|namespace|pod|container|service|user|job|node|gpu)"
-
-
-def _usage_path() -> dict:
-    """``/api/v1/usage``: energy, cost and CO2e from the usage database."""
-    def query(name: str, schema: dict, description: str) -> dict:
-        return {"name": name, "in": "query", "required": False, "schema": schema,
-                "description": description}
-
-    parameters = [
-        query("from", _PERIOD_TEXT, "period start: RFC 3339 with its offset, YYYY-MM-DD or "
-                                    "YYYY-MM (UTC); default this month's start"),
-        query("to", _PERIOD_TEXT, "period end (exclusive); a day or month means its end; "
-                                  "default now"),
-        query("month", {"type": "string", "pattern": f"^{_MONTH_TEXT}$"},
-              "the period: one month (instead of from and to)"),
-        query("by", {"type": "string", "pattern": f"^{_GROUP_FIELDS}(,{_GROUP_FIELDS})*$"},
-              "fields to group by, comma-separated (default tenant)"),
-        query("step", {"type": "string", "enum": ["hour", "day", "month"]},
-              "one row per hour, day or month (default: the whole period)"),
-        query("format", {"type": "string", "enum": ["json", "csv"]},
-              "csv: FinOps FOCUS columns (else Accept: text/csv; JSON by default)"),
-    ]
-    return {"get": {
-        "operationId": "getUsage", "parameters": parameters,
-        "description": "Energy (kWh), cost and CO2e per period and group, from the hourly and "
-                       "daily rows the daemon keeps (docs/usage.md).",
-        "responses": {
-            "200": {"description": "the rows and their totals",
-                    "content": {"application/json": {"schema": _USAGE},
-                                "text/csv": {"schema": {"type": "string"}}}},
-            "400": _json(_ERROR, "a parameter is malformed, repeated or unknown, or the "
-                                 "period is empty"),
-            "404": _json(_ERROR, "usage is not recorded"),
-            "413": _json(_ERROR, "the answer would exceed 10,000 rows"),
-            "429": _json(_ERROR, "two usage queries are running already"),
-            "503": _json(_ERROR, "no usage recorded yet, or the query ran past its time")}}}
-
-
-def _json(schema: dict, description: str) -> dict:
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
@@ -510,7 +449,7 @@ def openapi_document(history_seconds: int = 0) -> dict[str, Any]:
             "/stats/summary": {"get": dict(_SUMMARY_OP, operationId="getSummary"),
                                "post": dict(_SUMMARY_OP, operationId="postSummary")},
             **_gpus_paths(),
-            "/api/v1/usage": _usage_path(),
+            "/api/v1/usage": usage_path(_ERROR),
             "/api/v1/status": {"get": {"operationId": "status", "responses": {
                 "200": _json(_STATUS, "each data source's state, last error and age"),
                 "503": _NOT_READY}}},

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from flask import Blueprint, Response, json, request
 
@@ -23,11 +23,14 @@ from gpustats.usage.query import (
 from gpustats.usage.report import focus_csv, report_dict
 from gpustats.web.errors import json_error
 
+if TYPE_CHECKING:
+    from werkzeug.datastructures import MultiDict
+
 CONCURRENT_QUERIES = 2
 _PARAMETERS = ("from", "to", "month", "by", "step", "format")
 
 
-def _wants_csv(args, accept: str | None) -> bool | None:
+def _wants_csv(args: MultiDict[str, str], accept: str | None) -> bool | None:
     """CSV (``format=csv`` or an Accept that prefers text/csv), JSON, or ``None``: a bad
     ``format``."""
     formats = args.getlist("format")

@@ -52,7 +52,7 @@ def main() -> None:
             _write(args.progress, {"matmuls": done})
         rest = period - (time.perf_counter() - slot)
         if rest > 0:
-            time.sleep(rest)
+            time.sleep(rest)                  # measures: the idle part of the duty cycle
     elapsed = time.perf_counter() - start
     if args.report:
         _write(args.report, {"matmuls": done, "seconds": elapsed, "per_second": done / elapsed})

@@ -10,7 +10,7 @@ if _DELAY > 0:
     _real_fsync = os.fsync
 
     def _slow_fsync(fd):
-        time.sleep(_DELAY)
+        time.sleep(_DELAY)                 # measures: a slow disk's fsync
         _real_fsync(fd)
 
     os.fsync = _slow_fsync

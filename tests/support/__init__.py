@@ -26,6 +26,7 @@ Fake hosts, GPUs and peers:
 
 Expected output and real tools:
 - ``invariants``: billing invariants checked on scraped expositions.
+- ``tenant_series``: tenant series on an exposition, billed by a scenario's SM shares.
 - ``snapshots``: a hand-built snapshot exercising every part of the exposition.
 - ``dcgm_snapshot``: a two-GPU snapshot (one in MIG mode) for the dcgm-exporter vocabulary.
 - ``prometheus``: a real Prometheus server scraping the daemon.

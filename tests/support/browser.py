@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.waiting import poll
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio")
@@ -142,17 +144,16 @@ class Browser:
 
     def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
         """Evaluate ``expression`` until it is truthy; its value."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def value() -> Any:
             try:
-                value = self.evaluate(expression)
+                return self.evaluate(expression)
             except RuntimeError:             # the page still loading: no context to run in
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"still false after {timeout} s: {expression}")
-            time.sleep(0.2)
+                return None
+
+        found = poll(value, timeout=timeout, interval=0.2)
+        if not found:
+            raise TimeoutError(f"still false after {timeout} s: {expression}")
+        return found
 
     def screenshot(self) -> bytes:
         """The whole page as a PNG, at the viewport's width."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.waiting import poll
+
 
 def make_recorded(path: Path, created: list[Path]) -> Path:
     """``path`` and each missing parent made, and appended to ``created`` (outermost first,
@@ -17,3 +19,17 @@ def make_recorded(path: Path, created: list[Path]) -> Path:
         d.mkdir()
         created.append(d)
     return path
+
+
+def remove_when_left(cgroup: Path, timeout: float = 5.0) -> bool:
+    """Remove ``cgroup`` once the tasks killed in it have left it (shortly after their death);
+    whether it is gone within ``timeout`` seconds."""
+    def removed() -> bool:
+        try:
+            cgroup.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+    return bool(poll(removed, timeout=timeout, interval=0.1))

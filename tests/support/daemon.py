@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
+from tests.support.waiting import poll
 
 # The daemon's start-up line, which names the port it bound (the one asked for, or the kernel's
 # pick for port 0).
@@ -69,18 +70,19 @@ class DaemonProcess:
     @property
     def port(self) -> int:
         """The data port: as given, or as the daemon says it bound it."""
-        deadline = time.monotonic() + 30
-        while self._port is None:
+        def said() -> int | None:
             found = SERVING.search(self.log())
             if found:
-                self._port = int(found.group(1))
-            elif self.proc.poll() is not None:     # what a request to it would meet
+                return int(found.group(1))
+            if self.proc.poll() is not None:     # what a request to it would meet
                 raise ConnectionRefusedError(
                     f"daemon exited {self.proc.returncode} before serving:\n{self.log()}")
-            elif time.monotonic() > deadline:
+            return None
+
+        if self._port is None:
+            self._port = poll(said, timeout=30, interval=0.05)
+            if self._port is None:
                 raise AssertionError(f"daemon never said its port:\n{self.log()}")
-            else:
-                time.sleep(0.05)
         return self._port
 
     @property
@@ -97,18 +99,19 @@ class DaemonProcess:
         return http_get(self.base + path)
 
     def wait_ready(self, timeout: float = 20.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> tuple[dict] | None:
             if self.proc.poll() is not None:
                 raise AssertionError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
             try:
                 status, body = self.get("/readyz")
-                if status == 200:
-                    return body
             except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"daemon not ready in {timeout}s:\n{self.log()}")
+                return None
+            return (body,) if status == 200 else None
+
+        found = poll(ready, timeout=timeout, interval=0.1)
+        if found is None:
+            raise AssertionError(f"daemon not ready in {timeout}s:\n{self.log()}")
+        return found[0]
 
     def sequence(self) -> int:
         """The sequence of the snapshot served now (``/readyz`` says it)."""
@@ -118,30 +121,37 @@ class DaemonProcess:
 
     def wait_ticks(self, ticks: int, timeout: float = 30.0) -> int:
         """Wait until ``ticks`` more snapshots were published (the daemon's own count, not a
-        guess of how long ticks take); returns the sequence then served."""
-        target = self.sequence() + ticks
-        deadline = time.monotonic() + timeout
-        while (now := self.sequence()) < target:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{ticks} ticks not published in {timeout}s:\n{self.log()}")
-            time.sleep(0.05)
-        return now
+        guess of how long ticks take); returns the sequence then served. A stale snapshot
+        (``/readyz`` 503 while a tick is slow) is waited through like an old one."""
+        def served() -> tuple[int] | None:
+            status, body = self.get("/readyz")
+            return (body["snapshotSequence"],) if status == 200 else None
+
+        first = poll(served, timeout=timeout, interval=0.05)
+        found = first and poll(lambda: (now := served()) and now[0] >= first[0] + ticks and now,
+                               timeout=timeout, interval=0.05)
+        if not found:
+            raise AssertionError(f"{ticks} ticks not published in {timeout}s:\n{self.log()}")
+        return found[0]
 
     def wait_for(self, predicate, timeout: float = 20.0, path: str = "/stats/summary"):
         """Poll ``path`` until ``predicate(body)`` is truthy; return that body. A connection
         error is retried like a false predicate (a daemon just resumed from SIGSTOP may reset
         one while it catches up) and named if the condition is never met."""
-        deadline = time.monotonic() + timeout
-        body: object = None
-        while time.monotonic() < deadline:
+        last: list[object] = [None]
+
+        def met() -> tuple[object] | None:
             try:
-                status, body = self.get(path)
+                status, last[0] = self.get(path)
             except OSError as exc:
-                status, body = 0, repr(exc)
-            if status == 200 and predicate(body):
-                return body
-            time.sleep(0.1)
-        raise AssertionError(f"condition not met in {timeout}s; last body: {body}\n{self.log()}")
+                status, last[0] = 0, repr(exc)
+            return (last[0],) if status == 200 and predicate(last[0]) else None
+
+        found = poll(met, timeout=timeout, interval=0.1)
+        if found is None:
+            raise AssertionError(
+                f"condition not met in {timeout}s; last body: {last[0]}\n{self.log()}")
+        return found[0]
 
     def log(self) -> str:
         return self.log_path.read_text()

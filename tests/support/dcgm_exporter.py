@@ -48,7 +48,7 @@ class Exporter:
             def do_GET(self):
                 exporter.requests += 1
                 exporter.peers.add(self.client_address)
-                time.sleep(exporter.delay)
+                time.sleep(exporter.delay)      # measures: a slow peer's answer
                 self.send_response(exporter.status)
                 self.send_header("Content-Type", "text/plain")
                 if exporter.location:
@@ -87,7 +87,7 @@ class Exporter:
                         self.wfile.flush()
                     except OSError:
                         return          # the client gave up
-                    time.sleep(exporter.drip_seconds)
+                    time.sleep(exporter.drip_seconds)   # measures: a slow peer's drip
 
             def log_message(self, *args):
                 pass

@@ -7,7 +7,6 @@ run or across a restart.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 # One parser of the billed counters: counters is re-exported for the tests.
 from oracles.checks import Series, counters
 from tests.support.fakehost import metric_value
+from tests.support.waiting import poll
 
 LEVELS = ("gpustats_process_gpu_joules", "gpustats_container_gpu_joules",
           "gpustats_pod_gpu_joules", "gpustats_node_gpu_mig_joules")
@@ -58,16 +58,20 @@ def scrape(daemon) -> tuple[int, str]:
 
 def consecutive_scrapes(daemon, timeout: float = 20.0) -> tuple[str, str]:
     """Scrapes of two consecutive ticks (snapshot sequence n, then n + 1)."""
-    deadline = time.monotonic() + timeout
-    last = scrape(daemon)
-    while time.monotonic() < deadline:
-        time.sleep(0.02)
+    last = [scrape(daemon)]
+
+    def consecutive() -> tuple[str, str] | None:
         now = scrape(daemon)
-        if now[0] == last[0] + 1:
-            return last[1], now[1]
-        if now[0] != last[0]:
-            last = now
-    raise AssertionError(f"no two consecutive ticks scraped in {timeout}s")
+        if now[0] == last[0][0] + 1:
+            return last[0][1], now[1]
+        if now[0] != last[0][0]:
+            last[0] = now
+        return None
+
+    found = poll(consecutive, timeout=timeout)
+    if found is None:
+        raise AssertionError(f"no two consecutive ticks scraped in {timeout}s")
+    return found
 
 
 def assert_attributed_watts(daemon, expected: float, gpu_uuid: str, container_id: str,
@@ -84,12 +88,10 @@ def assert_attributed_watts(daemon, expected: float, gpu_uuid: str, container_id
     """
     gpu, mine = {"gpu_uuid": gpu_uuid}, {"gpu_uuid": gpu_uuid, "container_id": container_id}
     first_sequence, first = scrape(daemon)
-    sequence, last = first_sequence, first
-    deadline = time.monotonic() + timeout
-    while sequence < first_sequence + ticks:
-        assert time.monotonic() < deadline, f"fewer than {ticks} ticks in {timeout}s"
-        time.sleep(0.1)
-        sequence, last = scrape(daemon)
+    later = poll(lambda: (now := scrape(daemon))[0] >= first_sequence + ticks and now,
+                 timeout=timeout, interval=0.1)
+    assert later, f"fewer than {ticks} ticks in {timeout}s"
+    last = later[1]
 
     def grew(name: str, labels: dict[str, str]) -> float:
         return metric_value(last, name, **labels) - metric_value(first, name, **labels)

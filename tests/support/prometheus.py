@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.daemon import free_port
+from tests.support.waiting import poll
 
 
 class PrometheusServer:
@@ -57,15 +57,15 @@ class PrometheusServer:
         return self.api("query", **params)["result"]
 
     def wait_for(self, expr: str, timeout: float = 45.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def found() -> list[dict]:
             try:
-                result = self.query(expr)
+                return self.query(expr)
             except OSError:
-                result = []
-            if result:
-                return result
-            time.sleep(0.5)
+                return []
+
+        result = poll(found, timeout=timeout, interval=0.5)
+        if result:
+            return result
         raise AssertionError(f"no series for {expr} in {timeout} s:\n"
                              + self.log_path.read_text()[-3000:])
 

@@ -82,10 +82,10 @@ class _Walk:
     wanted: dict[int, int] | None
     at: int = 0
     drm_reads: int = 0
-    found: dict[tuple, DrmFile] = field(default_factory=dict)
+    found: dict[tuple[object, ...], DrmFile] = field(default_factory=dict)
 
 
-def client_key(info: DrmFdinfo, pid: int, fd: str) -> tuple:
+def client_key(info: DrmFdinfo, pid: int, fd: str) -> tuple[object, ...]:
     """The client's identity: its ID (with its device: IDs may be per device); a driver that
     prints none gets one client per (PID, fd)."""
     return (info.pdev, info.client_id) if info.client_id is not None else (info.pdev, pid, fd)

@@ -24,8 +24,9 @@ from gpustats.sources.drm.fdinfo import DrmFdinfo
 Held = tuple[int, "int | None", DrmFdinfo]          # (pid, node minor, its fdinfo)
 
 
-def owners_of(holders: Mapping[tuple, list[Held]], listed: Mapping[int, Listed] | None,
-              cgroup_of: Callable[[int], str | None]) -> dict[tuple, int]:
+def owners_of(holders: Mapping[tuple[object, ...], list[Held]],
+              listed: Mapping[int, Listed] | None,
+              cgroup_of: Callable[[int], str | None]) -> dict[tuple[object, ...], int]:
     """The owner PID of each client (by key) that has one."""
     listed_by_id: dict[int, set[int]] = {}
     for tgid, entries in (listed or {}).items():

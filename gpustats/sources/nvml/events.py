@@ -75,7 +75,8 @@ class NvmlEventSource:
 
     def _uuid_of(self, device: Any) -> str | None:
         try:
-            return pynvml.nvmlDeviceGetUUID(device)
+            uuid: str | None = pynvml.nvmlDeviceGetUUID(device)
+            return uuid
         except pynvml.NVMLError:
             return None
 

@@ -66,7 +66,7 @@ class GpmSampler:
         self._monotonic = monotonic
         self._supported: dict[str, bool] = {}
         # key -> [previous sample, spare sample, previous taken_at or None, last metrics]
-        self._buffers: dict[tuple[str, int | None], list] = {}
+        self._buffers: dict[tuple[str, int | None], list[Any]] = {}
 
     def device(self, uuid: str, handle: Any) -> GpmReading | None:
         if not self._is_supported(uuid, handle):

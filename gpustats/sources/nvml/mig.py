@@ -87,7 +87,7 @@ def layout_change(before: list[MigInstance],
                   after: list[MigInstance]) -> tuple[list[MigInstance], list[MigInstance]]:
     """(destroyed, created): instances of ``before`` not in ``after`` and the reverse, an
     instance being its GPU instance id, UUID and name."""
-    def key(m: MigInstance) -> tuple:
+    def key(m: MigInstance) -> tuple[object, ...]:
         return (m.gpu_instance_id, m.uuid, m.name)
     kept_before, kept_after = {key(m) for m in before}, {key(m) for m in after}
     return ([m for m in before if key(m) not in kept_after],

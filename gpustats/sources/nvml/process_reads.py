@@ -72,7 +72,7 @@ if _SAMPLE.size != ctypes.sizeof(_UtilizationSample):
     raise ImportError("nvmlProcessUtilizationSample_t is not the layout this module unpacks")
 
 
-def unique_processes(processes) -> tuple[ProcessReading, ...]:
+def unique_processes(processes: Iterable[ProcessReading]) -> tuple[ProcessReading, ...]:
     """One entry per (PID, GPU instance): NVML lists a process once per context, so a PID can
     appear twice; counting it twice would bill it twice. The larger memory figure is kept."""
     merged: dict[tuple[int, int | None], ProcessReading] = {}
@@ -87,7 +87,7 @@ def unique_processes(processes) -> tuple[ProcessReading, ...]:
     return tuple(merged.values())
 
 
-def process_readings(listed: Iterable) -> tuple[ProcessReading, ...]:
+def process_readings(listed: Iterable[Any]) -> tuple[ProcessReading, ...]:
     """NVML's process entries (this module's, or pynvml's ``_v2`` ones) as readings, one per
     (PID, GPU instance). Memory NVML cannot give (NVML_VALUE_NOT_AVAILABLE, which pynvml's
     wrapper turns into ``None``) is absent; so is the GPU instance of a process outside MIG."""
@@ -110,7 +110,7 @@ def _instance_id(value: int | None) -> int | None:
     return None if value is None or value == _NO_INSTANCE else int(value)
 
 
-def _function(name: str):
+def _function(name: str) -> Any:
     # pynvml's symbol lookup: cached, and NVMLError_Uninitialized / _FunctionNotFound as its
     # own wrappers raise them.
     return pynvml._nvmlGetFunctionPointer(name)
@@ -126,7 +126,7 @@ class ProcessReads:
         self._processes: dict[int, tuple[bytes, tuple[ProcessReading, ...]]] = {}
         self._accounting: dict[int, tuple[bytes, tuple[int, ...]]] = {}
 
-    def running_processes(self, handle) -> tuple[ProcessReading, ...]:
+    def running_processes(self, handle: Any) -> tuple[ProcessReading, ...]:
         """``nvmlDeviceGetComputeRunningProcesses_v3``, as ``process_readings``."""
         fn = _function("nvmlDeviceGetComputeRunningProcesses_v3")
         address = handle_address(handle)
@@ -141,7 +141,7 @@ class ProcessReads:
         self._processes[address] = (raw, readings)
         return readings
 
-    def utilization_samples(self, handle, since_us: int) -> list[UtilizationSample]:
+    def utilization_samples(self, handle: Any, since_us: int) -> list[UtilizationSample]:
         """``nvmlDeviceGetProcessUtilization``: samples newer than ``since_us``
         (NVMLError_NotFound when there are none)."""
         fn = _function("nvmlDeviceGetProcessUtilization")
@@ -152,7 +152,7 @@ class ProcessReads:
         return [UtilizationSample(pid, taken, sm, memory) for pid, taken, sm, memory, _, _
                 in _SAMPLE.iter_unpack(ctypes.string_at(array, count * _SAMPLE.size))]
 
-    def accounting_pids(self, handle) -> tuple[int, ...]:
+    def accounting_pids(self, handle: Any) -> tuple[int, ...]:
         """``nvmlDeviceGetAccountingPids``: the PIDs of the driver's accounting records,
         running and ended, at most ``ACCOUNTING_MAX_PIDS`` (the same tuple again while the
         driver's bytes are the same)."""
@@ -170,7 +170,7 @@ class ProcessReads:
         self._accounting[address] = (raw, pids)
         return pids
 
-    def accounting_stats(self, handle, pid: int) -> _AccountingStats:
+    def accounting_stats(self, handle: Any, pid: int) -> _AccountingStats:
         """``nvmlDeviceGetAccountingStats`` into a plain structure. pynvml's wrapper sets
         ``maxMemoryUsage`` to ``None`` on its ctypes structure where the driver gives
         NVML_VALUE_NOT_AVAILABLE, which raises TypeError (nvidia-ml-py 13.615.71: the
@@ -184,7 +184,7 @@ class ProcessReads:
         return stats
 
     def _call(self, what: str, address: int, entry: type[ctypes.Structure] | type[ctypes.c_uint],
-              call, limit: int | None = None) -> tuple[int, ctypes.Array[Any]]:
+              call: Any, limit: int | None = None) -> tuple[int, ctypes.Array[Any]]:
         key = (what, address)
         array = self._arrays.get(key)
         if array is None:
@@ -220,7 +220,7 @@ class _AccountingMemory:
     """What ``EndedProcesses`` keeps of one GPU between ticks."""
 
     pids: tuple[int, ...] | None = None           # the last list read (None: none yet)
-    counts: Counter = field(default_factory=Counter)   # that list as a multiset
+    counts: Counter[int] = field(default_factory=Counter)   # that list as a multiset
     end_us: int | None = None                     # the last tick's end, wall clock µs
     listed: frozenset[int] = frozenset()          # PIDs listed at the last tick
     running: set[int] = field(default_factory=set)     # read running, unlisted: read again
@@ -275,7 +275,7 @@ class EndedProcesses:
         for memory in self._memory.values():
             memory.rebase(step_us, now_us)
 
-    def ended(self, uuid: str, handle, end_us: int, listed: frozenset[int],
+    def ended(self, uuid: str, handle: Any, end_us: int, listed: frozenset[int],
               covered: set[int]) -> tuple[ProcessReading, ...]:
         """The processes that ran in the tick ending at ``end_us`` (wall clock µs) and ended
         unlisted; ``listed``: this tick's process list, ``covered``: PIDs with samples."""
@@ -318,7 +318,7 @@ class EndedProcesses:
         memory.recent = recent
         return _ended_readings(runs, start_us, end_us)
 
-    def _read_records(self, uuid: str, handle, memory: _AccountingMemory, pids: list[int],
+    def _read_records(self, uuid: str, handle: Any, memory: _AccountingMemory, pids: list[int],
                       runs: list[_Run], end_us: int) -> tuple[set[int], set[int]]:
         """Each PID's record: the ended ones not read before go to ``runs`` (and to the
         tails when they ran past the tick's end); returns (PIDs running, PIDs with a new
@@ -347,7 +347,7 @@ class EndedProcesses:
         return running, recent
 
 
-def _run(pid: int, stats) -> _Run:
+def _run(pid: int, stats: Any) -> _Run:
     """An ended record (nvmlAccountingStats_t): ``startTime`` µs, ``time`` ms it ran."""
     start = int(stats.startTime)
     utilization = int(stats.gpuUtilization)

@@ -93,9 +93,9 @@ class FieldValueArrays:
 
     def __init__(self) -> None:
         # Per (handle address, field ids): the array, and its bytes as each call starts them.
-        self._arrays: dict[tuple[int, tuple[int, ...]], tuple[ctypes.Array, bytes]] = {}
+        self._arrays: dict[tuple[int, tuple[int, ...]], tuple[ctypes.Array[Any], bytes]] = {}
 
-    def get(self, handle: Any, field_ids: tuple[int, ...]) -> ctypes.Array:
+    def get(self, handle: Any, field_ids: tuple[int, ...]) -> ctypes.Array[Any]:
         key = (handle_address(handle), field_ids)
         kept = self._arrays.get(key)
         if kept is None:
@@ -273,4 +273,5 @@ class Querier:
             return DeviceLost(str(exc))
         if code in _DRIVER_GONE_CODES:
             return DriverGone(str(exc))
-        return exc
+        error: BaseException = exc
+        return error
