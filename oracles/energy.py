@@ -17,6 +17,10 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a process that appeared in the world (or came back to it) within the interval: the daemon
   bills it for the part of the interval it lived (its start time, which the world states do
   not give), after a stall maybe a small part;
+- on an AMD or Intel GPU (``unseen``: its UUID with how long a client may stay unseen), a
+  client that appeared within that time before the interval's start: the daemon may not have
+  found it yet (the bounded scan's periodic or forced rescan), so it may be billed nothing and
+  its neighbours its part (the one tick the docs allow a bounded scan), or the split with it;
 - a scenario edit that took effect just before a read, or after it and before the sweep's
   last read of that GPU that decides who the energy goes to (the process list, utilization
   samples, GPM metrics: ``read`` lines in the trace; under load they may come long after the
@@ -257,9 +261,12 @@ def _reloads_in_sweep(trace: list[dict], index: int, until: float) -> list[str]:
 
 
 def expected_energy(trace: list[dict], states: dict[str, WorldState],
-                    learns_idle: frozenset[str] = frozenset()) -> Expected:
+                    learns_idle: frozenset[str] = frozenset(),
+                    unseen: dict[str, float] | None = None) -> Expected:
     """Walk the trace once; see the module docstring for the rules. ``learns_idle``: the
-    UUIDs of GPUs with no idle configured (the others' is ``IDLE_WATTS``)."""
+    UUIDs of GPUs with no idle configured (the others' is ``IDLE_WATTS``); ``unseen``: per
+    DRM GPU, how long (s) a new client may stay unseen."""
+    unseen = unseen or {}
     out = Expected()
     tag: str | None = None
     previous_tag: str | None = None
@@ -379,8 +386,12 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         # A process that appeared in the world during the interval (its start time, a
         # moment before) may have lived only part of it: the daemon bills it that part, the
         # rest stays unattributed. Appeared in a later version than the walk has reached: new.
+        late = unseen.get(uuid, SWEEP_SECONDS)
         new = {h.pid for g in gpus for h in g.holders
-               if appeared.get(h.pid, t) > before[0] - SWEEP_SECONDS}
+               if appeared.get(h.pid, t) > before[0] - late}
+        if uuid in unseen and new:     # a client not found yet: its part on its neighbours
+            options += [shares(dataclasses.replace(g, holders=tuple(
+                h for h in g.holders if h.pid not in new)), False) for g in by_process]
         full = [_per_pod(c) for c in options]
         lived = [_per_pod(c, new) for c in options]
         gains: dict[str, float] = {}

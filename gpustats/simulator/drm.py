@@ -24,6 +24,10 @@ Counters (Intel's energy, from ``energy_counter_base_millijoules``; each client'
 from ``sm_util_percent`` × the class's engines; xe's GPU timestamp) integrate the scenario's
 rates over the real time since construction, busy only in the busy phases of ``idle_cycle``.
 Each file is replaced whole (a temporary file renamed over it), and only when its text changed.
+Where the scenario names a ``trace_file`` (``trace.py``), each ``render()`` appends an ``energy``
+line per device, stamped ``mono`` with the render's time: Intel's counter (mJ), and for AMD,
+which gives power and no counter, the trapezoid of the powers rendered so far (what a reader
+integrating each render's ``power1_average`` gets).
 A client (pid, device) gets its ``drm-client-id`` when it first appears, counting up; one that
 leaves the scenario and comes back is a new client, from 0. Given a path, the scenario is re-read
 when the file changes, at the next ``render()``; a grown ``driver_reloads`` restarts the energy
@@ -50,6 +54,7 @@ from gpustats.simulator.drm_vendors import (
 )
 from gpustats.simulator.idle_cycle import IdleCycle, energy_joules, is_idle, power_at
 from gpustats.simulator.scenario import Scenario, SimDevice, SimProcess, load_scenario
+from gpustats.simulator.trace import write_trace
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,7 @@ class SimulatedDrm:
         self._started = self._advanced_at = monotonic()
         self._energy_uj: dict[str, float] = {}
         self._idle_ms: dict[str, float] = {}                      # Intel GT idle residency
+        self._rendered: dict[str, tuple[float, float, float]] = {}  # AMD: (t, W, trapezoid mJ)
         self._busy_seconds: dict[tuple[int, str], float] = {}     # (pid, uuid) -> engine time
         self._client_ids: dict[tuple[int, str], int] = {}
         self._next_client_id = 1
@@ -103,6 +109,21 @@ class SimulatedDrm:
             self._advance(now)
             self._forget_gone_clients()
             self._apply(self._tree(now - self._started))
+            self._trace_energy(now)
+
+    def _trace_energy(self, now: float) -> None:
+        scenario = self._scenario
+        for device in scenario.drm_devices:
+            if device.vendor == "amd":
+                watts = power_at(device.power_watts, device.idle_cycle, now - self._started)
+                t, before, mj = self._rendered.get(device.uuid, (now, watts, 0.0))
+                mj += (before + watts) / 2.0 * (now - t) * 1000.0
+                self._rendered[device.uuid] = (now, watts, mj)
+            else:
+                mj = self._energy_uj.get(device.uuid, 0.0) / 1000.0
+            if scenario.trace_file is not None:
+                write_trace(scenario.trace_file, time.time(), "energy", scenario.trace_tag,
+                            uuid=device.uuid, mj=int(mj), mono=now)
 
     # ------------------------------------------------------------ scenario and counters
 
