@@ -22,6 +22,7 @@ as a node whose processes come back in the same order after a reboot has them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -37,6 +38,9 @@ IDLE_WATTS = 100.0
 LIMIT_WATTS = 700.0
 NAMESPACE = "chaos"
 NVIDIA, AMD, INTEL = "nvidia", "amd", "intel"
+# A DRM GPU's clients use at most this much of their engine class together (the simulator
+# would write any sum; an engine cannot give more than its time, and the daemon bounds it).
+DRM_BUSY_PERCENT = 90
 # Tenant kinds the world places: pods, and bare-metal tenants by their cgroup layouts.
 POD, SERVICE, SESSION, JOB, PROCESS, LXC, CGROUP = (
     "pod", "service", "session", "job", "process", "lxc", "cgroup")
@@ -267,6 +271,12 @@ class World:
                     out.append(Holder(c.pid, pod.key, container_id(c.number),
                                       pod.gpu_instance if gpu.mig is not None else None,
                                       c.sm_percent, c.between_ticks))
+        total = sum(h.sm_percent for h in out)
+        if gpu.drm and total > DRM_BUSY_PERCENT:
+            # One engine class's clients together use at most its engines' time: scaled down
+            # alike, as a time-sliced engine shares itself among them.
+            out = [dataclasses.replace(h, sm_percent=max(1, h.sm_percent * DRM_BUSY_PERCENT
+                                                         // total)) for h in out]
         return tuple(out)
 
     def duty_percent(self, gpu: Gpu) -> int | None:
