@@ -33,7 +33,8 @@ A failure prints the seed, the event log and the command that replays it (same s
 events: the same sequence of world edits), and keeps its work dir: the daemon's log, the
 simulator's trace (``host/trace.jsonl``) and what the oracle was given beside it
 (``oracle-input.pickle``: the world state of each trace tag), to walk the trace again
-(``oracles.energy.expected_energy``) where a failure does not replay.
+(``oracles.energy.expected_energy``) where a failure does not replay, and each scrape's
+tenant and GPU totals (``scrapes.jsonl``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ TEMPERATURE = 40
 SCRAPE_EVERY = 0.25
 QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
 ORACLE_INPUT = "oracle-input.pickle"   # the world states and idle learners, in the work dir
+SCRAPES = "scrapes.jsonl"              # each scrape's tenant and GPU totals, in the work dir
 END_REL, END_ABS = 0.02, 2.0  # each tenant's total against the oracle's range
 # How long a new DRM client may stay unseen (s): with the kernel's clients list, the tick
 # after it opens; with the bounded scan, that tick and the forced rescan's next one.
@@ -326,6 +328,7 @@ class Run:
             return
         self.result.scrapes += 1
         values = checks.counters(text)
+        self.record_scrape(now, values)
         known = checks.known_gpus(text)
         vanished = self.monotonic.vanished(values, self.world.live_pod_uids()) \
             if now - self.daemon.started_at > 1.5 else []
@@ -359,6 +362,24 @@ class Run:
                     self.violation("live pod not served",
                                    f"pod {uid} (cgroup exists): pods[] {uid in in_summary}, "
                                    f"/metrics {uid in in_metrics}")
+
+    def record_scrape(self, now: float, values: dict) -> None:
+        """Each scrape's tenant and GPU totals, a line in ``scrapes.jsonl`` of the work dir (to
+        follow a failing tenant's counter scrape by scrape)."""
+        series = {}
+        for (name, labels), value in values.items():
+            if name in (checks.TENANT, checks.TENANT_IDLE):
+                who = checks.tenant_key(dict(labels))
+            elif name in (checks.ENERGY, checks.UNATTRIBUTED, checks.UNOBSERVED,
+                          checks.UNALLOCATED):
+                who = ""
+            else:
+                continue
+            short = name.removeprefix("gpustats_")
+            series[f"{short} {who} {dict(labels).get('gpu_uuid')}"] = round(value, 1)
+        line = {"t": round(now - self.began, 3), "start": self.daemon.starts, "series": series}
+        with open(self.workdir / SCRAPES, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
 
     def note_learnt_idle(self, summary: dict) -> None:
         """Say in the log when the daemon first serves an idle for a GPU that learns it."""
