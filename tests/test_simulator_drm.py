@@ -454,3 +454,24 @@ def test_the_examples_render(tmp_path, name):
         fdinfo = Path(sim.proc_root) / str(p.pid) / "fdinfo"
         infos = [parse_fdinfo(read(f)) for f in fdinfo.iterdir()]
         assert any(i.get("drm-pdev") == scenario.device(p.device).pci_bus_id for i in infos)
+
+
+def test_each_render_traces_every_devices_energy_as_a_reader_integrating_it_gets(tmp_path):
+    """Intel's counter, and for AMD (power, no counter) the trapezoid of the powers rendered:
+    the chaos oracle's energy reads of AMD and Intel GPUs, on the render's monotonic time."""
+    import json
+    trace = tmp_path / "trace.jsonl"
+    scenario = {"devices": [amd(power_watts=200), intel(power_watts=150)],
+                "trace_file": str(trace), "trace_tag": "v1"}
+    tree = Tree(tmp_path, scenario)
+    tree.advance(2.0)
+    tree.sim._scenario = parse_scenario(dict(scenario, devices=[
+        amd(power_watts=400), intel(power_watts=150)]))
+    tree.advance(1.0)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    by_device = {uuid: [(x["mono"], x["mj"]) for x in lines if x["uuid"] == uuid]
+                 for uuid in (AMD, XE)}
+    assert {x["event"] for x in lines} == {"energy"} and {x["tag"] for x in lines} == {"v1"}
+    assert by_device[AMD] == [(100.0, 0), (102.0, 400_000), (103.0, 700_000)]
+    intel_mj = [mj for _, mj in by_device[XE]]
+    assert [b - a for a, b in zip(intel_mj, intel_mj[1:])] == [300_000, 150_000]
