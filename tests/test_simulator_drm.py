@@ -475,3 +475,20 @@ def test_each_render_traces_every_devices_energy_as_a_reader_integrating_it_gets
     assert by_device[AMD] == [(100.0, 0), (102.0, 400_000), (103.0, 700_000)]
     intel_mj = [mj for _, mj in by_device[XE]]
     assert [b - a for a, b in zip(intel_mj, intel_mj[1:])] == [300_000, 150_000]
+
+
+def test_a_process_sharing_anothers_client_shows_its_id_and_engine_time(tmp_path):
+    """A dup'ed or passed fd: the holder's fdinfo shows the owner's client, whose work it is;
+    a sharer naming no owner on that device, or working on its own, is refused."""
+    tree = Tree(tmp_path, {"devices": [amd()], "processes": [
+        {"pid": 10, "device": AMD, "sm_util_percent": 50},
+        {"pid": 11, "device": AMD, "shares_client_of": 10}]})
+    tree.advance(2.0)
+    owner, sharer = tree.fdinfo(10, 3), tree.fdinfo(11, 3)
+    assert sharer["drm-client-id"] == owner["drm-client-id"]
+    assert sharer["drm-engine-gfx"] == owner["drm-engine-gfx"] == f"{10**9} ns"
+    for bad in ({"pid": 11, "device": AMD, "shares_client_of": 12},
+                {"pid": 11, "device": AMD, "shares_client_of": 10, "sm_util_percent": 5}):
+        with pytest.raises(ValueError, match="shares_client_of|no work"):
+            parse_scenario({"devices": [amd()], "processes": [
+                {"pid": 10, "device": AMD, "sm_util_percent": 50}, bad]})

@@ -167,13 +167,14 @@ class SimulatedDrm:
             self._idle_ms[device.uuid] = self._idle_ms.get(device.uuid, 0.0) + (
                 t1 - t0 - busy * working) * 1000.0
             for p in self._scenario.processes_by_device.get(device.uuid, ()):
-                if p.sm_util_percent:
+                if p.sm_util_percent and p.shares_client_of is None:
                     key = (p.pid, p.device)
                     self._busy_seconds[key] = self._busy_seconds.get(key, 0.0) + (
                         p.sm_util_percent / 100.0 * _capacity(device, p) * busy)
 
     def _forget_gone_clients(self) -> None:
-        live = {(p.pid, p.device) for p in self._drm_processes()}
+        live = {(p.pid if p.shares_client_of is None else p.shares_client_of, p.device)
+                for p in self._drm_processes()}
         for key in [k for k in self._client_ids if k not in live]:
             del self._client_ids[key]
             self._busy_seconds.pop(key, None)
@@ -207,8 +208,10 @@ class SimulatedDrm:
                 for fd in range(FIRST_DRM_FD):
                     tree[f"{base}/fdinfo/{fd}"] = (_FILE, null_fdinfo())
                     tree[f"{base}/fd/{fd}"] = (_LINK, "/dev/null")
-            client = Client(self._client_id(p), p.engine or default_engine(_driver(device)),
-                            self._busy_seconds.get((p.pid, p.device), 0.0),
+            owner = p.pid if p.shares_client_of is None else p.shares_client_of
+            client = Client(self._client_id(replace(p, pid=owner)),
+                            p.engine or default_engine(_driver(device)),
+                            self._busy_seconds.get((owner, p.device), 0.0),
                             p.memory_used_bytes or 0)
             text = drm_fdinfo(device, client, seconds)
             for fd in range(next_fd[p.pid], next_fd[p.pid] + p.fds):
