@@ -63,7 +63,9 @@ from bench.chaos_events import (
 )
 from oracles.energy import expected_energy, read_trace
 from bench.chaos_release import extract_release, previous_release_commit
-from oracles.world import BARE_METAL, IDLE_WATTS, LIMIT_WATTS, POD, World, WorldState
+from oracles.world import (
+    BARE_METAL, IDLE_WATTS, JOB, LIMIT_WATTS, POD, PROCESS, SERVICE, SESSION, World, WorldState,
+)
 from gpustats.engine.state_files import FORMAT_VERSION
 
 TEMPERATURE = 40
@@ -165,6 +167,10 @@ class Run:
         self.previous: Path | None = None          # the previous release's tree
         self.start_on_previous = False
         self.prepare_clock_and_releases()
+        # The previous release names no LXC container nor unknown cgroup layout (it bills them
+        # as the process in them): a run that starts it places only the kinds it names.
+        self.bare_metal_kinds = (SERVICE, SESSION, JOB, PROCESS) \
+            if "previous_release" in self.events else BARE_METAL
         for name, option in START_OPTIONS.items():   # draws before the first start
             if name in self.events:
                 option(self, self.rng)
@@ -427,7 +433,7 @@ class Run:
             for n in range(2):
                 gi = sorted(gpu.mig)[len(self.world.pods) % len(gpu.mig)] if gpu.mig else None
                 # A bare-metal tenant beside a pod, on a whole GPU, where the run has them.
-                kind = self.rng.choice(BARE_METAL) if n and gpu.mig is None and \
+                kind = self.rng.choice(self.bare_metal_kinds) if n and gpu.mig is None and \
                     "tenant_create" in self.events else POD
                 self.world.new_pod(gpu.index, gi, 30 + 20 * (len(self.world.pods) % 4), kind)
         self.world.sync_host(create=True)

@@ -12,7 +12,7 @@ import time
 
 from oracles import checks
 from bench import chaos_release as release
-from oracles.world import BARE_METAL, IDLE_WATTS, LIMIT_WATTS, POD
+from oracles.world import IDLE_WATTS, LIMIT_WATTS, POD
 from gpustats.engine.state_files import FORMAT_VERSION
 
 # Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).
@@ -257,7 +257,7 @@ def tenant_create(run, rng):
     """A bare-metal tenant comes on a whole GPU: a service, a user's session, a Slurm job
     step, a process in the root cgroup, an LXC container or a cgroup no rule names."""
     gpu = rng.choice([g for g in run.world.gpus if g.mig is None])
-    kind = rng.choice(BARE_METAL)
+    kind = rng.choice(run.bare_metal_kinds)
     tenant = run.world.new_pod(gpu.index, None, rng.randint(10, 90), kind)
     run.commit(f"create {tenant.key} on GPU {gpu.index}")
 
@@ -297,7 +297,7 @@ def cgroup_move(run, rng):
     if others and rng.random() < 0.5:
         target = rng.choice(others)
     else:
-        target = run.world.new_pod(tenant.gpu, None, 0, rng.choice((POD, *BARE_METAL)))
+        target = run.world.new_pod(tenant.gpu, None, 0, rng.choice((POD, *run.bare_metal_kinds)))
         target.containers.clear()           # the process moved in is its only one
     run.world.move(process, target)
     run.write_now(f"process {process.pid} moves from {tenant.key} to {target.key}")

@@ -24,10 +24,11 @@ Counters (Intel's energy, from ``energy_counter_base_millijoules``; each client'
 from ``sm_util_percent`` × the class's engines; xe's GPU timestamp) integrate the scenario's
 rates over the real time since construction, busy only in the busy phases of ``idle_cycle``.
 Each file is replaced whole (a temporary file renamed over it), and only when its text changed.
-Where the scenario names a ``trace_file`` (``trace.py``), each ``render()`` appends an ``energy``
-line per device, stamped ``mono`` with the render's time: Intel's counter (mJ), and for AMD,
-which gives power and no counter, the trapezoid of the powers rendered so far (what a reader
-integrating each render's ``power1_average`` gets).
+Where the scenario names a ``trace_file`` (``trace.py``), each ``render()`` (but the one made at
+construction, before any reader) appends an ``energy`` line per device, stamped ``mono`` with
+the render's time: Intel's counter (mJ), and for AMD, which gives power and no counter, the
+trapezoid of the powers rendered since the first traced render (what a reader integrating each
+render's ``power1_average`` gets).
 A client (pid, device) gets its ``drm-client-id`` when it first appears, counting up; one that
 leaves the scenario and comes back is a new client, from 0. Given a path, the scenario is re-read
 when the file changes, at the next ``render()``; a grown ``driver_reloads`` restarts the energy
@@ -90,7 +91,7 @@ class SimulatedDrm:
         self._link_names = itertools.count()
         for directory in (self.sysfs_root, self.proc_root, self._staging):
             os.makedirs(directory, exist_ok=True)
-        self.render()
+        self.render(trace=False)       # no reader has read anything yet
 
     @property
     def scenario(self) -> Scenario:
@@ -101,15 +102,17 @@ class SimulatedDrm:
         """The DRM vendors the scenario has now (``amd``, ``intel``)."""
         return frozenset(d.vendor for d in self._scenario.drm_devices)
 
-    def render(self) -> None:
-        """Rewrite what moved, as of now."""
+    def render(self, trace: bool = True) -> None:
+        """Rewrite what moved, as of now (a reader reads it next: traced, where the scenario
+        names a trace file)."""
         with self._lock:
             self._reload_if_changed()
             now = self._monotonic()
             self._advance(now)
             self._forget_gone_clients()
             self._apply(self._tree(now - self._started))
-            self._trace_energy(now)
+            if trace:
+                self._trace_energy(now)
 
     def _trace_energy(self, now: float) -> None:
         scenario = self._scenario
