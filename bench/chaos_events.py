@@ -304,6 +304,28 @@ def cgroup_move(run, rng):
     run.hold(0.6)
 
 
+def shared_fd(run, rng):
+    """A process on an AMD or Intel GPU shares its DRM client with a new process: forked in
+    its own cgroup (the client stays its tenant's), or passed over a socket to a process of
+    another tenant (its energy is then no one's: unattributed, never the receiver's; where the
+    kernel lists clients, it names the file under the process using it, the owner)."""
+    owners = sorted(((t, c) for t in run.world.pods.values() for c in t.containers
+                     if run.world.gpus[t.gpu].drm and c.pid is not None and c.client
+                     and c.shares_client_of is None), key=lambda tc: tc[1].number)
+    if not owners:
+        return
+    tenant, owner = rng.choice(owners)
+    forked = tenant.kind != POD and rng.random() < 0.5
+    to = tenant if forked else run.world.new_pod(tenant.gpu, None, 0, rng.choice(
+        (POD, *run.bare_metal_kinds)))
+    if not forked:
+        to.containers.clear()
+    holder = run.world.new_container(to, 0)
+    holder.shares_client_of = owner.pid
+    run.commit(f"process {owner.pid} of {tenant.key} shares its DRM client with process "
+               f"{holder.pid} of {to.key} ({'forked' if forked else 'passed'})")
+
+
 def interval(run, rng):
     seconds = rng.choice([0.2, 0.25, 0.3, 0.4])
     run.write_config(seconds)
@@ -419,7 +441,7 @@ EVENTS = {f.__name__: f for f in (
     power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
     not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, reboot, sighup,
     compaction_kill, interval, stall, between_ticks, clock_step, busy_from_start,
-    previous_release, tenant_create, late_client, cgroup_move, drm_gpus)}
+    previous_release, tenant_create, late_client, cgroup_move, shared_fd, drm_gpus)}
 DISK_EVENTS = ("disk_full", "disk_readonly")
 # Drawn once before the daemon's first start, in this order, where the event is in the run.
 START_OPTIONS = {"busy_from_start": busy_from_start,

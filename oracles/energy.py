@@ -53,10 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oracles.idle import LearnedIdle, idle_tick_power
-from oracles.world import IDLE_WATTS, GpuState, WorldState
+from oracles.world import IDLE_WATTS, GpuState, Holder, WorldState
 
 # A reload this close before or after a read may have been seen by only part of the sweep.
 SWEEP_SECONDS = 0.1
+_KEY = "\0"          # a tenant's key and a PID, joined (``_by_process``)
 
 
 @dataclass
@@ -106,6 +107,8 @@ def shares(gpu: GpuState, equal_split: bool,
             weight = activity[gi] / total if total > 0 else 1.0 / len(busy)
             for pid in members:
                 per_pid[pid] = weight / len(members)
+    elif any(h.shares for h in holders):
+        per_pid = _shared_clients(holders)
     else:
         pids = sorted({h.pid for h in holders})
         total = sum(h.sm_percent for h in holders)
@@ -118,6 +121,27 @@ def shares(gpu: GpuState, equal_split: bool,
     return out
 
 
+def _shared_clients(holders: tuple[Holder, ...]) -> dict[int, float]:
+    """A DRM GPU where processes share clients: each client's engine time counted once, its
+    share to its owner where every holder sits in the owner's cgroup, else to no one (the
+    GPU's unattributed energy); a process holding another's client has no share of its own."""
+    total = sum(h.sm_percent for h in holders if not h.shares)
+    out: dict[int, float] = {}
+    for h in holders:
+        if h.shares or total <= 0:
+            continue
+        group = [h] + [x for x in holders if x.shares == h.pid]
+        out[h.pid] = h.sm_percent / total if all(_same_cgroup(h, x) for x in group) else 0.0
+    return out
+
+
+def _same_cgroup(a: Holder, b: Holder) -> bool:
+    """A bare-metal tenant's processes share its one cgroup; a pod's, its container's."""
+    tenant = a.pod_uid.split(_KEY)[0]
+    return tenant == b.pod_uid.split(_KEY)[0] and (
+        ":" in tenant or a.container_id == b.container_id)
+
+
 def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
     if gpu.mig is None and util_unknown:
         # Samples not supported at some point of this daemon run: it does not ask again
@@ -128,9 +152,6 @@ def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
             [shares(dataclasses.replace(gpu, holders=unseen), split) for split in (False, True)]
         return [shares(gpu, False), shares(gpu, True), *hidden]
     return [shares(gpu, False)]
-
-
-_KEY = "\0"
 
 
 def _by_process(gpu: GpuState) -> GpuState:

@@ -80,6 +80,8 @@ class Container:
     between_ticks: bool = False
     # Holds its GPU (a DRM process may exist before it opens its client: False until then).
     client: bool = True
+    # DRM: the PID whose client it holds too (an inherited or passed fd), no work of its own.
+    shares_client_of: int | None = None
 
 
 @dataclass
@@ -183,6 +185,7 @@ class Holder:
     gpu_instance: int | None
     sm_percent: int
     between_ticks: bool = False
+    shares: int | None = None      # DRM: the PID whose client it holds too (and does no work)
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,13 @@ class World:
         self.new_container(pod, sm_percent)
         return pod
 
-    def holders(self, gpu: Gpu) -> tuple[Holder, ...]:
+    def holders(self, gpu: Gpu, every_file: bool = False) -> tuple[Holder, ...]:
+        """The processes holding ``gpu`` as the daemon can see them; ``every_file``: also a
+        process sharing a client where the kernel lists the client under its owner only (the
+        simulator writes its fdinfo all the same)."""
         out = []
+        owners = {c.pid for pod in self.pods.values() if pod.gpu == gpu.index
+                  for c in pod.containers if c.client and c.shares_client_of is None}
         for pod in self.pods.values():
             if pod.gpu != gpu.index:
                 continue
@@ -267,16 +275,22 @@ class World:
                 # (MIG, or the samples not supported) such a process holds nothing visible.
                 hidden = c.between_ticks and (gpu.mig is not None
                                               or "process_utilization" in gpu.unsupported)
+                if c.shares_client_of is not None and (c.shares_client_of not in owners or (
+                        self.clients_lists is not None and not every_file)):
+                    # Its owner gone, it holds nothing here; where the kernel lists clients,
+                    # it lists the file once, under the process using it: the owner.
+                    continue
                 if c.pid is not None and not hidden and c.client:
                     out.append(Holder(c.pid, pod.key, container_id(c.number),
                                       pod.gpu_instance if gpu.mig is not None else None,
-                                      c.sm_percent, c.between_ticks))
+                                      0 if c.shares_client_of else c.sm_percent,
+                                      c.between_ticks, c.shares_client_of))
         total = sum(h.sm_percent for h in out)
         if gpu.drm and total > DRM_BUSY_PERCENT:
             # One engine class's clients together use at most its engines' time: scaled down
             # alike, as a time-sliced engine shares itself among them.
-            out = [dataclasses.replace(h, sm_percent=max(1, h.sm_percent * DRM_BUSY_PERCENT
-                                                         // total)) for h in out]
+            out = [h if h.shares else dataclasses.replace(h, sm_percent=max(
+                1, h.sm_percent * DRM_BUSY_PERCENT // total)) for h in out]
         return tuple(out)
 
     def duty_percent(self, gpu: Gpu) -> int | None:
@@ -301,8 +315,10 @@ class World:
         for g in self.gpus:
             if g.drm:
                 devices.append(self._drm_device(g))
-                processes += [{"pid": h.pid, "device": g.uuid, "sm_util_percent": h.sm_percent,
-                               "memory_used_bytes": 1 << 30} for h in self.holders(g)]
+                processes += [{"pid": h.pid, "device": g.uuid, "memory_used_bytes": 1 << 30,
+                               **({"shares_client_of": h.shares} if h.shares else
+                                  {"sm_util_percent": h.sm_percent})}
+                              for h in self.holders(g, every_file=True)]
                 continue
             d = {"uuid": g.uuid, "name": "NVIDIA H100 80GB HBM3", "index": g.index,
                  "minor": g.index, "power_watts": g.power_watts,

@@ -462,3 +462,20 @@ def test_the_rate_check_allows_a_stall_billed_by_the_first_tick_after_it():
         if stalled:
             rate.stalled(100.2, 2.4)
         assert len(rate.check(101.04, {series: 600.0 * 2.9})) == violations, stalled
+
+
+def test_the_oracle_bills_a_shared_client_once_to_its_cgroup_or_to_no_one():
+    """A client forked within a service's cgroup stays the service's; one passed to another
+    tenant's process is no one's (unattributed), never the receiver's."""
+    from oracles.energy import shares
+    owner = Holder(10, "service:a.service", "c10", None, 60)
+    other = Holder(11, "job:job 2", "c11", None, 30)
+    forked = Holder(12, "service:a.service", "c12", None, 0, shares=10)
+    passed = Holder(13, "session:1000", "c13", None, 0, shares=10)
+    gpu = GpuState("amd-1", 300.0, False, frozenset(), None, (owner, other, forked))
+    assert shares(gpu, False) == pytest.approx(
+        {"service:a.service": 60 / 90, "job:job 2": 30 / 90})
+    gpu = dataclasses.replace(gpu, holders=(owner, other, passed))
+    got = shares(gpu, False)
+    assert got["service:a.service"] == 0 and got["session:1000"] == 0
+    assert got["job:job 2"] == pytest.approx(30 / 90)
