@@ -478,6 +478,11 @@ class World:
         old = next(p for p in self.pods.values() if c in p.containers)
         old.containers.remove(c)
         to.containers.append(c)
+        if to.kind == POD:
+            # In a pod, the cgroup it moves to is a container of that pod's (its runtime's
+            # ID), never the container it left: a fresh one here.
+            c.number = self.fresh("container")
+            c.name = f"main-{c.number}"
         if ("pod", to.number) not in self._written:
             self._write_pod(to)
             self._written.add(("pod", to.number))
