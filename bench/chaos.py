@@ -7,9 +7,13 @@ ground truth on every scrape and at the end.
 
 The world (oracles/world.py) is two simulated H100s, the second in MIG mode with two
 instances, and pods on fake cgroup v2 or v1 trees (the seed picks) named through the
-kubelet's log layout. Events (bench/chaos_events.py, each kind once in a drawn order, then drawn at
-random) edit it; each edit writes new host entries first, then the scenario, and removes host
-entries last, and every state is held for several ticks. Some act on the daemon instead: signals, a
+kubelet's log layout; with ``tenant_create``, bare-metal tenants beside them (a service, a
+session, a Slurm job, a root process, an LXC container, a cgroup no rule names); with
+``drm_gpus``, half the seeds add an AMD MI300X and an Intel Flex (xe or i915), whose clients
+the simulator writes as DRM fdinfo, half of those with the kernel's DRM clients lists.
+Events (bench/chaos_events.py, each kind once in a drawn order, then drawn at random) edit
+it; each edit writes new host entries first, then the scenario, and removes host entries
+last, and every state is held for several ticks. Some act on the daemon instead: signals, a
 full or read-only state dir, its wall clock stepped (``clock_step``, libfaketime:
 bench/chaos_clock.py), the previous release started over its state and it over the previous
 release's (``previous_release``: bench/chaos_release.py). A few are drawn once before the first
@@ -20,7 +24,7 @@ served before (across restarts), each GPU's books closing (energy = Σ pods' ene
 shares + unallocated + unattributed + unobserved, after every restart: oracles/identity.py),
 no pod gaining more than a GPU can give (lost time billed),
 attributed watts ≤ active watts, unknown absent rather than 0, every live pod that was served
-still served, a GPU with no idle billed in full. At the end each pod's total must lie within
+still served, a GPU with no idle billed in full. At the end each tenant's total must lie within
 2 % of the oracle's range (oracles/energy.py, from the simulator's trace of reloads and
 energy reads). An event this host cannot run (no libfaketime, no git history) is left out
 with a line in the log.
@@ -29,7 +33,8 @@ A failure prints the seed, the event log and the command that replays it (same s
 events: the same sequence of world edits), and keeps its work dir: the daemon's log, the
 simulator's trace (``host/trace.jsonl``) and what the oracle was given beside it
 (``oracle-input.pickle``: the world state of each trace tag), to walk the trace again
-(``oracles.energy.expected_energy``) where a failure does not replay.
+(``oracles.energy.expected_energy``) where a failure does not replay, and each scrape's
+tenant and GPU totals (``scrapes.jsonl``).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from pathlib import Path
 import yaml
 
 from oracles import checks
-from oracles.identity import Identity
+from oracles.identity import Identity, books
 from bench.chaos_clock import SteppedClock, find_libfaketime
 from bench.chaos_daemon import REPO, Daemon, StateDisk
 from bench.chaos_events import (
@@ -58,17 +63,23 @@ from bench.chaos_events import (
 )
 from oracles.energy import expected_energy, read_trace
 from bench.chaos_release import extract_release, previous_release_commit
-from oracles.world import IDLE_WATTS, LIMIT_WATTS, World, WorldState
+from oracles.world import (
+    BARE_METAL, IDLE_WATTS, JOB, LIMIT_WATTS, POD, PROCESS, SERVICE, SESSION, World, WorldState,
+)
 from gpustats.engine.state_files import FORMAT_VERSION
 
 TEMPERATURE = 40
 SCRAPE_EVERY = 0.25
 QUIET_SECONDS = 2.0           # all GPUs at idle before the final comparison
 ORACLE_INPUT = "oracle-input.pickle"   # the world states and idle learners, in the work dir
-END_REL, END_ABS = 0.02, 2.0  # each pod's total against the oracle's range
+SCRAPES = "scrapes.jsonl"              # each scrape's tenant and GPU totals, in the work dir
+END_REL, END_ABS = 0.02, 2.0  # each tenant's total against the oracle's range
+# How long a new DRM client may stay unseen (s): with the kernel's clients list, the tick
+# after it opens; with the bounded scan, that tick and the forced rescan's next one.
+UNSEEN_LISTED, UNSEEN_SCANNED = 0.5, 0.9
 CHECKS = ("conservation", "counter vanished", "counter lowered", "lost time billed",
           "attributed watts", "unknown served", "live pod not served",
-          "persistence failure not shown", "pod total vs oracle",
+          "persistence failure not shown", "tenant total vs oracle",
           "billed in full without idle", "previous release over newer state",
           "release hand-over", "books")
 
@@ -132,13 +143,34 @@ class Run:
         self.workdir = workdir
         self.began = time.monotonic()
         cgroup_version = self.rng.choice([1, 2])
-        self.world = World(workdir / "host", 2, cgroup_version, mig_gpu=True)
+        # drm_gpus: half the seeds have an AMD and an Intel GPU beside the NVIDIA ones, half
+        # of those the kernel's DRM clients lists; their simulated trees live outside the state
+        # dir (a full or read-only state dir is the daemon's trouble, not the kernel's).
+        drm: tuple[str, ...] = ()
+        self.clients_listed = False
+        if "drm_gpus" in self.events and self.rng.random() < 0.5:
+            drm = ("amd", self.rng.choice(["intel-xe", "intel-i915"]))
+            self.clients_listed = self.rng.random() < 0.5
+            self.result.counts["drm_gpus"] += 1
+        self.drm_root = workdir / "simulated-drm"
+        self.world = World(workdir / "host", 2, cgroup_version, mig_gpu=True, drm=drm,
+                           clients_lists=self.drm_root / "sys" / "kernel" / "debug" / "dri"
+                           if self.clients_listed else None)
         self.note(f"cgroup v{cgroup_version}; GPUs: " + ", ".join(
-            g.uuid + (" (MIG)" if g.mig else "") for g in self.world.gpus))
+            g.uuid + (" (MIG)" if g.mig else "") + (f" ({g.vendor} {g.driver}, "
+                                                    f"{g.served_id})" if g.drm else "")
+            for g in self.world.gpus) + ("; DRM clients lists" if self.clients_listed
+                                         else "; no DRM clients list" if drm else ""))
+        if drm and "previous_release" in self.events:
+            self.skip("previous_release", "its simulator traces no AMD or Intel energy read")
         self.clock: SteppedClock | None = None
         self.previous: Path | None = None          # the previous release's tree
         self.start_on_previous = False
         self.prepare_clock_and_releases()
+        # The previous release names no LXC container nor unknown cgroup layout (it bills them
+        # as the process in them): a run that starts it places only the kinds it names.
+        self.bare_metal_kinds = (SERVICE, SESSION, JOB, PROCESS) \
+            if "previous_release" in self.events else BARE_METAL
         for name, option in START_OPTIONS.items():   # draws before the first start
             if name in self.events:
                 option(self, self.rng)
@@ -158,12 +190,18 @@ class Run:
             self.disk = StateDisk(workdir / "state", self.daemon.readonly_flag)
             if not self.disk.mounted and "disk_full" in self.events:
                 self.skip("disk_full", "the state dir cannot be mounted as a small tmpfs")
+        if drm:
+            (workdir / "state").mkdir(exist_ok=True)
+            self.drm_root.mkdir()
+            (workdir / "state" / "simulated-drm").symlink_to(self.drm_root)
         self.states: dict[str, WorldState] = {}
         self.version = 0
         self.monotonic = checks.Monotonic()
         self.conservation = checks.Conservation()
         self.no_idle = checks.NoIdle()
         self.books = Identity()
+        self.unseen = {g.uuid: UNSEEN_LISTED if self.clients_listed else UNSEEN_SCANNED
+                       for g in self.world.gpus if g.drm}
         self.on_previous = False                 # the daemon running is the previous release
         learns = any(g.learns_idle for g in self.world.gpus)
         self.rate = checks.Rate(LIMIT_WATTS + 150 - (0.0 if learns else IDLE_WATTS), 0.4)
@@ -200,7 +238,8 @@ class Run:
         """``--idle-power-watts``: every GPU's, but for those that learn their idle."""
         if not any(g.learns_idle for g in self.world.gpus):
             return str(IDLE_WATTS)
-        return ",".join(f"{g.uuid}={IDLE_WATTS}" for g in self.world.gpus if not g.learns_idle)
+        return ",".join(f"{g.served_id}={IDLE_WATTS}" for g in self.world.gpus
+                        if not g.learns_idle)
 
     # ------------------------------------------------------------ used by events
 
@@ -230,8 +269,13 @@ class Run:
         """A scenario edit that needs no host change, written at once (no hold)."""
         self.note(text)
         self.version += 1
-        tag = f"v{self.version}"
+        self.write_state(f"v{self.version}")
+
+    def write_state(self, tag: str) -> None:
+        """The world's state as version ``tag``: kept for the oracle, then written."""
         self.states[tag] = self.world.state()
+        self.conservation.bare_metal |= {self.world.gpus[t.gpu].served_id
+                                         for t in self.world.pods.values() if t.kind != POD}
         self.world.write_scenario(tag)
 
     def hold(self, seconds: float, scrape: bool = True) -> None:
@@ -290,6 +334,7 @@ class Run:
             return
         self.result.scrapes += 1
         values = checks.counters(text)
+        self.record_scrape(now, values)
         known = checks.known_gpus(text)
         vanished = self.monotonic.vanished(values, self.world.live_pod_uids()) \
             if now - self.daemon.started_at > 1.5 else []
@@ -324,6 +369,24 @@ class Run:
                                    f"pod {uid} (cgroup exists): pods[] {uid in in_summary}, "
                                    f"/metrics {uid in in_metrics}")
 
+    def record_scrape(self, now: float, values: dict) -> None:
+        """Each scrape's tenant and GPU totals, a line in ``scrapes.jsonl`` of the work dir (to
+        follow a failing tenant's counter scrape by scrape)."""
+        series = {}
+        for (name, labels), value in values.items():
+            if name in (checks.TENANT, checks.TENANT_IDLE):
+                who = checks.tenant_key(dict(labels))
+            elif name in (checks.ENERGY, checks.UNATTRIBUTED, checks.UNOBSERVED,
+                          checks.UNALLOCATED):
+                who = ""
+            else:
+                continue
+            short = name.removeprefix("gpustats_")
+            series[f"{short} {who} {dict(labels).get('gpu_uuid')}"] = round(value, 1)
+        line = {"t": round(now - self.began, 3), "start": self.daemon.starts, "series": series}
+        with open(self.workdir / SCRAPES, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
     def note_learnt_idle(self, summary: dict) -> None:
         """Say in the log when the daemon first serves an idle for a GPU that learns it."""
         node, _ = checks.accelerators_by_gpu(summary)
@@ -333,37 +396,49 @@ class Run:
                 self.idle_learnt.add(gpu.uuid)
                 self.note(f"GPU {gpu.index}: the daemon serves an idle of {watts} W (learnt)")
 
+    def note_books(self) -> None:
+        """Each GPU's last books in the log: energy, and the parts outside the tenants'."""
+        for uuid, (joules, parts) in sorted(books(self.monotonic.highest).items()):
+            self.note(f"GPU {uuid}: energy {joules:.1f} J, " + ", ".join(
+                f"{name.removeprefix('gpustats_')} {value:.1f}" for name, value in parts.items()))
+
     def final_check(self) -> None:
+        self.note_books()
         served: dict[str, float] = defaultdict(float)
         for (name, labels), value in self.monotonic.highest.items():
-            if name == checks.POD:
-                served[dict(labels)["pod_uid"]] += value
+            if name == checks.TENANT:
+                served[checks.tenant_key(dict(labels))] += value
         learns_idle = frozenset(g.uuid for g in self.world.gpus if g.learns_idle)
         # What the oracle was given, beside the trace, to walk it again when a seed fails.
         with open(self.workdir / ORACLE_INPUT, "wb") as f:
-            pickle.dump({"states": self.states, "learns_idle": learns_idle}, f)
-        expected = expected_energy(read_trace(self.world.trace_path), self.states, learns_idle)
+            pickle.dump({"states": self.states, "learns_idle": learns_idle,
+                         "unseen": self.unseen}, f)
+        expected = expected_energy(read_trace(self.world.trace_path), self.states, learns_idle,
+                                   self.unseen)
         self.note(f"oracle: {expected.intervals} tick intervals, "
                   f"{expected.unbilled_intervals} unbillable (lost GPU)")
         for uid in sorted(set(served) | set(expected.high)):
             low, high = expected.low.get(uid, 0.0), expected.high.get(uid, 0.0)
             got = served.get(uid, 0.0)
-            self.note(f"pod {uid}: served {got:.1f} J, oracle [{low:.1f}, {high:.1f}] J")
+            self.note(f"tenant {uid}: served {got:.1f} J, oracle [{low:.1f}, {high:.1f}] J")
             if got < low * (1 - END_REL) - END_ABS or got > high * (1 + END_REL) + END_ABS:
-                self.violation("pod total vs oracle",
-                               f"pod {uid}: {got:.1f} J served, oracle [{low:.1f}, {high:.1f}] J")
+                self.violation("tenant total vs oracle",
+                               f"tenant {uid}: {got:.1f} J served, oracle [{low:.1f}, "
+                               f"{high:.1f}] J")
 
     # ------------------------------------------------------------ the run
 
     def run(self) -> Result:
         for gpu in self.world.gpus:               # two tenants on each GPU to start with
-            for _ in range(2):
+            for n in range(2):
                 gi = sorted(gpu.mig)[len(self.world.pods) % len(gpu.mig)] if gpu.mig else None
-                self.world.new_pod(gpu.index, gi, 30 + 20 * len(self.world.pods))
+                # A bare-metal tenant beside a pod, on a whole GPU, where the run has them.
+                kind = self.rng.choice(self.bare_metal_kinds) if n and gpu.mig is None and \
+                    "tenant_create" in self.events else POD
+                self.world.new_pod(gpu.index, gi, 30 + 20 * (len(self.world.pods) % 4), kind)
         self.world.sync_host(create=True)
         self.version += 1
-        self.states["v1"] = self.world.state()
-        self.world.write_scenario("v1")
+        self.write_state("v1")
         end = self.began + self.seconds - QUIET_SECONDS
         drawn = [e for e in self.events if e not in START_ONLY]
         try:

@@ -12,7 +12,7 @@ import time
 
 from oracles import checks
 from bench import chaos_release as release
-from oracles.world import IDLE_WATTS, LIMIT_WATTS
+from oracles.world import IDLE_WATTS, LIMIT_WATTS, POD
 from gpustats.engine.state_files import FORMAT_VERSION
 
 # Fields toggled NOT_SUPPORTED (the daemon remembers a NOT_SUPPORTED until it restarts).
@@ -23,6 +23,11 @@ STEP_SETTLE_SECONDS = 0.3
 
 def _gpu(run, rng: random.Random):
     return rng.choice(run.world.gpus)
+
+
+def _nvidia_gpu(run, rng: random.Random):
+    """An NVIDIA GPU (lost GPUs and NOT_SUPPORTED fields are NVML's)."""
+    return rng.choice([g for g in run.world.gpus if not g.drm])
 
 
 def _new_pod(run, rng: random.Random, gpu) -> str:
@@ -87,7 +92,7 @@ def container_restart(run, rng):
 
 
 def gpu_lost(run, rng):
-    gpu = _gpu(run, rng)
+    gpu = _nvidia_gpu(run, rng)
     gpu.lost = True
     run.commit(f"GPU {gpu.index} lost")
     run.hold(rng.uniform(0.8, 2.0))
@@ -99,7 +104,7 @@ def gpu_lost(run, rng):
 
 
 def not_supported(run, rng):
-    gpu = _gpu(run, rng)
+    gpu = _nvidia_gpu(run, rng)
     name = rng.choice(TOGGLED_FIELDS)
     gpu.unsupported.add(name)
     run.commit(f"GPU {gpu.index}: {name} NOT_SUPPORTED")
@@ -239,13 +244,86 @@ def between_ticks(run, rng):
     process list (or stops doing so): its work must still be billed to it, not to a
     neighbour holding an idle context."""
     containers = [c for pod in run.world.pods.values() for c in pod.containers
-                  if c.pid is not None]
+                  if c.pid is not None and not run.world.gpus[pod.gpu].drm]
     if not containers:
         return
     container = rng.choice(containers)
     container.between_ticks = not container.between_ticks
     run.commit(f"container {container.name} "
                + ("runs between ticks" if container.between_ticks else "listed again"))
+
+
+def tenant_create(run, rng):
+    """A bare-metal tenant comes on a whole GPU: a service, a user's session, a Slurm job
+    step, a process in the root cgroup, an LXC container or a cgroup no rule names."""
+    gpu = rng.choice([g for g in run.world.gpus if g.mig is None])
+    kind = rng.choice(run.bare_metal_kinds)
+    tenant = run.world.new_pod(gpu.index, None, rng.randint(10, 90), kind)
+    run.commit(f"create {tenant.key} on GPU {gpu.index}")
+
+
+def late_client(run, rng):
+    """A process of a tenant on an AMD or Intel GPU runs a while without a DRM client, then
+    opens one: from then on its work is its tenant's (until the daemon finds the client,
+    unattributed, never a neighbour's beyond the tick the docs allow)."""
+    tenants = sorted((t for t in run.world.pods.values() if run.world.gpus[t.gpu].drm),
+                     key=lambda t: t.number)
+    if not tenants:
+        return
+    tenant = rng.choice(tenants)
+    process = run.world.new_container(tenant, rng.randint(10, 90))
+    process.client = False
+    run.commit(f"{tenant.key}: process {process.pid} starts, no DRM client yet")
+    run.hold(rng.uniform(1.0, 2.5))
+    if tenant.number not in run.world.pods or process not in tenant.containers:
+        return
+    process.client = True
+    run.commit(f"{tenant.key}: process {process.pid} opens its DRM client "
+               f"({process.sm_percent} %)")
+
+
+def cgroup_move(run, rng):
+    """A running process moves to another cgroup (another tenant's, or a new bare-metal
+    tenant's) on the same GPU: billed to the new tenant from the next tick. The /proc entry is
+    rewritten and the new world state written at once, as one edit."""
+    running = sorted(((t, c) for t in run.world.pods.values() for c in t.containers
+                      if c.pid is not None and run.world.gpus[t.gpu].mig is None),
+                     key=lambda tc: tc[1].number)
+    if not running:
+        return
+    tenant, process = rng.choice(running)
+    others = sorted((t for t in run.world.pods.values() if t is not tenant
+                     and t.gpu == tenant.gpu), key=lambda t: t.number)
+    if others and rng.random() < 0.5:
+        target = rng.choice(others)
+    else:
+        target = run.world.new_pod(tenant.gpu, None, 0, rng.choice((POD, *run.bare_metal_kinds)))
+        target.containers.clear()           # the process moved in is its only one
+    run.world.move(process, target)
+    run.write_now(f"process {process.pid} moves from {tenant.key} to {target.key}")
+    run.hold(0.6)
+
+
+def shared_fd(run, rng):
+    """A process on an AMD or Intel GPU shares its DRM client with a new process: forked in
+    its own cgroup (the client stays its tenant's), or passed over a socket to a process of
+    another tenant (its energy is then no one's: unattributed, never the receiver's; where the
+    kernel lists clients, it names the file under the process using it, the owner)."""
+    owners = sorted(((t, c) for t in run.world.pods.values() for c in t.containers
+                     if run.world.gpus[t.gpu].drm and c.pid is not None and c.client
+                     and c.shares_client_of is None), key=lambda tc: tc[1].number)
+    if not owners:
+        return
+    tenant, owner = rng.choice(owners)
+    forked = tenant.kind != POD and rng.random() < 0.5
+    to = tenant if forked else run.world.new_pod(tenant.gpu, None, 0, rng.choice(
+        (POD, *run.bare_metal_kinds)))
+    if not forked:
+        to.containers.clear()
+    holder = run.world.new_container(to, 0)
+    holder.shares_client_of = owner.pid
+    run.commit(f"process {owner.pid} of {tenant.key} shares its DRM client with process "
+               f"{holder.pid} of {to.key} ({'forked' if forked else 'passed'})")
 
 
 def interval(run, rng):
@@ -279,7 +357,7 @@ def busy_from_start(run, rng):
     the GPU's whole energy must reach its holders (``checks.NoIdle``, and the oracle)."""
     if rng.random() < 0.5:
         return
-    gpu = _gpu(run, rng)
+    gpu = _nvidia_gpu(run, rng)
     gpu.learns_idle = True
     run.result.counts["busy_from_start"] += 1
     run.note(f"GPU {gpu.index}: no idle configured, busy from the first tick")
@@ -354,13 +432,18 @@ def previous_release(run, rng):
     run.start_daemon()
 
 
+def drm_gpus(run, rng):
+    """A start-of-run draw, made where the world is built (``bench.chaos.Run``): half the
+    seeds have an AMD and an Intel GPU, half of those the kernel's DRM clients lists."""
+
+
 EVENTS = {f.__name__: f for f in (
     power, glitch, pod_create, pod_delete, process_churn, container_restart, gpu_lost,
     not_supported, mig_reconfigure, disk_full, disk_readonly, sigkill, sigterm, reboot, sighup,
     compaction_kill, interval, stall, between_ticks, clock_step, busy_from_start,
-    previous_release)}
+    previous_release, tenant_create, late_client, cgroup_move, shared_fd, drm_gpus)}
 DISK_EVENTS = ("disk_full", "disk_readonly")
 # Drawn once before the daemon's first start, in this order, where the event is in the run.
 START_OPTIONS = {"busy_from_start": busy_from_start,
                  "previous_release": start_on_previous_release}
-START_ONLY = ("busy_from_start",)          # never drawn in the run's loop
+START_ONLY = ("busy_from_start", "drm_gpus")      # never drawn in the run's loop

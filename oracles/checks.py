@@ -23,6 +23,9 @@ ENERGY = "gpustats_node_gpu_joules"
 POD_IDLE = "gpustats_pod_gpu_idle_share_joules"
 UNALLOCATED = "gpustats_node_gpu_unallocated_idle_joules"
 UNOBSERVED = "gpustats_node_gpu_unobserved_joules"      # a gap's energy: no one's idle
+# Every tenant, of every kind (pods among them): the level the books and idle are checked on.
+TENANT = "gpustats_tenant_gpu_joules"
+TENANT_IDLE = "gpustats_tenant_gpu_idle_share_joules"
 # Relative slack of conservation per GPU, and an absolute one for float rounding.
 CONSERVATION_REL = 0.01
 CONSERVATION_ABS = 1.0
@@ -40,6 +43,25 @@ def series_name(key: Series) -> str:
 # Labels that describe a series rather than tell it apart, added by a release after another
 # (the previous release serves the same counter without them): left out of a series' key.
 DESCRIPTIVE_LABELS = frozenset({"vendor"})
+# A tenant's and a process's series are told apart by who they are, not by what names them
+# now: a pod named once the kubelet's logs are read, a service whose UID label went with its
+# last process, a process moved to another tenant's cgroup (its counter goes on under its new
+# owner's labels) is each the same series.
+IDENTITY_LABELS = {
+    "gpustats_tenant_gpu_joules": ("node_name", "gpu", "gpu_uuid", "kind", "tenant", "pod_uid"),
+    "gpustats_tenant_gpu_idle_share_joules": ("node_name", "gpu", "gpu_uuid", "kind", "tenant",
+                                              "pod_uid"),
+    "gpustats_process_gpu_joules": ("node_name", "gpu", "gpu_uuid", "gpu_instance_id", "pid"),
+}
+
+
+def _identity(name: str, labels: dict[str, str]) -> frozenset:
+    kept = IDENTITY_LABELS.get(name)
+    if kept is None:
+        return frozenset((k, v) for k, v in labels.items() if k not in DESCRIPTIVE_LABELS)
+    if labels.get("kind") == "pod":
+        kept = tuple(k for k in kept if k != "tenant")      # a pod by its UID
+    return frozenset((k, labels[k]) for k in kept if k in labels)
 
 
 def counters(text: str) -> dict[Series, float]:
@@ -51,10 +73,16 @@ def counters(text: str) -> dict[Series, float]:
             continue
         for sample in family.samples:
             if sample.name.endswith("_total"):
-                labels = frozenset((k, v) for k, v in sample.labels.items()
-                                   if k not in DESCRIPTIVE_LABELS)
-                out[(family.name, labels)] = sample.value
+                key = (family.name, _identity(family.name, sample.labels))
+                out[key] = max(out.get(key, sample.value), sample.value)
     return out
+
+
+def tenant_key(labels: dict[str, str]) -> str:
+    """A tenant series' key as the world keys its tenants: a pod's UID, else kind:name."""
+    if labels.get("kind") == "pod":
+        return labels.get("pod_uid", "?")
+    return f"{labels.get('kind')}:{labels.get('tenant')}"
 
 
 def pod_totals(values: dict[Series, float]) -> dict[str, float]:
@@ -79,7 +107,7 @@ def known_gpus(text: str) -> set[str]:
 
 
 COMPARED = (*LEVELS, ACTIVE, PROCESS, MIG, UNATTRIBUTED, ENERGY, POD_IDLE, UNALLOCATED,
-            UNOBSERVED)
+            UNOBSERVED, TENANT, TENANT_IDLE)
 
 
 @dataclass
@@ -134,11 +162,14 @@ class Conservation:
     exceed the interval's active joules by what that level is owed (by any amount where the
     series vanished over an interval that was not compared: its shortfall was not measured).
     While processes are unknown or the GPU is lost the daemon may leave the energy
-    unattributed, so those intervals are not compared."""
+    unattributed, so those intervals are not compared. Every tenant (pods and bare-metal ones)
+    is compared as its own level; on a GPU that ever had a bare-metal tenant
+    (``bare_metal``), containers and pods are not all of its tenants: only the tenant level."""
     previous: tuple[int, dict[Series, float], set[str]] | None = None
     last_seen: dict[Series, float] = field(default_factory=dict)   # across daemon runs
     owed: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     unmeasured: set[tuple[str, str]] = field(default_factory=set)  # vanished, shortfall unknown
+    bare_metal: set[str] = field(default_factory=set)     # GPUs (served IDs) with such tenants
 
     def check(self, run: int, values: dict[Series, float], known: set[str]) -> list[str]:
         previous, self.previous = self.previous, (run, values, known)
@@ -160,7 +191,9 @@ class Conservation:
             active = levels.get(ACTIVE, 0.0)
             unattributed = levels.get(UNATTRIBUTED, 0.0)
             slack = CONSERVATION_REL * active + CONSERVATION_ABS
-            for level in LEVELS:
+            for level in (TENANT,) if uuid in self.bare_metal else (*LEVELS, TENANT):
+                if level == TENANT and TENANT not in levels and TENANT not in vanished:
+                    continue                     # no tenant series served (an older release)
                 billed = levels.get(level, 0.0) + unattributed
                 low, high = self._bounds((uuid, level), active, slack, vanished, reappeared,
                                          billed)
@@ -186,17 +219,17 @@ class Conservation:
 
     def _idle(self, uuid: str, levels: dict[str, float], vanished: set[str],
               reappeared: set[str]) -> list[str]:
-        """Σ pods' idle shares + unallocated idle = the GPU's energy less its active and its
+        """Σ tenants' idle shares + unallocated idle = the GPU's energy less its active and its
         unobserved energy (within 1 %), where the GPU has an idle (its idle counters grew)."""
         if UNALLOCATED not in levels:
             return []                            # no idle known: nothing is shared
         idle = levels.get(ENERGY, 0.0) - levels.get(ACTIVE, 0.0) - levels.get(UNOBSERVED, 0.0)
-        shared = levels.get(POD_IDLE, 0.0) + levels[UNALLOCATED]
+        shared = levels.get(TENANT_IDLE, 0.0) + levels[UNALLOCATED]
         slack = CONSERVATION_REL * max(idle, 0.0) + CONSERVATION_ABS
-        low, high = self._bounds((uuid, POD_IDLE), idle, slack, vanished, reappeared, shared)
+        low, high = self._bounds((uuid, TENANT_IDLE), idle, slack, vanished, reappeared, shared)
         if low <= shared <= high:
             return []
-        return [f"conservation {uuid}: Σ pod idle shares {levels.get(POD_IDLE, 0.0):.1f} J + "
+        return [f"conservation {uuid}: Σ tenant idle shares {levels.get(TENANT_IDLE, 0.0):.1f} J + "
                 f"unallocated idle {levels[UNALLOCATED]:.1f} J, idle gained {idle:.1f} J "
                 f"(energy {levels.get(ENERGY, 0.0):.1f} J less active "
                 f"{levels.get(ACTIVE, 0.0):.1f} J)"]
@@ -241,11 +274,11 @@ class NoIdle:
         for uuid in sorted(previous[2] & known & no_idle):
             levels = gained.get(uuid, {})
             energy, active = levels.get(ENERGY, 0.0), levels.get(ACTIVE, 0.0)
-            shared = levels.get(POD_IDLE, 0.0) + levels.get(UNALLOCATED, 0.0)
+            shared = levels.get(TENANT_IDLE, 0.0) + levels.get(UNALLOCATED, 0.0)
             if abs(energy - active) > CONSERVATION_REL * energy + CONSERVATION_ABS or \
                     abs(shared) > CONSERVATION_ABS:
                 out.append(f"no idle on {uuid}, yet energy gained {energy:.1f} J, active "
-                           f"{active:.1f} J, idle shared {levels.get(POD_IDLE, 0.0):.1f} J "
+                           f"{active:.1f} J, idle shared {levels.get(TENANT_IDLE, 0.0):.1f} J "
                            f"and unallocated {levels.get(UNALLOCATED, 0.0):.1f} J")
         return out
 

@@ -17,6 +17,10 @@ What the oracle cannot know exactly becomes a range ``[low, high]`` per pod:
 - a process that appeared in the world (or came back to it) within the interval: the daemon
   bills it for the part of the interval it lived (its start time, which the world states do
   not give), after a stall maybe a small part;
+- on an AMD or Intel GPU (``unseen``: its UUID with how long a client may stay unseen), a
+  client that appeared within that time before the interval's start: the daemon may not have
+  found it yet (the bounded scan's periodic or forced rescan), so it may be billed nothing and
+  its neighbours its part (the one tick the docs allow a bounded scan), or the split with it;
 - a scenario edit that took effect just before a read, or after it and before the sweep's
   last read of that GPU that decides who the energy goes to (the process list, utilization
   samples, GPM metrics: ``read`` lines in the trace; under load they may come long after the
@@ -49,10 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oracles.idle import LearnedIdle, idle_tick_power
-from oracles.world import IDLE_WATTS, GpuState, WorldState
+from oracles.world import IDLE_WATTS, GpuState, Holder, WorldState
 
 # A reload this close before or after a read may have been seen by only part of the sweep.
 SWEEP_SECONDS = 0.1
+_KEY = "\0"          # a tenant's key and a PID, joined (``_by_process``)
 
 
 @dataclass
@@ -102,6 +107,8 @@ def shares(gpu: GpuState, equal_split: bool,
             weight = activity[gi] / total if total > 0 else 1.0 / len(busy)
             for pid in members:
                 per_pid[pid] = weight / len(members)
+    elif any(h.shares for h in holders):
+        per_pid = _shared_clients(holders)
     else:
         pids = sorted({h.pid for h in holders})
         total = sum(h.sm_percent for h in holders)
@@ -114,6 +121,27 @@ def shares(gpu: GpuState, equal_split: bool,
     return out
 
 
+def _shared_clients(holders: tuple[Holder, ...]) -> dict[int, float]:
+    """A DRM GPU where processes share clients: each client's engine time counted once, its
+    share to its owner where every holder sits in the owner's cgroup, else to no one (the
+    GPU's unattributed energy); a process holding another's client has no share of its own."""
+    total = sum(h.sm_percent for h in holders if not h.shares)
+    out: dict[int, float] = {}
+    for h in holders:
+        if h.shares or total <= 0:
+            continue
+        group = [h] + [x for x in holders if x.shares == h.pid]
+        out[h.pid] = h.sm_percent / total if all(_same_cgroup(h, x) for x in group) else 0.0
+    return out
+
+
+def _same_cgroup(a: Holder, b: Holder) -> bool:
+    """A bare-metal tenant's processes share its one cgroup; a pod's, its container's."""
+    tenant = a.pod_uid.split(_KEY)[0]
+    return tenant == b.pod_uid.split(_KEY)[0] and (
+        ":" in tenant or a.container_id == b.container_id)
+
+
 def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
     if gpu.mig is None and util_unknown:
         # Samples not supported at some point of this daemon run: it does not ask again
@@ -124,9 +152,6 @@ def _candidates(gpu: GpuState, util_unknown: bool) -> list[dict[str, float]]:
             [shares(dataclasses.replace(gpu, holders=unseen), split) for split in (False, True)]
         return [shares(gpu, False), shares(gpu, True), *hidden]
     return [shares(gpu, False)]
-
-
-_KEY = "\0"
 
 
 def _by_process(gpu: GpuState) -> GpuState:
@@ -257,9 +282,12 @@ def _reloads_in_sweep(trace: list[dict], index: int, until: float) -> list[str]:
 
 
 def expected_energy(trace: list[dict], states: dict[str, WorldState],
-                    learns_idle: frozenset[str] = frozenset()) -> Expected:
+                    learns_idle: frozenset[str] = frozenset(),
+                    unseen: dict[str, float] | None = None) -> Expected:
     """Walk the trace once; see the module docstring for the rules. ``learns_idle``: the
-    UUIDs of GPUs with no idle configured (the others' is ``IDLE_WATTS``)."""
+    UUIDs of GPUs with no idle configured (the others' is ``IDLE_WATTS``); ``unseen``: per
+    DRM GPU, how long (s) a new client may stay unseen."""
+    unseen = unseen or {}
     out = Expected()
     tag: str | None = None
     previous_tag: str | None = None
@@ -379,8 +407,12 @@ def expected_energy(trace: list[dict], states: dict[str, WorldState],
         # A process that appeared in the world during the interval (its start time, a
         # moment before) may have lived only part of it: the daemon bills it that part, the
         # rest stays unattributed. Appeared in a later version than the walk has reached: new.
+        late = unseen.get(uuid, SWEEP_SECONDS)
         new = {h.pid for g in gpus for h in g.holders
-               if appeared.get(h.pid, t) > before[0] - SWEEP_SECONDS}
+               if appeared.get(h.pid, t) > before[0] - late}
+        if uuid in unseen and new:     # a client not found yet: its part on its neighbours
+            options += [shares(dataclasses.replace(g, holders=tuple(
+                h for h in g.holders if h.pid not in new)), False) for g in by_process]
         full = [_per_pod(c) for c in options]
         lived = [_per_pod(c, new) for c in options]
         gains: dict[str, float] = {}

@@ -1,5 +1,6 @@
-"""The books of each GPU, on the totals served: its energy = Σ pods' attributed energy + Σ pods'
-idle shares + unallocated idle + unattributed + unobserved (the energy of a gap no one
+"""The books of each GPU, on the totals served: its energy = Σ tenants' attributed energy (pods
+and bare-metal tenants alike, on every vendor) + Σ tenants' idle shares + unallocated idle +
+unattributed + unobserved (the energy of a gap no one
 observed: the daemon down, the GPU lost). Pure functions of one scrape's counters, and the
 check the chaos run makes after every restart.
 """
@@ -10,10 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from oracles.checks import (
-    CONSERVATION_ABS, CONSERVATION_REL, ENERGY, POD, POD_IDLE, UNALLOCATED, UNATTRIBUTED,
+    CONSERVATION_ABS, CONSERVATION_REL, ENERGY, TENANT, TENANT_IDLE, UNALLOCATED, UNATTRIBUTED,
     UNOBSERVED, Series,
 )
-PARTS = (POD, POD_IDLE, UNALLOCATED, UNATTRIBUTED, UNOBSERVED)
+PARTS = (TENANT, TENANT_IDLE, UNALLOCATED, UNATTRIBUTED, UNOBSERVED)
 
 
 def books(values: dict[Series, float]) -> dict[str, tuple[float, dict[str, float]]]:
@@ -54,7 +55,7 @@ def unbalanced(values: dict[Series, float], offsets: dict[str, float] | None = N
 @dataclass
 class Identity:
     """The books close at the first scrape of every daemon run (and at every later one), per
-    GPU within 1 %. A pod gone before a restart is no longer served after it: its last value
+    GPU within 1 %. A tenant gone before a restart is no longer served after it: its last value
     seen stays in the books (its counter never grows again). A run of the previous release
     (no unobserved bucket) leaves the gaps it saw outside the books: what it left there, as
     of its last scrape, is carried as an offset from then on."""
@@ -64,7 +65,7 @@ class Identity:
 
     def check(self, run: int, values: dict[Series, float], previous_release: bool) -> list[str]:
         self.last_seen.update((key, value) for key, value in values.items()
-                              if key[0] in (POD, POD_IDLE))
+                              if key[0] in (TENANT, TENANT_IDLE))
         every = {**self.last_seen, **values}
         if previous_release:
             self.offsets = residuals(every)

@@ -1,5 +1,14 @@
-"""The chaos run's world: GPUs, pods, containers and processes, written out as a simulator
-scenario and as fake host trees (cgroup v2 or v1, /proc, the kubelet's log layout).
+"""The chaos run's world: GPUs, tenants (pods and bare-metal ones), their processes, written
+out as a simulator scenario and as fake host trees (cgroup v2 or v1, /proc, the kubelet's log
+layout, the kernel's DRM clients lists).
+
+GPUs: NVIDIA H100s (the second in MIG mode) and, where the run asks (``drm``), an AMD MI300X
+and an Intel Flex (xe or i915) beside them, whose clients the simulator writes as DRM fdinfo.
+Tenants (``Pod``, with its ``kind``): pods in the kubelet's tree, and bare-metal ones, each in
+the cgroup its kind's layout names: a systemd service, a user's session, a Slurm job step, a
+process in the root cgroup, an LXC container, and a cgroup no rule names (kind ``cgroup``).
+A tenant's "containers" are its processes; a process on a DRM GPU may exist before it opens its
+client (``Container.client``), and may move to another tenant's cgroup (``move``).
 
 The model is the truth: ``state()`` freezes what the simulator is told, so the oracle knows
 who held which GPU, with which share, while a scenario version was in effect. Host entries
@@ -13,6 +22,7 @@ as a node whose processes come back in the same order after a reboot has them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -22,9 +32,19 @@ from pathlib import Path
 
 import yaml
 
+from gpustats.simulator.drm_files import unique_id
+
 IDLE_WATTS = 100.0
 LIMIT_WATTS = 700.0
 NAMESPACE = "chaos"
+NVIDIA, AMD, INTEL = "nvidia", "amd", "intel"
+# A DRM GPU's clients use at most this much of their engine class together (the simulator
+# would write any sum; an engine cannot give more than its time, and the daemon bounds it).
+DRM_BUSY_PERCENT = 90
+# Tenant kinds the world places: pods, and bare-metal tenants by their cgroup layouts.
+POD, SERVICE, SESSION, JOB, PROCESS, LXC, CGROUP = (
+    "pod", "service", "session", "job", "process", "lxc", "cgroup")
+BARE_METAL = (SERVICE, SESSION, JOB, PROCESS, LXC, CGROUP)
 
 
 def pod_uid(n: int) -> str:
@@ -37,6 +57,10 @@ def container_id(n: int) -> str:
 
 def gpu_uuid(index: int) -> str:
     return f"GPU-{index:08x}-c0de-4c0d-8c0d-{index:012x}"
+
+
+def drm_bus_id(vendor: str) -> str:
+    return "0000:c1:00.0" if vendor == AMD else "0000:c2:00.0"
 
 
 def start_ticks(pid: int) -> int:
@@ -54,14 +78,21 @@ class Container:
     # Drops its CUDA context before each read of the process list: never listed, its work
     # seen in the utilization samples only.
     between_ticks: bool = False
+    # Holds its GPU (a DRM process may exist before it opens its client: False until then).
+    client: bool = True
+    # DRM: the PID whose client it holds too (an inherited or passed fd), no work of its own.
+    shares_client_of: int | None = None
 
 
 @dataclass
 class Pod:
+    """A tenant: a pod (``kind`` pod), or a bare-metal one (``BARE_METAL``) whose
+    "containers" are processes in its one cgroup."""
     number: int
     gpu: int
     gpu_instance: int | None       # MIG: the instance its processes run on
     containers: list[Container] = field(default_factory=list)
+    kind: str = POD
 
     @property
     def uid(self) -> str:
@@ -71,11 +102,54 @@ class Pod:
     def name(self) -> str:
         return f"job-{self.number}"
 
+    @property
+    def user(self) -> int:
+        """The UID its processes run as (root for a process in the root cgroup)."""
+        return 0 if self.kind == PROCESS else 2000 + self.number
+
+    @property
+    def comm(self) -> str:
+        return f"solver{self.number}" if self.kind == PROCESS else "worker"
+
+    @property
+    def key(self) -> str:
+        """The tenant as the oracle keys it: a pod's UID, else ``<kind>:<name>`` as
+        ``tenant_key`` makes it of what the daemon serves (``tenant_key``)."""
+        if self.kind == POD:
+            return self.uid
+        return tenant_key(*{
+            SERVICE: ("service", f"chaos-{self.number}.service"),
+            SESSION: ("session", str(self.user)),
+            JOB: ("job", f"job {self.number}"),
+            PROCESS: ("process", self.comm),
+            LXC: ("container", f"box-{self.number}"),
+            CGROUP: ("cgroup", f"/batch/queue-{self.number}"),
+        }[self.kind])
+
+    def cgroup_rel(self, v2: bool) -> str:
+        """Its processes' cgroup (relative; "" for the root), for a bare-metal tenant."""
+        return {
+            SERVICE: f"system.slice/chaos-{self.number}.service",
+            SESSION: f"user.slice/user-{self.user}.slice/session-{self.number}.scope",
+            JOB: f"system.slice/slurmstepd.scope/job_{self.number}/step_0/user/task_0" if v2
+            else f"slurm/uid_{self.user}/job_{self.number}/step_0/task_0",
+            PROCESS: "",
+            LXC: f"lxc.payload.box-{self.number}",
+            CGROUP: f"batch/queue-{self.number}",
+        }[self.kind]
+
+
+def tenant_key(kind: str, name: str) -> str:
+    """A bare-metal tenant's key: its kind and the name the daemon serves it by."""
+    return f"{kind}:{name}"
+
 
 @dataclass
 class Gpu:
     index: int
     power_watts: float
+    vendor: str = NVIDIA
+    driver: str | None = None                 # intel: xe or i915
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)
     mig: dict[int, float] | None = None       # MIG instances: GPU instance id -> activity %
@@ -85,18 +159,33 @@ class Gpu:
 
     @property
     def uuid(self) -> str:
+        """The scenario's UUID (the trace's)."""
         return gpu_uuid(self.index)
+
+    @property
+    def drm(self) -> bool:
+        return self.vendor != NVIDIA
+
+    @property
+    def served_id(self) -> str:
+        """The ID the daemon serves it by: amdgpu's ``unique_id``, Intel's PCI address."""
+        if self.vendor == AMD:
+            return "amd-" + unique_id(self.uuid)
+        if self.vendor == INTEL:
+            return "intel-" + drm_bus_id(INTEL)
+        return self.uuid
 
 
 @dataclass(frozen=True)
 class Holder:
     """One process holding a GPU in a world state."""
     pid: int
-    pod_uid: str
+    pod_uid: str                   # its tenant's key (``Pod.key``): a pod's UID, else kind:name
     container_id: str
     gpu_instance: int | None
     sm_percent: int
     between_ticks: bool = False
+    shares: int | None = None      # DRM: the PID whose client it holds too (and does no work)
 
 
 @dataclass(frozen=True)
@@ -122,7 +211,11 @@ class WorldState:
 class World:
     """The model plus its two renderings (scenario, host trees) under ``root``."""
 
-    def __init__(self, root: Path, gpus: int, cgroup_version: int, mig_gpu: bool):
+    def __init__(self, root: Path, gpus: int, cgroup_version: int, mig_gpu: bool,
+                 drm: tuple[str, ...] = (), clients_lists: Path | None = None):
+        """``drm``: the vendors of the AMD and Intel GPUs beside the NVIDIA ones (an Intel GPU
+        as ``intel-xe`` or ``intel-i915``); ``clients_lists``: where the kernel's DRM clients
+        lists are written (the simulated sysfs's ``kernel/debug/dri``), None for none."""
         self.root = root
         self.cgroup_version = cgroup_version
         self.cgroup = root / "cgroup"
@@ -133,10 +226,17 @@ class World:
         self.gpus = [Gpu(i, 300.0) for i in range(gpus)]
         if mig_gpu and gpus > 1:
             self.gpus[-1].mig = {1: 60.0, 2: 20.0}
+        for spec in drm:
+            vendor, _, driver = spec.partition("-")
+            self.gpus.append(Gpu(len(self.gpus), 300.0, vendor=vendor,
+                                 driver=driver or ("amdgpu" if vendor == AMD else "xe")))
+        self.clients_lists = clients_lists
+        self._listed: dict[int, set[int]] = {}       # DRM card minor -> PIDs written listed
         self.pods: dict[int, Pod] = {}
         self._next = {"pod": 1, "container": 1, "pid": 1000}
         self._written: set[tuple[str, int]] = set()      # ("pod"|"container", number) on disk
         self._pids: dict[int, tuple[Pod, Container]] = {}
+        self._tenants: dict[int, Pod] = {}        # tenants written, by number (their layout)
         self._prepare()
 
     # ------------------------------------------------------------ model edits
@@ -151,14 +251,20 @@ class World:
         pod.containers.append(container)
         return container
 
-    def new_pod(self, gpu: int, gpu_instance: int | None, sm_percent: int) -> Pod:
-        pod = Pod(self.fresh("pod"), gpu, gpu_instance)
+    def new_pod(self, gpu: int, gpu_instance: int | None, sm_percent: int,
+                kind: str = POD) -> Pod:
+        pod = Pod(self.fresh("pod"), gpu, gpu_instance, kind=kind)
         self.pods[pod.number] = pod
         self.new_container(pod, sm_percent)
         return pod
 
-    def holders(self, gpu: Gpu) -> tuple[Holder, ...]:
+    def holders(self, gpu: Gpu, every_file: bool = False) -> tuple[Holder, ...]:
+        """The processes holding ``gpu`` as the daemon can see them; ``every_file``: also a
+        process sharing a client where the kernel lists the client under its owner only (the
+        simulator writes its fdinfo all the same)."""
         out = []
+        owners = {c.pid for pod in self.pods.values() if pod.gpu == gpu.index
+                  for c in pod.containers if c.client and c.shares_client_of is None}
         for pod in self.pods.values():
             if pod.gpu != gpu.index:
                 continue
@@ -169,10 +275,22 @@ class World:
                 # (MIG, or the samples not supported) such a process holds nothing visible.
                 hidden = c.between_ticks and (gpu.mig is not None
                                               or "process_utilization" in gpu.unsupported)
-                if c.pid is not None and not hidden:
-                    out.append(Holder(c.pid, pod.uid, container_id(c.number),
+                if c.shares_client_of is not None and (c.shares_client_of not in owners or (
+                        self.clients_lists is not None and not every_file)):
+                    # Its owner gone, it holds nothing here; where the kernel lists clients,
+                    # it lists the file once, under the process using it: the owner.
+                    continue
+                if c.pid is not None and not hidden and c.client:
+                    out.append(Holder(c.pid, pod.key, container_id(c.number),
                                       pod.gpu_instance if gpu.mig is not None else None,
-                                      c.sm_percent, c.between_ticks))
+                                      0 if c.shares_client_of else c.sm_percent,
+                                      c.between_ticks, c.shares_client_of))
+        total = sum(h.sm_percent for h in out)
+        if gpu.drm and total > DRM_BUSY_PERCENT:
+            # One engine class's clients together use at most its engines' time: scaled down
+            # alike, as a time-sliced engine shares itself among them.
+            out = [h if h.shares else dataclasses.replace(h, sm_percent=max(
+                1, h.sm_percent * DRM_BUSY_PERCENT // total)) for h in out]
         return tuple(out)
 
     def duty_percent(self, gpu: Gpu) -> int | None:
@@ -181,7 +299,7 @@ class World:
         if not gpu.learns_idle:
             return None
         return min(100, sum(c.sm_percent for pod in self.pods.values() if pod.gpu == gpu.index
-                            for c in pod.containers if c.pid is not None))
+                            for c in pod.containers if c.pid is not None and c.client))
 
     def state(self) -> WorldState:
         return WorldState(tuple(
@@ -195,6 +313,13 @@ class World:
     def scenario(self, tag: str) -> dict:
         devices, processes = [], []
         for g in self.gpus:
+            if g.drm:
+                devices.append(self._drm_device(g))
+                processes += [{"pid": h.pid, "device": g.uuid, "memory_used_bytes": 1 << 30,
+                               **({"shares_client_of": h.shares} if h.shares else
+                                  {"sm_util_percent": h.sm_percent})}
+                              for h in self.holders(g, every_file=True)]
+                continue
             d = {"uuid": g.uuid, "name": "NVIDIA H100 80GB HBM3", "index": g.index,
                  "minor": g.index, "power_watts": g.power_watts,
                  "power_limit_watts": LIMIT_WATTS, "lost": g.lost,
@@ -219,6 +344,24 @@ class World:
                 processes.append(p)
         return {"devices": devices, "processes": processes,
                 "trace_file": str(self.trace_path), "trace_tag": tag}
+
+    def _drm_device(self, g: Gpu) -> dict:
+        """An AMD or Intel GPU: its busy measure is its clients' engine time (AMD's
+        ``gpu_busy_percent``; the simulator derives Intel's GT idle residency from it)."""
+        d = {"uuid": g.uuid, "vendor": g.vendor, "minor": self.drm_minor(g),
+             "pci_bus_id": drm_bus_id(g.vendor), "power_watts": g.power_watts,
+             "power_limit_watts": LIMIT_WATTS, "temperature_celsius": 40,
+             "memory_temperature_celsius": 40, "unsupported": sorted(g.unsupported)}
+        if g.vendor == AMD:
+            d.update(pci_class=0x120000, utilization_percent=min(100, sum(
+                h.sm_percent for h in self.holders(g))))
+        else:
+            d["driver"] = g.driver
+        return d
+
+    def drm_minor(self, g: Gpu) -> int:
+        """The card number of a DRM GPU (its place among them)."""
+        return [x.index for x in self.gpus if x.drm].index(g.index)
 
     def write_scenario(self, tag: str) -> None:
         tmp = self.scenario_path.with_suffix(".tmp")
@@ -253,43 +396,61 @@ class World:
         return boot_id
 
     def _pod_rel(self, pod: Pod) -> str:
+        if pod.kind != POD:
+            return pod.cgroup_rel(self.cgroup_version == 2)
         if self.cgroup_version == 2:
             return f"kubepods.slice/kubepods-pod{pod.uid.replace('-', '_')}.slice"
         return f"kubepods/besteffort/pod{pod.uid}"
 
     def _container_rel(self, pod: Pod, c: Container) -> str:
+        if pod.kind != POD:
+            return self._pod_rel(pod)          # a bare-metal tenant's processes: its cgroup
         if self.cgroup_version == 2:
             return f"{self._pod_rel(pod)}/cri-containerd-{container_id(c.number)}.scope"
         return f"{self._pod_rel(pod)}/{container_id(c.number)}"
 
     def _pod_dirs(self, pod: Pod) -> list[Path]:
+        if pod.kind != POD and not self._pod_rel(pod):
+            return []                          # the root cgroup
         if self.cgroup_version == 2:
             return [self.cgroup / self._pod_rel(pod)]
         return [self.cgroup / k / self._pod_rel(pod) for k in ("devices", "cpuacct", "memory")]
 
     def _write_pod(self, pod: Pod) -> None:
+        self._tenants[pod.number] = pod
         for d in self._pod_dirs(pod):
             d.mkdir(parents=True, exist_ok=True)
+        if pod.kind != POD:
+            return
         (self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}").mkdir(exist_ok=True)
 
     def _write_container(self, pod: Pod, c: Container) -> None:
         rel = self._container_rel(pod, c)
         if self.cgroup_version == 2:
-            d = self.cgroup / rel
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "cpu.stat").write_text("usage_usec 5000\n")
-            (d / "memory.current").write_text("1048576\n")
-            (d / "memory.stat").write_text("anon 1048576\ninactive_file 0\n")
+            if rel:
+                d = self.cgroup / rel
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "cpu.stat").write_text("usage_usec 5000\n")
+                (d / "memory.current").write_text("1048576\n")
+                (d / "memory.stat").write_text("anon 1048576\ninactive_file 0\n")
             proc_cgroup = f"0::/{rel}\n"
         else:
-            devices = self.cgroup / "devices" / rel
-            devices.mkdir(parents=True, exist_ok=True)
-            (devices / "devices.list").write_text(f"c 195:{pod.gpu} rw\nc 195:255 rw\n")
-            cpuacct = self.cgroup / "cpuacct" / rel
-            cpuacct.mkdir(parents=True, exist_ok=True)
-            (cpuacct / "cpuacct.usage").write_text("1000000\n")
-            (self.cgroup / "memory" / rel).mkdir(parents=True, exist_ok=True)
-            proc_cgroup = f"4:devices:/{rel}\n3:cpu,cpuacct:/{rel}\n"
+            if rel:
+                devices = self.cgroup / "devices" / rel
+                devices.mkdir(parents=True, exist_ok=True)
+                if pod.kind == POD and not self.gpus[pod.gpu].drm:
+                    (devices / "devices.list").write_text(
+                        f"c 195:{pod.gpu} rw\nc 195:255 rw\n")
+                cpuacct = self.cgroup / "cpuacct" / rel
+                cpuacct.mkdir(parents=True, exist_ok=True)
+                (cpuacct / "cpuacct.usage").write_text("1000000\n")
+                (self.cgroup / "memory" / rel).mkdir(parents=True, exist_ok=True)
+            proc_cgroup = f"4:devices:/{rel}\n3:cpu,cpuacct:/{rel}\n" + (
+                "" if pod.kind == POD else f"2:memory:/{rel}\n1:name=systemd:/{rel}\n")
+        if c.pid is not None:
+            self._write_process(pod, c, proc_cgroup)
+        if pod.kind != POD:
+            return
         pod_log = self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}" / c.name
         pod_log.mkdir(parents=True, exist_ok=True)
         (pod_log / "0.log").write_text("")
@@ -297,15 +458,41 @@ class World:
             f"{pod.name}_{NAMESPACE}_{c.name}-{container_id(c.number)}.log"
         if not link.is_symlink():
             os.symlink(f"/var/log/pods/{NAMESPACE}_{pod.name}_{pod.uid}/{c.name}/0.log", link)
-        if c.pid is not None:
-            p = self.proc / str(c.pid)
-            p.mkdir(parents=True, exist_ok=True)
-            (p / "cgroup").write_text(proc_cgroup)
-            stat = ["S"] + ["0"] * 18 + [str(start_ticks(c.pid))] + ["0"] * 30
-            (p / "stat").write_text(f"{c.pid} (worker) {' '.join(stat)}\n")
-            self._pids[c.pid] = (pod, c)
+
+    def _write_process(self, pod: Pod, c: Container, proc_cgroup: str) -> None:
+        """``/proc/<pid>``: cgroup, stat (its start time), comm and status (its UID)."""
+        assert c.pid is not None
+        p = self.proc / str(c.pid)
+        p.mkdir(parents=True, exist_ok=True)
+        stat = ["S"] + ["0"] * 18 + [str(start_ticks(c.pid))] + ["0"] * 30
+        (p / "stat").write_text(f"{c.pid} ({pod.comm}) {' '.join(stat)}\n")
+        (p / "comm").write_text(pod.comm + "\n")
+        (p / "status").write_text(f"Name:\t{pod.comm}\nPid:\t{c.pid}\n"
+                                  f"Uid:\t{pod.user}\t{pod.user}\t{pod.user}\t{pod.user}\n")
+        (p / "cgroup").write_text(proc_cgroup)       # last: the owner, once the rest is there
+        self._pids[c.pid] = (pod, c)
+
+    def move(self, c: Container, to: Pod) -> Pod:
+        """A process moves to ``to``'s cgroup (its /proc entry rewritten, the tenant's
+        cgroup made where needed); returns the tenant it left."""
+        old = next(p for p in self.pods.values() if c in p.containers)
+        old.containers.remove(c)
+        to.containers.append(c)
+        if to.kind == POD:
+            # In a pod, the cgroup it moves to is a container of that pod's (its runtime's
+            # ID), never the container it left: a fresh one here.
+            c.number = self.fresh("container")
+            c.name = f"main-{c.number}"
+        if ("pod", to.number) not in self._written:
+            self._write_pod(to)
+            self._written.add(("pod", to.number))
+        self._write_container(to, c)
+        self._written.add(("container", c.number))
+        return old
 
     def _remove_container(self, pod: Pod, number: int) -> None:
+        if pod.kind != POD:
+            return                  # a bare-metal tenant's cgroup goes with the tenant
         rel = self._container_rel(pod, Container(number, "", None, 0))
         roots = [self.cgroup] if self.cgroup_version == 2 else \
             [self.cgroup / k for k in ("devices", "cpuacct", "memory")]
@@ -317,6 +504,8 @@ class World:
     def _remove_pod(self, pod: Pod) -> None:
         for d in self._pod_dirs(pod):
             shutil.rmtree(d, ignore_errors=True)
+        if pod.kind != POD:
+            return
         shutil.rmtree(self.logs / "pods" / f"{NAMESPACE}_{pod.name}_{pod.uid}",
                       ignore_errors=True)
 
@@ -337,7 +526,9 @@ class World:
                         self._write_container(pod, c)
                         self._written.add(("container", c.number))
                         created = True
+            created |= self.write_clients_lists(keep=True)
             return created
+        self.write_clients_lists(keep=False)
         live_containers = {c.number for p in self.pods.values() for c in p.containers}
         for pid in [p for p in self._pids if p not in live_pids]:
             pod, c = self._pids.pop(pid)
@@ -347,11 +538,38 @@ class World:
                 self._written.discard(("container", c.number))
         for kind, number in sorted(self._written):
             if kind == "pod" and number not in self.pods:
-                # The pod object is gone from the model; rebuild its paths from the number.
-                self._remove_pod(Pod(number, 0, None))
+                self._remove_pod(self._tenants.pop(number))
                 self._written.discard(("pod", number))
         return False
 
+    def write_clients_lists(self, *, keep: bool) -> bool:
+        """The kernel's clients list of each DRM GPU (debugfs ``dri/<minor>/clients``, the
+        format before 6.14: no client ID), where the run has them: the processes with a client
+        on it, and with ``keep`` those listed before as well (a client closes after the
+        scenario stopped listing it). True when a list gained a process."""
+        if self.clients_lists is None:
+            return False
+        grew = False
+        for g in (g for g in self.gpus if g.drm):
+            minor = self.drm_minor(g)
+            pids = {h.pid for h in self.holders(g)}
+            if keep:
+                pids |= self._listed.get(minor, set())
+            grew |= bool(pids - self._listed.get(minor, set()))
+            self._listed[minor] = pids
+            lines = [f"{'command':>20} {'tgid':>5} {'dev':>3} master a {'uid':>5} {'magic':>10}"]
+            for pid in sorted(pids):
+                pod = self._pids[pid][0] if pid in self._pids else None
+                comm, uid = (pod.comm, pod.user) if pod is not None else ("worker", 0)
+                lines.append(f"{comm:>20} {pid:5d} {128 + minor:3d}   n    n {uid:5d} {0:10d}")
+            path = self.clients_lists / str(minor) / "clients"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("\n".join(lines) + "\n")
+            tmp.replace(path)
+        return grew
+
     def live_pod_uids(self) -> set[str]:
         """Pods whose cgroup exists now (written and not yet removed)."""
-        return {pod_uid(n) for kind, n in self._written if kind == "pod"}
+        return {pod_uid(n) for kind, n in self._written
+                if kind == "pod" and self._tenants[n].kind == POD}

@@ -248,8 +248,8 @@ def test_the_books_close_after_a_restart_with_a_gone_pod_and_the_previous_releas
     from oracles.identity import Identity
     text = """# TYPE gpustats_node_gpu_joules_total counter
 gpustats_node_gpu_joules_total{gpu="0",gpu_uuid="G"} %s
-# TYPE gpustats_pod_gpu_joules_total counter
-gpustats_pod_gpu_joules_total{gpu_uuid="G",pod_uid="p"} %s
+# TYPE gpustats_tenant_gpu_joules_total counter
+gpustats_tenant_gpu_joules_total{gpu_uuid="G",kind="pod",tenant="p",pod_uid="p"} %s
 # TYPE gpustats_node_gpu_unallocated_idle_joules_total counter
 gpustats_node_gpu_unallocated_idle_joules_total{gpu="0",gpu_uuid="G"} %s
 # TYPE gpustats_node_gpu_unobserved_joules_total counter
@@ -261,11 +261,37 @@ gpustats_node_gpu_unobserved_joules_total{gpu="0",gpu_uuid="G"} %s
     assert len(found) == 1 and "(+600.0 J outside)" in found[0]
     assert books.check(3, counters(text % (900, 200, 100, 600)), False) == []
     # The pod is gone and no longer served: its last total stays in the books.
-    gone = text.replace('gpustats_pod_gpu_joules_total{gpu_uuid="G",pod_uid="p"} %s\n', "")
+    gone = text.replace(
+        'gpustats_tenant_gpu_joules_total{gpu_uuid="G",kind="pod",tenant="p",pod_uid="p"} %s\n',
+        "")
     assert books.check(4, counters(gone % (1000, 200, 600)), False) == []
     # The previous release leaves its gap outside: carried, not reported, from then on.
     assert books.check(5, counters(gone % (1500, 200, 600)), True) == []
     assert books.check(6, counters(gone % (1600, 300, 600)), False) == []
+
+
+def test_a_tenant_series_is_one_whatever_names_it_and_bare_metal_tenants_close_the_books():
+    """A pod first served by its UID and then by its name, a process moved to another tenant's
+    cgroup (its series' owner labels change): one series each, counted once in the books; a
+    service's total is in them like a pod's."""
+    from oracles.checks import counters, tenant_key
+    from oracles.identity import Identity
+    text = """# TYPE gpustats_node_gpu_joules_total counter
+gpustats_node_gpu_joules_total{gpu="0",gpu_uuid="amd-1"} %s
+# TYPE gpustats_tenant_gpu_joules_total counter
+gpustats_tenant_gpu_joules_total{gpu_uuid="amd-1",kind="pod",tenant="%s",pod_uid="p"} %s
+gpustats_tenant_gpu_joules_total{gpu_uuid="amd-1",kind="service",tenant="a.service",uid="%s"} %s
+# TYPE gpustats_process_gpu_joules_total counter
+gpustats_process_gpu_joules_total{gpu_uuid="amd-1",pid="7",pod_uid="%s"} %s
+"""
+    first = counters(text % (300, "p", 100, "1000", 200, "p", 50))
+    later = counters(text % (500, "ns/job", 250, "", 250, "", 60))
+    assert set(first) == set(later)
+    assert {tenant_key(dict(labels)) for name, labels in later
+            if name == "gpustats_tenant_gpu_joules"} == {"p", "service:a.service"}
+    books = Identity()
+    assert books.check(1, first, False) == []
+    assert books.check(2, later, False) == []
 
 
 def test_the_stepped_clock_stays_within_its_bounds(tmp_path):
@@ -436,3 +462,20 @@ def test_the_rate_check_allows_a_stall_billed_by_the_first_tick_after_it():
         if stalled:
             rate.stalled(100.2, 2.4)
         assert len(rate.check(101.04, {series: 600.0 * 2.9})) == violations, stalled
+
+
+def test_the_oracle_bills_a_shared_client_once_to_its_cgroup_or_to_no_one():
+    """A client forked within a service's cgroup stays the service's; one passed to another
+    tenant's process is no one's (unattributed), never the receiver's."""
+    from oracles.energy import shares
+    owner = Holder(10, "service:a.service", "c10", None, 60)
+    other = Holder(11, "job:job 2", "c11", None, 30)
+    forked = Holder(12, "service:a.service", "c12", None, 0, shares=10)
+    passed = Holder(13, "session:1000", "c13", None, 0, shares=10)
+    gpu = GpuState("amd-1", 300.0, False, frozenset(), None, (owner, other, forked))
+    assert shares(gpu, False) == pytest.approx(
+        {"service:a.service": 60 / 90, "job:job 2": 30 / 90})
+    gpu = dataclasses.replace(gpu, holders=(owner, other, passed))
+    got = shares(gpu, False)
+    assert got["service:a.service"] == 0 and got["session:1000"] == 0
+    assert got["job:job 2"] == pytest.approx(30 / 90)

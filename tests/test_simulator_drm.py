@@ -454,3 +454,42 @@ def test_the_examples_render(tmp_path, name):
         fdinfo = Path(sim.proc_root) / str(p.pid) / "fdinfo"
         infos = [parse_fdinfo(read(f)) for f in fdinfo.iterdir()]
         assert any(i.get("drm-pdev") == scenario.device(p.device).pci_bus_id for i in infos)
+
+
+def test_each_render_traces_every_devices_energy_as_a_reader_integrating_it_gets(tmp_path):
+    """Intel's counter, and for AMD (power, no counter) the trapezoid of the powers rendered:
+    the chaos oracle's energy reads of AMD and Intel GPUs, on the render's monotonic time. The
+    render made at construction, before any reader, is not one."""
+    import json
+    trace = tmp_path / "trace.jsonl"
+    scenario = {"devices": [amd(power_watts=200), intel(power_watts=150)],
+                "trace_file": str(trace), "trace_tag": "v1"}
+    tree = Tree(tmp_path, scenario)
+    tree.advance(2.0)
+    tree.sim._scenario = parse_scenario(dict(scenario, devices=[
+        amd(power_watts=400), intel(power_watts=150)]))
+    tree.advance(1.0)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    by_device = {uuid: [(x["mono"], x["mj"]) for x in lines if x["uuid"] == uuid]
+                 for uuid in (AMD, XE)}
+    assert {x["event"] for x in lines} == {"energy"} and {x["tag"] for x in lines} == {"v1"}
+    assert by_device[AMD] == [(102.0, 0), (103.0, 300_000)]
+    intel_mj = [mj for _, mj in by_device[XE]]
+    assert [b - a for a, b in zip(intel_mj, intel_mj[1:])] == [150_000]
+
+
+def test_a_process_sharing_anothers_client_shows_its_id_and_engine_time(tmp_path):
+    """A dup'ed or passed fd: the holder's fdinfo shows the owner's client, whose work it is;
+    a sharer naming no owner on that device, or working on its own, is refused."""
+    tree = Tree(tmp_path, {"devices": [amd()], "processes": [
+        {"pid": 10, "device": AMD, "sm_util_percent": 50},
+        {"pid": 11, "device": AMD, "shares_client_of": 10}]})
+    tree.advance(2.0)
+    owner, sharer = tree.fdinfo(10, 3), tree.fdinfo(11, 3)
+    assert sharer["drm-client-id"] == owner["drm-client-id"]
+    assert sharer["drm-engine-gfx"] == owner["drm-engine-gfx"] == f"{10**9} ns"
+    for bad in ({"pid": 11, "device": AMD, "shares_client_of": 12},
+                {"pid": 11, "device": AMD, "shares_client_of": 10, "sm_util_percent": 5}):
+        with pytest.raises(ValueError, match="shares_client_of|no work"):
+            parse_scenario({"devices": [amd()], "processes": [
+                {"pid": 10, "device": AMD, "sm_util_percent": 50}, bad]})

@@ -26,6 +26,11 @@ Counters (Intel's energy, from ``energy_counter_base_millijoules``; each client'
 from ``sm_util_percent`` × the class's engines; xe's GPU timestamp) integrate the scenario's
 rates over the real time since construction, busy only in the busy phases of ``idle_cycle``.
 Each file is replaced whole (a temporary file renamed over it), and only when its text changed.
+Where the scenario names a ``trace_file`` (``trace.py``), each ``render()`` (but the one made at
+construction, before any reader) appends an ``energy`` line per device, stamped ``mono`` with
+the render's time: Intel's counter (mJ), and for AMD, which gives power and no counter, the
+trapezoid of the powers rendered since the first traced render (what a reader integrating each
+render's ``power1_average`` gets).
 A client (pid, device) gets its ``drm-client-id`` when it first appears, counting up; one that
 leaves the scenario and comes back is a new client, from 0. Given a path, the scenario is re-read
 when the file changes, at the next ``render()``; a grown ``driver_reloads`` restarts the energy
@@ -52,6 +57,7 @@ from gpustats.simulator.drm_vendors import (
 )
 from gpustats.simulator.idle_cycle import IdleCycle, energy_joules, is_idle, power_at
 from gpustats.simulator.scenario import Scenario, SimDevice, SimProcess, load_scenario
+from gpustats.simulator.trace import write_trace
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +90,7 @@ class SimulatedDrm:
         self._started = self._advanced_at = monotonic()
         self._energy_uj: dict[str, float] = {}
         self._idle_ms: dict[str, float] = {}                      # Intel GT idle residency
+        self._rendered: dict[str, tuple[float, float, float]] = {}  # AMD: (t, W, trapezoid mJ)
         self._busy_seconds: dict[tuple[int, str], float] = {}     # (pid, uuid) -> engine time
         self._client_ids: dict[tuple[int, str], int] = {}
         self._next_client_id = 1
@@ -91,7 +98,7 @@ class SimulatedDrm:
         self._link_names = itertools.count()
         for directory in (self.sysfs_root, self.proc_root, self._staging, self._proc_staging):
             os.makedirs(directory, exist_ok=True)
-        self.render()
+        self.render(trace=False)       # no reader has read anything yet
 
     @property
     def scenario(self) -> Scenario:
@@ -102,14 +109,31 @@ class SimulatedDrm:
         """The DRM vendors the scenario has now (``amd``, ``intel``)."""
         return frozenset(d.vendor for d in self._scenario.drm_devices)
 
-    def render(self) -> None:
-        """Rewrite what moved, as of now."""
+    def render(self, trace: bool = True) -> None:
+        """Rewrite what moved, as of now (a reader reads it next: traced, where the scenario
+        names a trace file)."""
         with self._lock:
             self._reload_if_changed()
             now = self._monotonic()
             self._advance(now)
             self._forget_gone_clients()
             self._apply(self._tree(now - self._started))
+            if trace:
+                self._trace_energy(now)
+
+    def _trace_energy(self, now: float) -> None:
+        scenario = self._scenario
+        for device in scenario.drm_devices:
+            if device.vendor == "amd":
+                watts = power_at(device.power_watts, device.idle_cycle, now - self._started)
+                t, before, mj = self._rendered.get(device.uuid, (now, watts, 0.0))
+                mj += (before + watts) / 2.0 * (now - t) * 1000.0
+                self._rendered[device.uuid] = (now, watts, mj)
+            else:
+                mj = self._energy_uj.get(device.uuid, 0.0) / 1000.0
+            if scenario.trace_file is not None:
+                write_trace(scenario.trace_file, time.time(), "energy", scenario.trace_tag,
+                            uuid=device.uuid, mj=int(mj), mono=now)
 
     # ------------------------------------------------------------ scenario and counters
 
@@ -153,13 +177,14 @@ class SimulatedDrm:
             self._idle_ms[device.uuid] = self._idle_ms.get(device.uuid, 0.0) + (
                 t1 - t0 - busy * working) * 1000.0
             for p in self._scenario.processes_by_device.get(device.uuid, ()):
-                if p.sm_util_percent:
+                if p.sm_util_percent and p.shares_client_of is None:
                     key = (p.pid, p.device)
                     self._busy_seconds[key] = self._busy_seconds.get(key, 0.0) + (
                         p.sm_util_percent / 100.0 * _capacity(device, p) * busy)
 
     def _forget_gone_clients(self) -> None:
-        live = {(p.pid, p.device) for p in self._drm_processes()}
+        live = {(p.pid if p.shares_client_of is None else p.shares_client_of, p.device)
+                for p in self._drm_processes()}
         for key in [k for k in self._client_ids if k not in live]:
             del self._client_ids[key]
             self._busy_seconds.pop(key, None)
@@ -193,8 +218,10 @@ class SimulatedDrm:
                 for fd in range(FIRST_DRM_FD):
                     tree[f"{base}/fdinfo/{fd}"] = (_FILE, null_fdinfo())
                     tree[f"{base}/fd/{fd}"] = (_LINK, "/dev/null")
-            client = Client(self._client_id(p), p.engine or default_engine(_driver(device)),
-                            self._busy_seconds.get((p.pid, p.device), 0.0),
+            owner = p.pid if p.shares_client_of is None else p.shares_client_of
+            client = Client(self._client_id(replace(p, pid=owner)),
+                            p.engine or default_engine(_driver(device)),
+                            self._busy_seconds.get((owner, p.device), 0.0),
                             p.memory_used_bytes or 0)
             text = drm_fdinfo(device, client, seconds)
             for fd in range(next_fd[p.pid], next_fd[p.pid] + p.fds):

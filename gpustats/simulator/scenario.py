@@ -99,8 +99,11 @@ processes (fdinfo without any ``drm-`` line, as a kernel before 5.19 writes it).
 as are XID events. Their processes take ``pid``, ``device``, ``sm_util_percent`` (the share of
 real time its engine is busy, times the class's engine count), ``memory_used_bytes`` (its VRAM),
 ``engine`` (the engine class as the driver's fdinfo names it; default amdgpu ``gfx``, i915
-``render``, xe ``rcs``) and ``fds`` (default 1: file descriptors open on its one DRM client, as
-after a dup); ``gpu_instance_id``, ``mps`` and ``between_ticks`` are a ValueError on them, and
+``render``, xe ``rcs``), ``fds`` (default 1: file descriptors open on its one DRM client, as
+after a dup) and ``shares_client_of`` (a PID on the same device with a client of its own: this
+process holds that client too, as after a fork or an fd passed over a socket: the same
+``drm-client-id`` and engine counters, and no ``sm_util_percent`` of its own);
+``gpu_instance_id``, ``mps`` and ``between_ticks`` are a ValueError on them, and
 ``engine`` and ``fds`` on an NVIDIA GPU's process.
 
 XID event keys: ``device`` (UUID), ``xid`` (int, for ``type: xid``, the default),
@@ -162,7 +165,7 @@ DRM_ONLY_DEVICE_KEYS = frozenset({"driver", "pci_device_id", "pci_class"})
 DRM_UNSUPPORTABLE = frozenset({"memory", "utilization", "power", "power_limit", "temperature",
                                "memory_temperature", "processes", "unique_id"})
 NVML_PROCESS_KEYS = frozenset({"gpu_instance_id", "mps", "between_ticks"})
-DRM_PROCESS_KEYS = frozenset({"engine", "fds"})
+DRM_PROCESS_KEYS = frozenset({"engine", "fds", "shares_client_of"})
 MAX_DRM_CARDS = 64          # card0..63; render nodes renderD128..191
 MAX_FDS = 64
 PCI_ADDRESS = re.compile(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
@@ -238,6 +241,9 @@ class SimProcess:
     between_ticks: bool = False      # never in the process list; its samples still come
     engine: str | None = None        # DRM: the engine class it runs on (None: the driver's first)
     fds: int = 1                     # DRM: its file descriptors on the one client
+    # DRM: the PID whose client this process holds too (a dup'ed, inherited or passed fd):
+    # the same drm-client-id and engine counters, no work of its own.
+    shares_client_of: int | None = None
 
 
 @dataclass(frozen=True)
@@ -456,6 +462,7 @@ def _process(value: Any, where: str, vendors: dict[str, str]) -> SimProcess:
         mps=bool(data.get("mps", False)),
         between_ticks=bool(data.get("between_ticks", False)),
         engine=engine, fds=fds,
+        shares_client_of=_number(data, "shares_client_of", where, None, integer=True, minimum=1),
     )
 
 
@@ -683,7 +690,14 @@ def _check_drm(devices: tuple[SimDevice, ...], processes: tuple[SimProcess, ...]
                                  f"devices[{cards[device.minor]}]'s")
             cards[device.minor] = i
     drivers = {d.uuid: d.driver for d in devices if d.is_drm}
+    owners = {(p.pid, p.device) for p in processes if p.shares_client_of is None}
     for i, p in enumerate(processes):
+        if p.shares_client_of is not None and (p.shares_client_of, p.device) not in owners:
+            raise ValueError(f"processes[{i}].shares_client_of: no process {p.shares_client_of} "
+                             "with a client of its own on that device")
+        if p.shares_client_of is not None and p.sm_util_percent:
+            raise ValueError(f"processes[{i}]: a process sharing another's client does no work "
+                             "of its own (no sm_util_percent)")
         driver = drivers.get(p.device)
         if driver is not None and p.engine is not None and p.engine not in ENGINES[driver]:
             raise ValueError(f"processes[{i}].engine: {driver} names {', '.join(ENGINES[driver])}"
