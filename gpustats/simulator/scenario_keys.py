@@ -24,7 +24,8 @@ DEVICE_KEYS = frozenset({
 MIG_KEYS = frozenset({"gpu_instance_id", "compute_instance_id", "profile", "memory_total_bytes",
                       "uuid", "gpm"})
 PROCESS_KEYS = frozenset({"pid", "device", "sm_util_percent", "memory_used_bytes",
-                          "gpu_instance_id", "mps", "between_ticks", "engine", "fds"})
+                          "gpu_instance_id", "mps", "between_ticks", "engine", "fds",
+                          "shares_client_of"})
 EVENT_KEYS = frozenset({"device", "xid", "type", "after_seconds"})
 
 
