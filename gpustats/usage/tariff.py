@@ -14,9 +14,11 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from gpustats.documents import DocumentError, brief, load_yaml, read_document
+
+T = TypeVar("T")
 
 MAX_TARIFF_BYTES = 64 << 10
 MAX_INTENSITY_BYTES = 8 << 20           # ten years of hourly values and then some
@@ -70,17 +72,24 @@ def parse_price(text: str) -> Price | None:
     return Price(currency, flat=_number(amount, "price"))
 
 
-def read_tariff(path: str) -> Price:
+def _read_file(path: str, limit: int, what: str, parse: Callable[[str], T]) -> T:
+    """``parse`` of the file at ``path`` (at most ``limit`` bytes); every failure a
+    ``ValueError`` naming ``what`` and the path."""
     try:
-        document = load_yaml(read_document(path, MAX_TARIFF_BYTES))
+        content = read_document(path, limit)
     except OSError as exc:
-        raise ValueError(f"tariff file {path}: cannot read: {exc.strerror or exc}") from None
+        raise ValueError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
     except DocumentError as exc:
-        raise ValueError(f"tariff file {path}: {exc}") from None
+        raise ValueError(f"{what} {path}: {exc}") from None
     try:
-        return parse_tariff(document)
-    except ValueError as exc:
-        raise ValueError(f"tariff file {path}: {exc}") from None
+        return parse(content)
+    except (ValueError, DocumentError) as exc:
+        raise ValueError(f"{what} {path}: {exc}") from None
+
+
+def read_tariff(path: str) -> Price:
+    return _read_file(path, MAX_TARIFF_BYTES, "tariff file",
+                      lambda content: parse_tariff(load_yaml(content)))
 
 
 def _hour(value: Any, what: str) -> int:
@@ -157,17 +166,8 @@ def parse_carbon_intensity(text: str) -> CarbonIntensity | None:
     if not text:
         return None
     if text.startswith("/"):
-        try:
-            content = read_document(text, MAX_INTENSITY_BYTES)
-        except OSError as exc:
-            raise ValueError(f"carbon intensity file {text}: cannot read: "
-                             f"{exc.strerror or exc}") from None
-        except DocumentError as exc:
-            raise ValueError(f"carbon intensity file {text}: {exc}") from None
-        try:
-            return parse_intensity_series(content)
-        except ValueError as exc:
-            raise ValueError(f"carbon intensity file {text}: {exc}") from None
+        return _read_file(text, MAX_INTENSITY_BYTES, "carbon intensity file",
+                          parse_intensity_series)
     return CarbonIntensity(constant=_number(text, "carbon intensity"))
 
 
