@@ -14,7 +14,7 @@ with a one-line message.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import yaml
 
@@ -86,6 +86,24 @@ def read_document(path: str, max_bytes: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentError(f"not UTF-8 text (byte {exc.start})") from None
+
+
+T = TypeVar("T")
+
+
+def read_parsed(path: str, max_bytes: int, parse: Callable[[str], T], name: str) -> T:
+    """``parse`` of the document at ``path`` (``read_document``); every failure, of the read
+    or of ``parse``, a ``ValueError("<name>: <what is wrong>")``."""
+    try:
+        content = read_document(path, max_bytes)
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    except DocumentError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    try:
+        return parse(content)
+    except ValueError as exc:                   # DocumentError (a ValueError) included
+        raise ValueError(f"{name}: {exc}") from None
 
 
 # ------------------------------------------------------------------ loading

@@ -119,7 +119,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from gpustats.documents import DocumentError, load_yaml, read_document
+from gpustats.documents import load_yaml, read_parsed
 from gpustats.simulator.drm_vendors import (
     DEFAULT_DEVICE_IDS, DEFAULT_NAMES, DEFAULT_PCI_CLASS, DRIVERS, ENGINES, NVIDIA, VENDORS,
 )
@@ -708,13 +708,5 @@ def load_scenario(path: str) -> Scenario:
     """Read and parse a scenario file; ``ValueError("<path>: <what is wrong>")`` on a bad one,
     a FIFO or device (refused at once), a file over ``MAX_SCENARIO_BYTES`` or one whose
     aliases or nesting go past the bounds of ``gpustats.documents``."""
-    try:
-        data = load_yaml(read_document(path, MAX_SCENARIO_BYTES))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except DocumentError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    try:
-        return parse_scenario(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    return read_parsed(path, MAX_SCENARIO_BYTES,
+                       lambda content: parse_scenario(load_yaml(content)), path)

@@ -14,11 +14,9 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, TypeVar
+from typing import Any
 
-from gpustats.documents import DocumentError, brief, load_yaml, read_document
-
-T = TypeVar("T")
+from gpustats.documents import brief, load_yaml, read_parsed
 
 MAX_TARIFF_BYTES = 64 << 10
 MAX_INTENSITY_BYTES = 8 << 20           # ten years of hourly values and then some
@@ -72,24 +70,9 @@ def parse_price(text: str) -> Price | None:
     return Price(currency, flat=_number(amount, "price"))
 
 
-def _read_file(path: str, limit: int, what: str, parse: Callable[[str], T]) -> T:
-    """``parse`` of the file at ``path`` (at most ``limit`` bytes); every failure a
-    ``ValueError`` naming ``what`` and the path."""
-    try:
-        content = read_document(path, limit)
-    except OSError as exc:
-        raise ValueError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
-    except DocumentError as exc:
-        raise ValueError(f"{what} {path}: {exc}") from None
-    try:
-        return parse(content)
-    except (ValueError, DocumentError) as exc:
-        raise ValueError(f"{what} {path}: {exc}") from None
-
-
 def read_tariff(path: str) -> Price:
-    return _read_file(path, MAX_TARIFF_BYTES, "tariff file",
-                      lambda content: parse_tariff(load_yaml(content)))
+    return read_parsed(path, MAX_TARIFF_BYTES, lambda content: parse_tariff(load_yaml(content)),
+                       f"tariff file {path}")
 
 
 def _hour(value: Any, what: str) -> int:
@@ -166,8 +149,8 @@ def parse_carbon_intensity(text: str) -> CarbonIntensity | None:
     if not text:
         return None
     if text.startswith("/"):
-        return _read_file(text, MAX_INTENSITY_BYTES, "carbon intensity file",
-                          parse_intensity_series)
+        return read_parsed(text, MAX_INTENSITY_BYTES, parse_intensity_series,
+                           f"carbon intensity file {text}")
     return CarbonIntensity(constant=_number(text, "carbon intensity"))
 
 
